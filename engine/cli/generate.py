@@ -1,0 +1,117 @@
+"""``mtp-studio generate``: one generation from the command line, through the engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.cli import EXIT_INVALID, EXIT_USAGE, die
+from engine.errors import MtpStudioError
+
+
+def depth_arg(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be an integer >= 1 or 'auto'") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return k
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Options shared by every command that loads a model."""
+    p.add_argument("--model", required=True, help="target GGUF (shard 1 of a split set)")
+    p.add_argument("--head", help="separate MTP head GGUF (mtp-*.gguf)")
+    p.add_argument(
+        "--mtp",
+        choices=["off", "integrated", "external", "auto"],
+        default="auto",
+        help="where MTP drafts come from (default: auto)",
+    )
+    p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
+    p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload (-1: all, 0: CPU only)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the CPUs available)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="generate text from a prompt or a chat")
+    add_model_args(p)
+    p.add_argument("--draft-depth", type=depth_arg, default=1, help="tokens drafted per round, or 'auto' (default 1)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="raw prompt text (no chat template)")
+    src.add_argument("--chat-json", type=Path, help="JSON file with a list of {role, content} messages")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object with tokens, text and stats")
+    p.set_defaults(func=run)
+
+
+def load_spec(args, max_draft_depth: int = 4):
+    from engine.runtime.loader import LoadSpec, MtpSource
+
+    depth = getattr(args, "draft_depth", 1)
+    if isinstance(depth, int):
+        max_draft_depth = max(max_draft_depth, depth)
+    return LoadSpec(
+        args.model,
+        head=args.head,
+        mtp=MtpSource(args.mtp),
+        n_ctx=args.ctx,
+        n_gpu_layers=args.gpu_layers,
+        n_threads=args.threads,
+        max_draft_depth=max_draft_depth,
+    )
+
+
+def run(args) -> int:
+    from engine.runtime import jobs as J
+    from engine.runtime.engine import Engine
+
+    messages = None
+    if args.chat_json is not None:
+        try:
+            messages = json.loads(args.chat_json.read_text(encoding="utf-8"))
+        except OSError as e:
+            return die(f"cannot read {args.chat_json}: {e.strerror}", EXIT_USAGE)
+        except ValueError as e:
+            return die(f"{args.chat_json} is not valid JSON: {e}", EXIT_USAGE)
+    with Engine() as engine:
+        try:
+            engine.submit(J.LoadModel(load_spec(args))).result()
+            job = J.Generate(
+                prompt=args.prompt,
+                messages=messages,
+                max_tokens=args.max_tokens,
+                stop=tuple(args.stop),
+                temperature=args.temperature,
+                seed=args.seed,
+                draft_depth=args.draft_depth,
+            )
+            if args.json:
+                result = engine.submit(job).result()
+                sys.stdout.write(json.dumps(result.to_json()) + "\n")
+                return 0
+            handle = engine.submit(job)
+            for ev in handle.events():
+                if isinstance(ev, J.Tokens):
+                    sys.stdout.write(ev.text)
+                    sys.stdout.flush()
+            result = handle.result()
+            s = result.stats
+            sys.stdout.write("\n")
+            print(
+                f"[{s.generated} tokens, {s.tokens_per_second:.1f} tok/s, mtp {s.mtp}, depth {s.draft_depth}, "
+                f"acceptance {s.acceptance:.2f}, mean accepted {s.mean_accept_len:.2f}, "
+                f"target forwards {s.target_forwards}]",
+                file=sys.stderr,
+            )
+            return 0
+        except MtpStudioError as e:
+            return die(str(e), EXIT_INVALID)

@@ -1,0 +1,143 @@
+"""Every error the engine raises on purpose, in one place.
+
+Each error's message says what is wrong and what to do about it. They are turned into
+user text in exactly one place in ``app/`` and into OpenAI-style JSON in exactly one
+place in ``engine/server/``; nothing maps errors by matching message text.
+Built-in bases are kept where natural so generic handlers still work.
+"""
+
+from __future__ import annotations
+
+
+class MtpStudioError(Exception):
+    """Base class of all deliberate engine errors."""
+
+    #: short machine-readable code (server JSON, CLI --json, GUI)
+    code: str = "error"
+
+
+class Cancelled(MtpStudioError):
+    """Raised inside long work when its cancel event is set. Cancelling is not an
+    error: callers catch this and report a quiet "cancelled" outcome."""
+
+    code = "cancelled"
+
+
+# --------------------------------------------------------------------------- models
+class ModelFileError(MtpStudioError, ValueError):
+    """A model file is missing, unreadable or not a valid GGUF."""
+
+    code = "invalid_model_file"
+
+
+class ModelNotFoundError(ModelFileError, FileNotFoundError):
+    code = "model_not_found"
+
+
+class ModelLoadError(MtpStudioError, RuntimeError):
+    """llama.cpp refused to load a file that passed validation."""
+
+    code = "model_load_failed"
+
+
+class MtpUnavailableError(MtpStudioError, ValueError):
+    """MTP was asked for but the model (or head) cannot provide it."""
+
+    code = "mtp_unavailable"
+
+
+class HeadMismatchError(MtpUnavailableError):
+    """An external MTP head does not belong to the target model."""
+
+    code = "head_mismatch"
+
+
+# ------------------------------------------------------------------------- runtime
+class ContextError(MtpStudioError, RuntimeError):
+    """A llama.cpp context could not be created."""
+
+    code = "context_failed"
+
+
+class DecodeError(MtpStudioError, RuntimeError):
+    """llama_decode failed (e.g. the KV cache is full)."""
+
+    code = "decode_failed"
+
+
+class PromptTooLongError(MtpStudioError, ValueError):
+    """The prompt does not fit the context; never truncated silently."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, n_prompt: int, n_ctx: int):
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+        super().__init__(
+            f"The prompt is {n_prompt} tokens but the context holds {n_ctx}. "
+            "Shorten the prompt or load the model with a larger context."
+        )
+
+
+class InvalidRequestError(MtpStudioError, ValueError):
+    """Bad generation parameters."""
+
+    code = "invalid_request"
+
+
+class EngineStoppedError(MtpStudioError, RuntimeError):
+    code = "engine_stopped"
+
+
+class QueueFullError(MtpStudioError, RuntimeError):
+    """The engine's job queue is at capacity."""
+
+    code = "queue_full"
+
+
+class NoModelLoadedError(MtpStudioError, LookupError):
+    code = "model_not_loaded"
+
+
+# ---------------------------------------------------------------------------- gguf
+class GGUFError(ModelFileError):
+    """Structural problem in a GGUF file. ``offset`` is the byte offset where the
+    problem was found, when known."""
+
+    code = "invalid_gguf"
+
+    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None, code: str | None = None):
+        self.file = file
+        self.offset = offset
+        if code:
+            self.code = code
+        where = []
+        if file:
+            where.append(file)
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.bare_message = message
+
+
+class ComposeError(MtpStudioError, ValueError):
+    """A target and head cannot be composed (with the reason)."""
+
+    code = "compose_failed"
+
+    def __init__(self, message: str, *, code: str | None = None):
+        if code:
+            self.code = code
+        super().__init__(message)
+
+
+class DiskSpaceError(MtpStudioError, OSError):
+    code = "insufficient_disk_space"
+
+    def __init__(self, needed: int, available: int, where: str):
+        self.needed = needed
+        self.available = available
+        super().__init__(
+            f"Not enough disk space in {where}: need {needed / 2**20:.1f} MiB, "
+            f"{available / 2**20:.1f} MiB free. Free some space or choose another folder."
+        )

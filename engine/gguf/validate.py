@@ -1,0 +1,407 @@
+"""Structural validation of GGUF files and shard sets, before llama.cpp sees them.
+
+llama.cpp aborts the whole process on some malformed inputs instead of returning an
+error, so every check it makes on a header is made here first, with a message that says
+what is wrong and where. Semantic checks that need llama.cpp itself run in a child
+process (:mod:`engine.gguf.probe`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GGUFError, ModelNotFoundError
+from engine.gguf.constants import (
+    ALIGNMENT_KEY,
+    ARCH_KEY,
+    BLOCK_SIZES,
+    DEFAULT_ALIGNMENT,
+    MAX_DIMS,
+    MAX_NAME_BYTES,
+    SHARD_PATTERN,
+    SPLIT_COUNT,
+    SPLIT_KEYS,
+    SPLIT_NO,
+    SPLIT_TENSORS_COUNT,
+    TensorType,
+    ValueType,
+    pad,
+)
+from engine.gguf.reader import GGUFHeader
+from engine.gguf.shards import ModelSet, open_set, parse_shard_name
+
+#: architectures whose vendored llama.cpp has an MTP draft graph (MTP.md), and how many
+#: NextN layers each accepts (None = any)
+MTP_ARCHITECTURES: dict[str, int | None] = {
+    "qwen35": 1,
+    "qwen35moe": 1,
+    "nemotron_h_moe": 1,
+    "qwen3next": None,
+    "glm4moe": None,
+    "glm-dsa": None,
+    "glm5-next": None,
+    "deepseek2": None,
+    "deepseek32": None,
+    "deepseek4": None,
+    "mimo2": None,
+    "step35": None,
+    "bailingmoe3": None,
+    "cohere2moe": None,
+    "hy-v3": None,
+}
+
+#: ``{arch}.`` keys that llama.cpp reads with a strict type (a wrong type can abort)
+STRICT_ARCH_KEYS: dict[str, tuple[ValueType, ...]] = {
+    "block_count": (ValueType.UINT32,),
+    "nextn_predict_layers": (ValueType.UINT32,),
+    "context_length": (ValueType.UINT32,),
+    "embedding_length": (ValueType.UINT32,),
+}
+
+#: ``{arch}.`` keys that may be per-layer arrays: when they are arrays, they must have
+#: exactly ``block_count`` entries (``get_key_or_arr``)
+PER_LAYER_KEYS = (
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "expert_used_count",
+    "expert_feed_forward_length",
+    "attention.recurrent_layers",
+    "attention.sliding_window_pattern",
+    "swiglu_clamp_exp",
+    "swiglu_clamp_shexp",
+)
+
+_BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass
+class Problem:
+    code: str
+    message: str
+    file: str
+
+    def __str__(self) -> str:
+        return f"{Path(self.file).name}: {self.message}"
+
+
+@dataclass
+class MtpFacts:
+    """What a header says about MTP. ``kind``: none | integrated | head-only."""
+
+    architecture: str | None = None
+    block_count: int | None = None
+    nextn_layers: int = 0
+    trunk_layers: int | None = None
+    kind: str = "none"
+    arch_supported: bool = False
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.nextn_layers > 0
+
+
+@dataclass
+class Report:
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    mtp: dict[str, Any] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    def error(self, code: str, message: str, file: str | Path) -> None:
+        self.errors.append(Problem(code, message, str(file)))
+
+    def warn(self, code: str, message: str, file: str | Path) -> None:
+        self.warnings.append(Problem(code, message, str(file)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "errors": [asdict(p) for p in self.errors],
+            "warnings": [asdict(p) for p in self.warnings],
+            "mtp": self.mtp,
+            "files": self.files,
+        }
+
+    def raise_first(self) -> None:
+        if self.errors:
+            p = self.errors[0]
+            raise GGUFError(p.message, file=p.file, code=p.code)
+
+
+def block_index(name: str) -> int | None:
+    m = _BLOCK_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+# --------------------------------------------------------------------- per file
+def check_file(h: GGUFHeader, report: Report) -> None:
+    """Every check gguf.cpp makes on a single file's header."""
+    f = str(h.path)
+    seen: set[str] = set()
+    for kv in h.kv_list:
+        if not kv.key:
+            report.error("empty_key", f"a KV has an empty key (offset {kv.start})", f)
+        elif kv.key in seen:
+            report.error("duplicate_key", f"key {kv.key!r} appears more than once (offset {kv.start})", f)
+        seen.add(kv.key)
+
+    align_kv = h.kvs.get(ALIGNMENT_KEY)
+    alignment = DEFAULT_ALIGNMENT
+    if align_kv is not None:
+        if align_kv.type != ValueType.UINT32:
+            report.error("bad_alignment", f"{ALIGNMENT_KEY} must be u32, found {align_kv.type.name}", f)
+        else:
+            a = int(align_kv.value)
+            if a <= 0 or a & (a - 1):
+                report.error("bad_alignment", f"{ALIGNMENT_KEY} is {a}, which is not a power of two", f)
+            else:
+                alignment = a
+
+    names: set[str] = set()
+    expected = 0
+    data_offset = pad(h.header_end, alignment) if h.tensors else h.header_end
+    for t in h.tensors:
+        where = f"tensor {t.name!r} (record at offset {t.start})"
+        if len(t.name.encode("utf-8")) > MAX_NAME_BYTES:
+            report.error("name_too_long", f"{where}: name is {len(t.name.encode())} bytes, the limit is 63", f)
+        if t.name in names:
+            report.error("duplicate_tensor", f"{where}: a tensor with this name already exists", f)
+        names.add(t.name)
+        if len(t.dims) > MAX_DIMS:
+            report.error("bad_dims", f"{where}: {len(t.dims)} dimensions, the limit is {MAX_DIMS}", f)
+        if any(d < 0 for d in t.dims):
+            report.error("bad_dims", f"{where}: negative dimension in {list(t.dims)}", f)
+        if not t.type_known:
+            report.error("bad_tensor_type", f"{where}: invalid tensor type {t.type}", f)
+            continue
+        block, _ = BLOCK_SIZES[TensorType(t.type)]
+        if t.dims and t.dims[0] % block:
+            report.error(
+                "bad_block_size",
+                f"{where}: first dimension {t.dims[0]} is not a multiple of {t.type_name}'s block size {block}",
+                f,
+            )
+        if t.offset != expected:
+            report.error(
+                "bad_offset",
+                f"{where}: data offset is {t.offset}, expected {expected} "
+                "(tensors must be contiguous, in table order, padded to the alignment)",
+                f,
+            )
+        end = data_offset + t.offset + t.nbytes
+        if end > h.file_size:
+            report.error(
+                "data_out_of_bounds",
+                f"{where}: data ends at byte {end} but the file has {h.file_size} bytes (truncated?)",
+                f,
+            )
+        expected = pad(max(expected, t.offset) + t.nbytes, alignment)
+
+
+def check_arch_keys(h: GGUFHeader, report: Report) -> MtpFacts:
+    """Arch-level keys llama.cpp reads strictly; returns the MTP facts of the file."""
+    f = str(h.path)
+    facts = MtpFacts()
+    arch_kv = h.kvs.get(ARCH_KEY)
+    if arch_kv is None:
+        report.error("missing_architecture", f"{ARCH_KEY} is missing", f)
+        return facts
+    if arch_kv.type != ValueType.STRING:
+        report.error("bad_key_type", f"{ARCH_KEY} must be a string", f)
+        return facts
+    arch = str(arch_kv.value)
+    facts.architecture = arch
+    facts.arch_supported = arch in MTP_ARCHITECTURES
+
+    for suffix, types in STRICT_ARCH_KEYS.items():
+        kv = h.kvs.get(f"{arch}.{suffix}")
+        if kv is not None and kv.type not in types:
+            want = " or ".join(t.name.lower() for t in types)
+            report.error("bad_key_type", f"{arch}.{suffix} must be {want}, found {kv.type.name.lower()}", f)
+
+    bc_kv = h.kvs.get(f"{arch}.block_count")
+    if bc_kv is None:
+        report.error("missing_key", f"{arch}.block_count is missing", f)
+        return facts
+    if bc_kv.type != ValueType.UINT32:
+        return facts
+    block_count = int(bc_kv.value)
+    facts.block_count = block_count
+    if block_count == 0:
+        report.error("bad_block_count", f"{arch}.block_count is 0", f)
+    nn_kv = h.kvs.get(f"{arch}.nextn_predict_layers")
+    nextn = int(nn_kv.value) if nn_kv is not None and nn_kv.type == ValueType.UINT32 else 0
+    if nextn > block_count:
+        report.error(
+            "bad_nextn", f"{arch}.nextn_predict_layers ({nextn}) exceeds {arch}.block_count ({block_count})", f
+        )
+        nextn = 0
+    facts.nextn_layers = nextn
+    facts.trunk_layers = block_count - nextn
+
+    for suffix in PER_LAYER_KEYS:
+        kv = h.kvs.get(f"{arch}.{suffix}")
+        if kv is not None and kv.type == ValueType.ARRAY and kv.count != block_count:
+            report.error(
+                "bad_array_length",
+                f"{arch}.{suffix} has {kv.count} entries but block_count is {block_count}; "
+                "every per-layer array must have one entry per block",
+                f,
+            )
+    return facts
+
+
+def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
+    """NextN tensors exist exactly for the last ``nextn_predict_layers`` blocks."""
+    if facts.block_count is None:
+        return
+    f = str(ms.first.path)
+    trunk = facts.trunk_layers or 0
+    blocks_with_nextn: set[int] = set()
+    blocks: set[int] = set()
+    for h, t in ms.all_tensors():
+        b = block_index(t.name)
+        if b is None:
+            if ".nextn." in t.name:
+                report.error("unknown_tensor", f"tensor {t.name!r} looks like a NextN tensor outside any block", str(h.path))
+            continue
+        blocks.add(b)
+        if b >= facts.block_count:
+            report.error(
+                "tensor_beyond_blocks",
+                f"tensor {t.name!r} belongs to block {b} but block_count is {facts.block_count}",
+                str(h.path),
+            )
+        if ".nextn." in t.name:
+            blocks_with_nextn.add(b)
+            if b < trunk:
+                report.error(
+                    "nextn_in_trunk",
+                    f"tensor {t.name!r} is a NextN tensor in trunk block {b} (NextN blocks are the last "
+                    f"{facts.nextn_layers} of {facts.block_count})",
+                    str(h.path),
+                )
+    if facts.nextn_layers:
+        missing = [b for b in range(trunk, facts.block_count) if b not in blocks_with_nextn]
+        if missing:
+            report.error(
+                "missing_nextn_tensors",
+                f"nextn_predict_layers is {facts.nextn_layers} but block(s) {missing} have no NextN tensors",
+                f,
+            )
+        has_trunk = any(b < trunk for b in blocks)
+        facts.kind = "integrated" if has_trunk else "head-only"
+        limit = MTP_ARCHITECTURES.get(facts.architecture or "")
+        if facts.arch_supported and limit is not None and facts.nextn_layers != limit:
+            report.error(
+                "bad_nextn",
+                f"{facts.architecture} supports exactly {limit} NextN layer(s), this file declares {facts.nextn_layers}",
+                f,
+            )
+    elif blocks_with_nextn:
+        report.error(
+            "undeclared_nextn",
+            f"NextN tensors found in block(s) {sorted(blocks_with_nextn)} but nextn_predict_layers is 0/absent",
+            f,
+        )
+
+
+# -------------------------------------------------------------------- shard set
+def check_set(ms: ModelSet, report: Report) -> None:
+    first = ms.first
+    f = str(first.path)
+    n = len(ms.headers)
+    if n == 1 and SPLIT_COUNT not in first.kvs:
+        for key in SPLIT_KEYS:
+            if key in first.kvs:
+                report.error("stray_split_key", f"{key} is set but the file is not part of a split set", f)
+        return
+    for i, h in enumerate(ms.headers):
+        hf = str(h.path)
+        for key, want in ((SPLIT_NO, ValueType.UINT16), (SPLIT_COUNT, ValueType.UINT16), (SPLIT_TENSORS_COUNT, ValueType.INT32)):
+            kv = h.kvs.get(key)
+            if kv is None:
+                report.error("missing_split_key", f"{key} is missing", hf)
+            elif kv.type != want:
+                report.error("bad_key_type", f"{key} must be {want.name.lower()}, found {kv.type.name.lower()}", hf)
+        no = h.get(SPLIT_NO)
+        if isinstance(no, int) and no != i:
+            report.error("bad_split_no", f"split.no is {no} but this is shard {i + 1} (split.no {i} expected)", hf)
+        count = h.get(SPLIT_COUNT)
+        if isinstance(count, int) and count != n:
+            report.error("bad_split_count", f"split.count is {count} but the set has {n} files", hf)
+        if i > 0:
+            globals_here = [kv.key for kv in h.kv_list if kv.key not in SPLIT_KEYS and kv.key != ALIGNMENT_KEY]
+            extra = [k for k in globals_here if k != ARCH_KEY]
+            if extra:
+                report.warn(
+                    "kv_outside_first_shard",
+                    f"{len(extra)} metadata key(s) outside shard 1 are ignored by llama.cpp (e.g. {extra[0]!r})",
+                    hf,
+                )
+    total = sum(len(h.tensors) for h in ms.headers)
+    declared = first.get(SPLIT_TENSORS_COUNT)
+    if isinstance(declared, int) and declared != total:
+        report.error(
+            "bad_split_tensor_count",
+            f"split.tensors.count is {declared} but the shards hold {total} tensors",
+            f,
+        )
+    owner: dict[str, str] = {}
+    for h, t in ms.all_tensors():
+        if t.name in owner and owner[t.name] != str(h.path):
+            report.error(
+                "tensor_in_two_shards",
+                f"tensor {t.name!r} is in both {Path(owner[t.name]).name} and {h.path.name}",
+                str(h.path),
+            )
+        owner.setdefault(t.name, str(h.path))
+    # a stray shard with the same prefix but another count or number
+    name = parse_shard_name(first.path)
+    if name is not None:
+        for sib in first.path.parent.glob(f"{name.prefix}-*-of-*.gguf"):
+            m = SHARD_PATTERN.match(sib.name)
+            if m and m["prefix"] == name.prefix and sib not in ms.paths:
+                report.error("extra_shard", f"{sib.name} looks like part of this set but is not one of its {n} shards", f)
+
+
+# ------------------------------------------------------------------------ entry
+def validate_set(ms: ModelSet) -> tuple[Report, MtpFacts]:
+    report = Report(files=[str(p) for p in ms.paths])
+    for h in ms.headers:
+        check_file(h, report)
+    check_set(ms, report)
+    facts = check_arch_keys(ms.first, report)
+    check_mtp_tensors(ms, facts, report)
+    report.mtp = {
+        "architecture": facts.architecture,
+        "block_count": facts.block_count,
+        "nextn_layers": facts.nextn_layers,
+        "kind": facts.kind,
+        "arch_supported": facts.arch_supported,
+    }
+    return report, facts
+
+
+def validate_path(path: str | Path) -> tuple[Report, MtpFacts, ModelSet | None]:
+    """Validate a file or shard set. Parse errors become report errors too."""
+    try:
+        ms = open_set(path)
+    except GGUFError as e:
+        report = Report(files=[str(path)])
+        report.error(e.code, e.bare_message + (f" at offset {e.offset}" if e.offset is not None else ""), e.file or str(path))
+        return report, MtpFacts(), None
+    except ModelNotFoundError as e:
+        report = Report(files=[str(path)])
+        report.error(e.code, str(e), str(path))
+        return report, MtpFacts(), None
+    report, facts = validate_set(ms)
+    return report, facts, ms

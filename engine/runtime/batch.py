@@ -1,0 +1,80 @@
+"""``llama_batch`` with numpy views, optionally carrying one hidden-state row per token.
+
+An MTP context consumes (token, position, hidden row of the previous position). The
+legacy ``llama_batch`` carries both when ``llama_batch_init(n, n_embd, 1)`` allocates
+``embd`` and the caller attaches its own token array; the pointer is reset before
+``llama_batch_free`` so llama.cpp never frees memory it did not allocate.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from engine.runtime.lib import llama
+
+LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = "none", "last", "all"
+
+
+class Batch:
+    """A reusable batch of up to ``capacity`` tokens for sequence 0."""
+
+    def __init__(self, capacity: int, n_embd: int = 0):
+        L = llama()
+        self.capacity = capacity
+        self.n_embd = n_embd
+        self._batch = L.llama_batch_init(capacity, n_embd, 1)
+        self._own_tokens = None
+        if n_embd:
+            self._own_tokens = (L.llama_token * capacity)()
+            self._batch.token = self._own_tokens
+            self.embd = np.ctypeslib.as_array(self._batch.embd, shape=(capacity, n_embd))
+        else:
+            self.embd = None
+        self.tokens = np.ctypeslib.as_array(self._batch.token, shape=(capacity,))
+        self.pos = np.ctypeslib.as_array(self._batch.pos, shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(capacity,))
+        n_seq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))
+        n_seq[:] = 1
+        for i in range(capacity):
+            self._batch.seq_id[i][0] = 0
+        self.n = 0
+
+    @property
+    def raw(self):
+        self._batch.n_tokens = self.n
+        return self._batch
+
+    def set(self, tokens, pos0: int, logits: str = LOGITS_LAST, hidden: np.ndarray | None = None) -> None:
+        """Fill the batch with ``tokens`` at positions ``pos0..``; ``hidden`` gives one row
+        per token (MTP batches only)."""
+        n = len(tokens)
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} tokens exceeds capacity {self.capacity}")
+        self.tokens[:n] = tokens
+        self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        if logits == LOGITS_ALL:
+            self.logits[:n] = 1
+        else:
+            self.logits[:n] = 0
+            if logits == LOGITS_LAST and n:
+                self.logits[n - 1] = 1
+        if hidden is not None:
+            assert self.embd is not None, "this batch carries no hidden rows"
+            self.embd[:n] = hidden
+        self.n = n
+
+    def close(self) -> None:
+        if self._batch is not None:
+            if self._own_tokens is not None:
+                self._batch.token = ctypes.POINTER(llama().llama_token)()
+            llama().llama_batch_free(self._batch)
+            self._batch = None
+            self._own_tokens = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

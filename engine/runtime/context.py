@@ -1,0 +1,136 @@
+"""A ``llama_context`` (target or MTP) with typed decode, logits and hidden rows.
+
+Engine thread only. Views returned by :meth:`logits` and :meth:`hidden_rows` point into
+llama.cpp's buffers and are overwritten by the next decode: copy what you keep.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.errors import ContextError, DecodeError
+from engine.runtime.batch import Batch
+from engine.runtime.lib import default_threads, ext, llama
+from engine.runtime.model import Model
+
+
+class Context:
+    """Owns one ``llama_context``; :meth:`close` frees it (idempotent)."""
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int,
+        n_batch: int = 512,
+        n_rs_seq: int = 0,
+        mtp_target: Context | None = None,
+        nextn_embeddings: bool = False,
+        n_threads: int | None = None,
+    ):
+        L = llama()
+        p = L.llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = n_batch  # >= max(K+1, n_rs_seq+2), or every decode asserts
+        p.n_seq_max = 1
+        p.n_rs_seq = n_rs_seq
+        threads = n_threads or default_threads()
+        p.n_threads = threads
+        p.n_threads_batch = threads
+        p.no_perf = True
+        if mtp_target is not None:
+            p.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+            p.ctx_other = mtp_target.ptr
+        ptr = L.llama_init_from_model(model.ptr, p)
+        if not ptr:
+            kind = "MTP" if mtp_target is not None else "target"
+            raise ContextError(f"llama.cpp could not create the {kind} context (n_ctx={n_ctx}); try a smaller context")
+        self._ptr = ptr
+        self.model = model
+        self.n_ctx = int(L.llama_n_ctx(ptr))
+        self.n_batch = n_batch
+        self.n_rs_seq = int(L.llama_n_rs_seq(ptr))
+        self.is_mtp = mtp_target is not None
+        self._mem = L.llama_get_memory(ptr)
+        self._nextn = False
+        self.set_nextn_embeddings(nextn_embeddings)
+
+    @property
+    def ptr(self):
+        if self._ptr is None:
+            raise RuntimeError("context is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            llama().llama_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ decode
+    def set_nextn_embeddings(self, on: bool) -> None:
+        """Make every batch row yield its hidden state (``masked=False``: row-indexed)."""
+        if on != self._nextn:
+            ext().llama_set_embeddings_nextn(self.ptr, bool(on), False)
+            self._nextn = on
+
+    @property
+    def nextn_embeddings(self) -> bool:
+        return self._nextn
+
+    def decode(self, batch: Batch) -> None:
+        if batch.n == 0:
+            return
+        rc = int(llama().llama_decode(self.ptr, batch.raw))
+        if rc != 0:
+            what = {1: "no room left in the context (KV cache full)", 2: "decode aborted", -1: "invalid batch"}.get(
+                rc, f"error {rc}"
+            )
+            raise DecodeError(f"llama_decode failed: {what}")
+
+    def logits(self, i: int) -> np.ndarray:
+        """Logits of output row ``i`` (``-1``: the last)."""
+        ptr = llama().llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise DecodeError(f"no logits for row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+
+    def argmax(self, i: int) -> int:
+        return int(np.argmax(self.logits(i)))
+
+    def argmax_rows(self, n: int) -> list[int]:
+        """Greedy token of each of the first ``n`` output rows, in one call."""
+        ptr = llama().llama_get_logits(self.ptr)
+        rows = np.ctypeslib.as_array(ptr, shape=(n, self.model.n_vocab))
+        return np.argmax(rows, axis=1).tolist()
+
+    def hidden_rows(self, n: int) -> np.ndarray:
+        """Hidden state (after ``output_norm``) of each of the last batch's ``n`` rows."""
+        ptr = ext().llama_get_embeddings_nextn(self.ptr)
+        if not ptr:
+            raise DecodeError("no hidden states: nextn embeddings are not enabled on this context")
+        return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd))
+
+    def hidden_row(self, i: int) -> np.ndarray:
+        ptr = ext().llama_get_embeddings_nextn_ith(self.ptr, i)
+        if not ptr:
+            raise DecodeError(f"no hidden state for row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd,))
+
+    # ------------------------------------------------------------------ memory
+    def seq_rm(self, p0: int, p1: int = -1) -> bool:
+        """Remove positions ``[p0, p1)``. False when llama.cpp cannot (recurrent state
+        rolls back only within ``n_rs_seq`` tokens of the last decode, once)."""
+        return bool(llama().llama_memory_seq_rm(self._mem, 0, p0, p1))
+
+    def clear(self) -> None:
+        llama().llama_memory_clear(self._mem, True)
+
+    def pos_max(self) -> int:
+        return int(llama().llama_memory_seq_pos_max(self._mem, 0))

@@ -1,0 +1,358 @@
+"""The engine thread: the one owner of every llama.cpp model and context.
+
+The GUI and the HTTP server never touch llama.cpp; they :meth:`Engine.submit` jobs and
+receive events. Jobs run one at a time in submission order (FIFO is the fairness rule:
+a request never waits behind one submitted later). A bounded queue rejects work with
+:class:`QueueFullError` instead of growing without limit.
+
+Each job has a :class:`JobHandle`: an event stream (iterate it, or pass ``on_event`` to
+be called on the engine thread — keep that callback quick) and :meth:`JobHandle.cancel`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import (
+    Cancelled,
+    EngineStoppedError,
+    InvalidRequestError,
+    MtpStudioError,
+    NoModelLoadedError,
+    QueueFullError,
+)
+from engine.runtime import jobs as J
+from engine.runtime.chat import PromptCache, render
+from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
+from engine.runtime.loader import LoadedModel, MtpSource, load
+from engine.runtime.sampling import SamplingParams
+from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
+
+log = logging.getLogger(__name__)
+
+EventFn = Callable[[Any], None]
+_FINISH = {STOP_EOG: "stop", STOP_STRING: "stop", STOP_CANCELLED: "cancelled", STOP_CONTEXT_FULL: "length"}
+
+
+class JobHandle:
+    """A submitted job. Thread-safe."""
+
+    def __init__(self, job_id: int, job: Any, on_event: EventFn | None):
+        self.id = job_id
+        self.job = job
+        self.cancel_event = threading.Event()
+        self.done = threading.Event()
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._on_event = on_event
+        self._final: J.Done | J.Failed | None = None
+
+    def cancel(self) -> None:
+        """Ask the job to stop at its next cancellation point. Not an error."""
+        self.cancel_event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def _emit(self, event: Any) -> None:
+        if isinstance(event, (J.Done, J.Failed)):
+            self._final = event
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception:
+                log.exception("event callback failed")
+        else:
+            self._events.put(event)
+        if self._final is event:
+            self.done.set()
+
+    def events(self, timeout: float | None = None) -> Iterator[Any]:
+        """Yield events until the final Done/Failed (inclusive). Only for handles
+        submitted without ``on_event``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                ev = self._events.get(timeout=remaining)
+            except queue.Empty:
+                raise TimeoutError(f"job {self.id} produced no event in time") from None
+            yield ev
+            if isinstance(ev, (J.Done, J.Failed)):
+                return
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job; return its result, or raise its error. A cancelled job
+        returns its partial result (``Done.cancelled`` is True)."""
+        if self._on_event is None and not self.done.is_set():
+            for _ in self.events(timeout):
+                pass
+        elif not self.done.wait(timeout):
+            raise TimeoutError(f"job {self.id} did not finish in time")
+        final = self._final
+        if isinstance(final, J.Failed):
+            raise final.error
+        assert final is not None
+        return final.result
+
+
+@dataclass
+class EngineState:
+    """What the engine thread owns. Only the engine thread touches it."""
+
+    models: dict[str, LoadedModel] = field(default_factory=dict)
+    caches: dict[str, PromptCache] = field(default_factory=dict)
+
+    def get(self, name: str | None) -> LoadedModel:
+        if not self.models:
+            raise NoModelLoadedError("No model is loaded. Load a model first.")
+        if name is None:
+            return next(iter(self.models.values()))
+        lm = self.models.get(name)
+        if lm is None:
+            known = ", ".join(self.models)
+            raise NoModelLoadedError(f"Model {name!r} is not loaded (loaded: {known}).")
+        return lm
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    draft_depth: int | str = 1
+    max_queue: int = 64
+    #: policy factory for draft_depth="auto" (set by engine.runtime.adaptive)
+    auto_policy: Callable[[LoadedModel], DepthPolicy] | None = None
+
+
+class Engine:
+    """Owns the engine thread. Create, :meth:`start`, submit jobs, :meth:`stop`."""
+
+    def __init__(self, defaults: EngineDefaults | None = None):
+        self.defaults = defaults or EngineDefaults()
+        self._queue: queue.Queue = queue.Queue(maxsize=self.defaults.max_queue)
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._state = EngineState()
+        self._stopping = False
+        self._current: JobHandle | None = None
+        self._lock = threading.Lock()
+        #: thread-safe snapshot of the loaded models' info, for other threads
+        self._models_info: dict[str, dict] = {}
+        self._handlers: dict[type, Callable[[Any, JobHandle], Any]] = {
+            J.LoadModel: self._load,
+            J.UnloadModel: self._unload,
+            J.Generate: self._generate,
+            J.Call: self._call,
+        }
+        self.counters = {"jobs": 0, "generated_tokens": 0, "drafted": 0, "accepted": 0, "prompt_tokens": 0}
+
+    # -------------------------------------------------------------- lifecycle
+    def start(self) -> Engine:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mtp-engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel the running job, drop queued ones, unload everything, join."""
+        with self._lock:
+            self._stopping = True
+            current = self._current
+        if current is not None:
+            current.cancel()
+        while True:
+            try:
+                h = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if h is not None:
+                h._emit(J.Done(None, cancelled=True))
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def __enter__(self) -> Engine:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ submit
+    def submit(self, job: Any, *, on_event: EventFn | None = None) -> JobHandle:
+        if type(job) not in self._handlers:
+            raise TypeError(f"unknown job type {type(job).__name__}")
+        with self._lock:
+            if self._stopping or self._thread is None:
+                raise EngineStoppedError("The engine is not running.")
+            handle = JobHandle(next(self._ids), job, on_event)
+            try:
+                self._queue.put_nowait(handle)
+            except queue.Full:
+                raise QueueFullError(f"The engine queue is full ({self.defaults.max_queue} jobs waiting).") from None
+        return handle
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize() + (1 if self._current is not None else 0)
+
+    def models(self) -> dict[str, dict]:
+        """Loaded models (name -> info), safe to call from any thread."""
+        with self._lock:
+            return dict(self._models_info)
+
+    # ------------------------------------------------------------------ thread
+    def _run(self) -> None:
+        while True:
+            handle = self._queue.get()
+            if handle is None:
+                break
+            with self._lock:
+                self._current = handle
+            try:
+                self._execute(handle)
+            finally:
+                with self._lock:
+                    self._current = None
+        for lm in self._state.models.values():
+            lm.close()
+        self._state.models.clear()
+        with self._lock:
+            self._models_info.clear()
+
+    def _execute(self, handle: JobHandle) -> None:
+        self.counters["jobs"] += 1
+        if handle.cancelled:
+            handle._emit(J.Done(None, cancelled=True))
+            return
+        handle._emit(J.Started(handle.id))
+        try:
+            result = self._handlers[type(handle.job)](handle.job, handle)
+        except Cancelled:
+            handle._emit(J.Done(None, cancelled=True))
+        except MtpStudioError as e:
+            handle._emit(J.Failed(e, e.code, str(e)))
+        except Exception as e:  # never let a job kill the engine thread
+            log.exception("job %s failed", handle.id)
+            handle._emit(J.Failed(e, "internal_error", f"Internal error: {e}"))
+        else:
+            handle._emit(J.Done(result, cancelled=handle.cancelled))
+
+    def _publish_models(self) -> None:
+        with self._lock:
+            self._models_info = {name: dict(lm.info) for name, lm in self._state.models.items()}
+
+    # ---------------------------------------------------------------- handlers
+    def _load(self, job: J.LoadModel, h: JobHandle) -> dict:
+        if job.replace:
+            self._unload(J.UnloadModel(None), h)
+        lm = load(job.spec, progress=lambda f, m: h._emit(J.Progress(f, m)), cancel=h.cancel_event)
+        old = self._state.models.pop(lm.name, None)
+        if old is not None:
+            old.close()
+        self._state.models[lm.name] = lm
+        self._state.caches[lm.name] = PromptCache()
+        self._publish_models()
+        return dict(lm.info, name=lm.name)
+
+    def _unload(self, job: J.UnloadModel, h: JobHandle) -> list[str]:
+        names = list(self._state.models) if job.name is None else [job.name]
+        for name in names:
+            lm = self._state.models.pop(name, None)
+            if lm is None:
+                raise NoModelLoadedError(f"Model {name!r} is not loaded.")
+            lm.close()
+            self._state.caches.pop(name, None)
+        self._publish_models()
+        return names
+
+    def _call(self, job: J.Call, h: JobHandle) -> Any:
+        return job.fn(self._state, h.cancel_event, h._emit)
+
+    def depth_policy(self, lm: LoadedModel, depth: int | str | None) -> DepthPolicy:
+        depth = self.defaults.draft_depth if depth is None else depth
+        if depth == "auto":
+            if self.defaults.auto_policy is None:
+                from engine.runtime.adaptive import AdaptiveDepth
+
+                return AdaptiveDepth(max_depth=lm.max_draft_depth)
+            return self.defaults.auto_policy(lm)
+        if isinstance(depth, str) and depth.isdigit():
+            depth = int(depth)
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise InvalidRequestError(f"draft depth must be an integer >= 1 or 'auto', got {depth!r}")
+        if depth > lm.max_draft_depth:
+            raise InvalidRequestError(
+                f"draft depth {depth} exceeds this model's maximum of {lm.max_draft_depth} "
+                "(reload it with a larger max draft depth)"
+            )
+        return FixedDepth(depth)
+
+    def _generate(self, job: J.Generate, h: JobHandle) -> J.GenerateResult:
+        lm = self._state.get(job.model)
+        cache = self._state.caches.setdefault(lm.name, PromptCache())
+        model = lm.model
+        prompt_text = None
+        if job.messages is not None:
+            prompt_text = render(
+                model.chat_template,
+                job.messages,
+                bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
+                eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
+            )
+            prompt = cache.tokenize(prompt_text, model.tokenize)
+            if model.add_bos and model.bos >= 0 and prompt[:1] != [model.bos]:
+                prompt = [model.bos, *prompt]
+        elif isinstance(job.prompt, str):
+            prompt_text = job.prompt
+            prompt = cache.tokenize(prompt_text, model.tokenize)
+        elif isinstance(job.prompt, list):
+            if not all(isinstance(t, int) and 0 <= t < model.n_vocab for t in job.prompt):
+                raise InvalidRequestError(f"prompt token ids must be integers in [0, {model.n_vocab})")
+            prompt = list(job.prompt)
+        else:
+            raise InvalidRequestError("give either a prompt or messages")
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty")
+        if job.max_tokens < 0:
+            raise InvalidRequestError("max_tokens must be >= 0")
+        sampling = SamplingParams(job.temperature, job.top_p, job.top_k, job.seed)
+        if job.temperature < 0:
+            raise InvalidRequestError("temperature must be >= 0")
+        use_mtp = job.mtp != "off" and lm.source != MtpSource.OFF and sampling.greedy
+        params = DecodeParams(
+            max_tokens=job.max_tokens,
+            stop=tuple(job.stop),
+            sampling=sampling,
+            depth=self.depth_policy(lm, job.draft_depth) if use_mtp else None,
+            ignore_eog=job.ignore_eog,
+        )
+        lm.session.phase_hook = job.phase_hook
+        try:
+            g = generate(
+                lm.session,
+                prompt,
+                params,
+                cancel=h.cancel_event,
+                on_emit=lambda toks, text: h._emit(J.Tokens(tuple(toks), text)),
+                on_round=lambda r: h._emit(J.Round(r)),
+            )
+        finally:
+            lm.session.phase_hook = None
+        if prompt_text is not None:
+            reply_bytes = b"".join(model.piece(t) for t in g.tokens)
+            cache.remember(prompt_text, prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
+        else:
+            cache.remember("", [], "", [])
+        self.counters["generated_tokens"] += len(g.tokens)
+        self.counters["drafted"] += g.stats.drafted
+        self.counters["accepted"] += g.stats.accepted
+        self.counters["prompt_tokens"] += len(prompt)
+        finish = _FINISH.get(g.stop_reason, "length")
+        return J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prompt), finish)

@@ -1,0 +1,128 @@
+"""The jobs the engine thread runs, and the events it sends back.
+
+Jobs are plain data; the engine dispatches them through a registry keyed by type.
+Events are immutable and cheap; a job's event stream always ends with exactly one
+:class:`Done` (including after a cancel, which is not an error) or :class:`Failed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.runtime.loader import LoadSpec
+from engine.runtime.stats import GenerationStats, RoundStats
+
+
+# ------------------------------------------------------------------------- jobs
+@dataclass(frozen=True)
+class LoadModel:
+    spec: LoadSpec
+    #: replace every loaded model (the desktop app runs one at a time)
+    replace: bool = True
+
+
+@dataclass(frozen=True)
+class UnloadModel:
+    name: str | None = None  # None: all
+
+
+@dataclass(frozen=True)
+class Generate:
+    """Generate from a prompt (text or token ids) or from chat messages."""
+
+    model: str | None = None  # None: the only / first loaded model
+    prompt: str | list[int] | None = None
+    messages: list[dict] | None = None
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    #: "on" (use the model's MTP source), "off"; ignored for temperature > 0
+    mtp: str = "on"
+    #: draft depth K >= 1, or "auto" (adaptive); None = the engine's default
+    draft_depth: int | str | None = None
+    ignore_eog: bool = False
+    #: test seam: called on the engine thread at every cancellation point
+    phase_hook: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Call:
+    """Run ``fn(engine_state)`` on the engine thread (bench, tests, tools that need a
+    loaded model). ``fn`` gets the :class:`~engine.runtime.engine.EngineState`, the
+    cancel event and an ``emit`` function for progress events."""
+
+    fn: Any
+    label: str = "call"
+
+
+# ----------------------------------------------------------------------- events
+@dataclass(frozen=True)
+class Started:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    fraction: float  # 0..1, or -1 when unknown
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    tokens: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Round:
+    stats: RoundStats
+
+
+@dataclass(frozen=True)
+class Done:
+    result: Any = None
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    tokens: list[int]
+    text: str
+    stats: GenerationStats
+    model: str
+    prompt_tokens: int
+    finish_reason: str  # stop | length | cancelled | context_full
+
+    def to_json(self) -> dict:
+        s = self.stats
+        return {
+            "tokens": self.tokens,
+            "text": self.text,
+            "stats": {
+                "mtp": s.mtp,
+                "draft_depth": s.draft_depth,
+                "drafted": s.drafted,
+                "accepted": s.accepted,
+                "acceptance": s.acceptance,
+                "mean_accept_len": s.mean_accept_len,
+                "target_forwards": s.target_forwards,
+                "tokens_per_second": s.tokens_per_second,
+                "prompt_tokens": s.prompt_tokens,
+                "prompt_tokens_reused": s.prompt_tokens_reused,
+                "generated": s.generated,
+                "rollback_repairs": s.rollback_repairs,
+                "acceptance_by_position": s.acceptance_by_position,
+                "stop_reason": s.stop_reason,
+            },
+        }

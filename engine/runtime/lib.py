@@ -1,0 +1,93 @@
+"""Loading llama-cpp-python's ctypes bindings, once, the safe way.
+
+``import llama_cpp`` binds the shared library at import time, so everything that must
+be decided before that happens is decided here: ``GGML_NO_BACKTRACE`` (an abort must not
+try to attach gdb), ``LLAMA_CPP_LIB_PATH`` (the backend build selected by
+``engine.backends``), and llama.cpp's log, which is routed into Python logging instead
+of stderr. Nothing else in the project imports ``llama_cpp`` directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from types import ModuleType
+
+log = logging.getLogger("llama.cpp")
+
+_lock = threading.Lock()
+_modules: tuple[ModuleType, ModuleType] | None = None
+_log_callback = None  # keep the ctypes callback alive
+_partial: list[str] = []
+
+# ggml_log_level (NONE, DEBUG, INFO, WARN, ERROR; 5 = continue) -> logging level.
+# llama.cpp's INFO chatter is DEBUG here: the app's
+# log should not fill with tensor lists.
+_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+_CONT = 5
+_last_level = logging.DEBUG
+
+
+def configure_environment(lib_path: str | None = None) -> None:
+    """Environment that must be in place before llama.cpp is loaded (also for child
+    processes started from here)."""
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+    if lib_path:
+        os.environ["LLAMA_CPP_LIB_PATH"] = lib_path
+
+
+def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    global _last_level
+    lvl = _last_level if level == _CONT else _LEVELS.get(level, logging.DEBUG)
+    _last_level = lvl
+    s = text.decode("utf-8", "replace")
+    if not s.endswith("\n"):
+        _partial.append(s)
+        return
+    line = ("".join(_partial) + s).rstrip("\n")
+    _partial.clear()
+    if "unused tensor" in line:
+        lvl = logging.DEBUG  # NextN tensors are skipped on purpose when MTP is off
+    if line.strip(". "):
+        log.log(lvl, "%s", line)
+
+
+def bindings() -> tuple[ModuleType, ModuleType]:
+    """``(llama_cpp, llama_cpp_ext)``, imported and initialised on first use."""
+    global _modules, _log_callback
+    if _modules is not None:
+        return _modules
+    with _lock:
+        if _modules is None:
+            configure_environment()
+            import llama_cpp
+            from llama_cpp import llama_cpp_ext
+
+            _log_callback = llama_cpp.llama_log_callback(_on_log)
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _modules = (llama_cpp, llama_cpp_ext)
+    return _modules
+
+
+def llama() -> ModuleType:
+    return bindings()[0]
+
+
+def ext() -> ModuleType:
+    return bindings()[1]
+
+
+def default_threads() -> int:
+    """Threads for decoding: the CPUs this process may run on. Oversubscribing (the
+    bindings' default is 4) makes ggml's spinning threads fight and costs up to 30x."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def system_info() -> str:
+    return llama().llama_print_system_info().decode("utf-8", "replace")

@@ -1,0 +1,245 @@
+"""Loading a target model (and its MTP head) safely, with the MTP source resolved.
+
+Order matters because llama.cpp can abort the process: every file is validated
+structurally first (:mod:`engine.gguf.validate`), a head is checked against its target
+from the headers alone, risky loads are probed in a child process
+(:mod:`engine.gguf.probe`), and only then does this process call llama.cpp.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import GGUFError, HeadMismatchError, ModelLoadError, MtpUnavailableError
+from engine.gguf.probe import cached_probe
+from engine.gguf.shards import ModelSet
+from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
+from engine.runtime.context import Context
+from engine.runtime.model import Model
+from engine.runtime.session import Session
+
+
+class MtpSource(str, enum.Enum):
+    """Where MTP drafts come from."""
+
+    OFF = "off"
+    INTEGRATED = "integrated"  # NextN layers inside the target GGUF
+    EXTERNAL = "external"  # a separate head GGUF (mtp-*.gguf)
+    AUTO = "auto"  # integrated when the target has NextN layers, else external with a head, else off
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    path: str | Path
+    head: str | Path | None = None
+    mtp: MtpSource = MtpSource.AUTO
+    n_ctx: int = 4096
+    n_batch: int = 512
+    #: deepest draft the contexts are sized for (recurrent rollback snapshots)
+    max_draft_depth: int = 4
+    n_gpu_layers: int = -1
+    n_threads: int | None = None
+    #: metadata-probe files in a child process before loading them here
+    probe: bool = True
+    name: str | None = None
+
+
+@dataclass
+class LoadedModel:
+    """A target model, its optional head and contexts, and the session over them.
+    Owned by the engine thread."""
+
+    spec: LoadSpec
+    name: str
+    source: MtpSource  # resolved: off | integrated | external
+    model: Model
+    head_model: Model | None
+    session: Session
+    facts: MtpFacts
+    info: dict = field(default_factory=dict)
+
+    @property
+    def max_draft_depth(self) -> int:
+        return self.spec.max_draft_depth
+
+    def close(self) -> None:
+        self.session.close()
+        if self.session.draft is not None:
+            self.session.draft.close()
+        self.session.target.close()
+        if self.head_model is not None:
+            self.head_model.close()
+        self.model.close()
+
+
+def _checked(path: str | Path, what: str) -> tuple[ModelSet, MtpFacts]:
+    report, facts, ms = validate_path(path)
+    if not report.valid or ms is None:
+        p = report.errors[0]
+        raise GGUFError(f"{what} is not a valid GGUF file: {p.message}", file=p.file, code=p.code)
+    return ms, facts
+
+
+def check_head_matches(target: ModelSet, head: ModelSet, head_facts: MtpFacts) -> None:
+    """A head belongs to a target when architecture, hidden size and vocabulary agree."""
+    t, h = target.first, head.first
+    if head_facts.nextn_layers == 0:
+        raise MtpUnavailableError(f"{h.path.name} has no NextN (MTP) layers, so it cannot be used as an MTP head.")
+    if t.architecture != h.architecture:
+        raise HeadMismatchError(
+            f"The head is for architecture {h.architecture!r} but the target is {t.architecture!r}. "
+            "Pick the head published with this model."
+        )
+    arch = t.architecture
+    te, he = t.get(f"{arch}.embedding_length"), h.get(f"{arch}.embedding_length")
+    if te != he:
+        raise HeadMismatchError(f"Hidden size differs: the target has {te}, the head {he}. This head is for another model.")
+    tv, hv = t.kvs.get("tokenizer.ggml.tokens"), h.kvs.get("tokenizer.ggml.tokens")
+    if tv is None or hv is None or tv.raw_value != hv.raw_value:
+        tn = tv.count if tv is not None else 0
+        hn = hv.count if hv is not None else 0
+        detail = f" ({tn} vs {hn} tokens)" if tn != hn else " (same size, different tokens)"
+        raise HeadMismatchError(f"The head's vocabulary differs from the target's{detail}. This head is for another model.")
+
+
+def resolve_source(requested: MtpSource, facts: MtpFacts, has_head: bool) -> MtpSource:
+    if facts.kind == "head-only":
+        raise MtpUnavailableError(
+            "This file is an MTP head only (no trunk layers). Load the target model and pass this file as its head."
+        )
+    if requested == MtpSource.AUTO:
+        if facts.nextn_layers > 0:
+            requested = MtpSource.INTEGRATED
+        elif has_head:
+            requested = MtpSource.EXTERNAL
+        else:
+            return MtpSource.OFF
+    if requested == MtpSource.INTEGRATED and facts.nextn_layers == 0:
+        raise MtpUnavailableError(
+            "This model has no NextN (MTP) layers, so integrated MTP is not possible. "
+            "Use --mtp external with a matching head file, or --mtp off."
+        )
+    if requested == MtpSource.EXTERNAL and not has_head:
+        raise MtpUnavailableError("External MTP needs a head file (--head mtp-*.gguf).")
+    if requested != MtpSource.OFF and facts.architecture not in MTP_ARCHITECTURES:
+        raise MtpUnavailableError(f"llama.cpp has no MTP draft graph for architecture {facts.architecture!r}.")
+    return requested
+
+
+def load(
+    spec: LoadSpec,
+    *,
+    progress: Callable[[float, str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> LoadedModel:
+    """Validate, probe and load. Raises typed errors (never aborts the process on a
+    file that failed validation)."""
+    target_set, facts = _checked(spec.path, "The model")
+    head_set = head_facts = None
+    if spec.head is not None and spec.mtp != MtpSource.OFF:
+        head_set, head_facts = _checked(spec.head, "The MTP head")
+    source = resolve_source(spec.mtp, facts, head_set is not None)
+    if source == MtpSource.EXTERNAL:
+        assert head_set is not None and head_facts is not None
+        check_head_matches(target_set, head_set, head_facts)
+    elif source == MtpSource.INTEGRATED:
+        limit = MTP_ARCHITECTURES.get(facts.architecture or "")
+        if limit is not None and facts.nextn_layers != limit:
+            raise MtpUnavailableError(
+                f"{facts.architecture} MTP needs exactly {limit} NextN layer(s); this model has {facts.nextn_layers}."
+            )
+
+    def report(fraction: float, what: str) -> None:
+        if progress is not None:
+            progress(fraction, what)
+
+    if spec.probe:
+        report(0.0, "Checking the model file")
+        r = cached_probe(spec.path)
+        if not r.ok:
+            raise ModelLoadError(f"llama.cpp rejects {Path(spec.path).name}: {r.message}")
+        if source == MtpSource.EXTERNAL:
+            r = cached_probe(spec.head)  # type: ignore[arg-type]
+            if not r.ok:
+                raise ModelLoadError(f"llama.cpp rejects the head {Path(str(spec.head)).name}: {r.message}")
+
+    head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
+    model = Model.load(
+        spec.path,
+        load_mtp=source == MtpSource.INTEGRATED,
+        n_gpu_layers=spec.n_gpu_layers,
+        progress=lambda f: report(f * (1 - head_share), "Loading the model"),
+        cancel=cancel,
+    )
+    head_model = None
+    try:
+        if source == MtpSource.EXTERNAL:
+            head_model = Model.load(
+                spec.head,  # type: ignore[arg-type]
+                load_mtp=True,
+                n_gpu_layers=spec.n_gpu_layers,
+                progress=lambda f: report(1 - head_share + f * head_share, "Loading the MTP head"),
+                cancel=cancel,
+            )
+            if head_model.n_embd != model.n_embd or head_model.n_vocab != model.n_vocab:
+                raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
+        session = _contexts(spec, source, model, head_model)
+    except BaseException:
+        if head_model is not None:
+            head_model.close()
+        model.close()
+        raise
+    name = spec.name or Path(spec.path).name.removesuffix(".gguf")
+    info = {
+        "path": str(spec.path),
+        "head": str(spec.head) if source == MtpSource.EXTERNAL else None,
+        "architecture": facts.architecture,
+        "description": model.description,
+        "n_ctx": session.n_ctx,
+        "n_ctx_train": model.n_ctx_train,
+        "n_vocab": model.n_vocab,
+        "n_embd": model.n_embd,
+        "nextn_layers": facts.nextn_layers,
+        "mtp": source.value,
+        "max_draft_depth": spec.max_draft_depth,
+    }
+    return LoadedModel(spec, name, source, model, head_model, session, facts, info)
+
+
+def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None) -> Session:
+    use_mtp = source != MtpSource.OFF
+    n_ctx = spec.n_ctx
+    if model.n_ctx_train > 0:
+        n_ctx = min(n_ctx, model.n_ctx_train)
+    depth = max(1, spec.max_draft_depth)
+    n_batch = max(spec.n_batch, depth + 2)
+    target = Context(
+        model,
+        n_ctx=n_ctx,
+        n_batch=n_batch,
+        n_rs_seq=depth if use_mtp else 0,
+        nextn_embeddings=use_mtp,
+        n_threads=spec.n_threads,
+    )
+    draft = None
+    if use_mtp:
+        try:
+            draft = Context(
+                head_model if head_model is not None else model,
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                mtp_target=target,
+                nextn_embeddings=True,
+                n_threads=spec.n_threads,
+            )
+        except BaseException:
+            target.close()
+            raise
+    return Session(target, draft)

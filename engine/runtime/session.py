@@ -1,0 +1,268 @@
+"""The target (and MTP) context of one loaded model and exactly which tokens they hold.
+
+Bookkeeping invariants (engine thread only):
+
+* ``target_tokens``: the tokens whose KV / recurrent state is in the target context, at
+  positions ``0..n-1``. The last *emitted* token of a generation is not among them until
+  something decodes it.
+* ``last_hidden``: the target's hidden state for ``target_tokens[-1]`` when known.
+* ``draft_tokens``: the MTP context holds entry ``p`` for token ``draft_tokens[p]`` paired
+  with the target's hidden state of position ``p - 1``. An entry depends only on tokens
+  ``0..p``, so the entries along the common prefix with a new prompt stay valid.
+
+A rollback that llama.cpp refuses (``seq_rm`` returns False: recurrent state rolls back
+only within ``n_rs_seq`` tokens of the last decode, once) is repaired by clearing the
+context and re-decoding the tokens to keep; it is counted, never ignored.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import Cancelled, PromptTooLongError
+from engine.runtime.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
+from engine.runtime.context import Context
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class Prefill:
+    """Outcome of bringing the contexts up to a prompt."""
+
+    reused: int  # prompt tokens already in the target context
+    decoded: int  # prompt tokens decoded now
+    first_token: int  # greedy token after the prompt
+    logits: np.ndarray  # copy of the last prompt row's logits (for sampling)
+
+
+class Session:
+    def __init__(self, target: Context, draft: Context | None = None):
+        self.target = target
+        self.draft = draft
+        self.n_embd = target.model.n_embd
+        self.batch = Batch(target.n_batch)
+        self.dbatch = Batch(draft.n_batch, self.n_embd) if draft is not None else None
+        self.target_tokens: list[int] = []
+        self.draft_tokens: list[int] = []
+        self.last_hidden: np.ndarray | None = None
+        self.lag = Lag()
+        self.repairs = 0
+        #: test seam: called with a phase name at every cancellation point
+        self.phase_hook: Callable[[str], None] | None = None
+
+    def close(self) -> None:
+        self.batch.close()
+        if self.dbatch is not None:
+            self.dbatch.close()
+
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    def reset(self) -> None:
+        self.target.clear()
+        self.target_tokens = []
+        self.last_hidden = None
+        self.lag.clear()
+        if self.draft is not None:
+            self.draft.clear()
+            self.draft_tokens = []
+
+    def phase(self, name: str, cancel: threading.Event | None) -> None:
+        if self.phase_hook is not None:
+            self.phase_hook(name)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(name)
+
+    # ----------------------------------------------------------------- target
+    def decode_target(self, tokens: list[int], *, logits: str, hidden: bool) -> np.ndarray | None:
+        """Decode ``tokens`` after ``target_tokens`` (one batch, <= n_batch)."""
+        pos0 = len(self.target_tokens)
+        self.batch.set(tokens, pos0, logits)
+        self.target.decode(self.batch)
+        self.target_tokens.extend(tokens)
+        if not hidden:
+            self.last_hidden = None
+            return None
+        rows = self.target.hidden_rows(len(tokens)).copy()
+        self.last_hidden = rows[-1]
+        return rows
+
+    def truncate_target(self, keep: int, *, hidden: bool) -> None:
+        """Make the target hold exactly ``target_tokens[:keep]``."""
+        n = len(self.target_tokens)
+        if keep >= n:
+            return
+        if self.target.seq_rm(keep, -1):
+            del self.target_tokens[keep:]
+            self.last_hidden = None  # the caller sets it when it holds the row
+            return
+        # llama.cpp cannot roll this state back: rebuild it from the tokens.
+        self.repairs += 1
+        tokens = self.target_tokens[:keep]
+        self.target.clear()
+        self.target_tokens = []
+        self.last_hidden = None
+        self._decode_chunks(tokens, hidden=hidden, cancel=None, want_logits=False)
+
+    def _decode_chunks(
+        self, tokens: list[int], *, hidden: bool, cancel: threading.Event | None, want_logits: bool
+    ) -> list[np.ndarray]:
+        """Decode ``tokens`` in n_batch chunks; returns the hidden rows of each chunk."""
+        out: list[np.ndarray] = []
+        step = self.target.n_batch
+        for i in range(0, len(tokens), step):
+            if i:
+                self.phase("prefill", cancel)
+            chunk = tokens[i : i + step]
+            last = i + step >= len(tokens)
+            rows = self.decode_target(chunk, logits=LOGITS_LAST if (last and want_logits) else LOGITS_NONE, hidden=hidden)
+            if rows is not None:
+                out.append(rows)
+        return out
+
+    # ------------------------------------------------------------------ draft
+    def truncate_draft(self, keep: int) -> None:
+        assert self.draft is not None
+        if keep < len(self.draft_tokens):
+            if not self.draft.seq_rm(keep, -1):  # attention-only: cannot fail, but check
+                self.draft.clear()
+                keep = 0
+            del self.draft_tokens[keep:]
+
+    def feed_draft(self, tokens: list[int], hidden: np.ndarray, *, logits_last: bool) -> None:
+        """Append MTP entries for ``tokens`` (positions ``len(draft_tokens)..``) paired with
+        ``hidden`` (the target's hidden state of each previous position)."""
+        assert self.draft is not None and self.dbatch is not None
+        step = self.draft.n_batch
+        for i in range(0, len(tokens), step):
+            chunk = tokens[i : i + step]
+            last = i + step >= len(tokens)
+            self.dbatch.set(
+                chunk, len(self.draft_tokens), LOGITS_LAST if (last and logits_last) else LOGITS_NONE, hidden[i : i + step]
+            )
+            self.draft.decode(self.dbatch)
+            self.draft_tokens.extend(chunk)
+
+    def draft_step(self, token: int, hidden: np.ndarray) -> tuple[int, np.ndarray]:
+        """One chained MTP step at the next position: (draft token, its hidden state).
+        The entry it adds must be removed later (``truncate_draft``)."""
+        assert self.draft is not None and self.dbatch is not None
+        self.dbatch.set([token], len(self.draft_tokens), LOGITS_ALL, hidden[None, :])
+        self.draft.decode(self.dbatch)
+        self.draft_tokens.append(token)
+        return self.draft.argmax(0), self.draft.hidden_row(0).copy()
+
+    def draft_head(self) -> tuple[int, np.ndarray]:
+        """Draft token and hidden state of the last MTP entry fed with logits on."""
+        assert self.draft is not None and self.dbatch is not None
+        return self.draft.argmax(-1), self.draft.hidden_row(self.dbatch.n - 1).copy()
+
+    # ---------------------------------------------------------------- prefill
+    def prefill(self, prompt: list[int], *, speculative: bool, cancel: threading.Event | None) -> Prefill:
+        """Bring the target (and MTP) context to ``prompt``, reusing the common prefix,
+        and return the greedy token after it.
+
+        With ``speculative`` the MTP entries of the prompt are fed chunk by chunk along
+        with the target (so a cancel between chunks leaves both in step), and the entry
+        of the first generated token is left in :attr:`lag` for the first draft."""
+        n = len(prompt)
+        if n == 0:
+            raise ValueError("empty prompt")
+        if n >= self.n_ctx:
+            raise PromptTooLongError(n, self.n_ctx)
+        use_mtp = speculative and self.draft is not None
+        self.target.set_nextn_embeddings(use_mtp)
+        self.lag.clear()
+
+        # At least the last prompt token is decoded: its logits give the first token.
+        c = min(common_prefix(self.target_tokens, prompt), n - 1)
+        if use_mtp:
+            m = min(common_prefix(self.draft_tokens, prompt), n)
+            # MTP entry p needs the target's hidden state of position p-1. We will know
+            # it for p-1 >= c (and p-1 == c-1 when nothing is removed and the last hidden
+            # state is at hand); entries before that must already be in the MTP context.
+            have_prev = c > 0 and len(self.target_tokens) == c and self.last_hidden is not None
+            known_from = c - 1 if have_prev else c
+            if max(m - 1, 0) < known_from:
+                c = max(m - 1, 0)
+            self.truncate_target(c, hidden=True)
+            c = len(self.target_tokens)
+            self.truncate_draft(m)
+        else:
+            self.truncate_target(c, hidden=False)
+            c = len(self.target_tokens)
+
+        step = self.target.n_batch
+        for i in range(c, n, step):
+            if i > c:
+                self.phase("prefill", cancel)
+            prev = self.last_hidden
+            rows = self.decode_target(prompt[i : i + step], logits=LOGITS_LAST, hidden=use_mtp)
+            if use_mtp:
+                assert rows is not None
+                self._feed_prompt_entries(prompt, i, prev, rows)
+        logits = self.target.logits(-1).copy()
+        first = int(np.argmax(logits))
+        if use_mtp:
+            assert self.last_hidden is not None
+            self.lag.append(first, self.last_hidden)
+        return Prefill(c, n - c, first, logits)
+
+    def _feed_prompt_entries(self, prompt: list[int], pos: int, prev: np.ndarray | None, rows: np.ndarray) -> None:
+        """Feed the MTP entries up to the end of the target chunk just decoded
+        (positions ``pos .. pos+len(rows)-1``, whose hidden states are ``rows``)."""
+        end = pos + len(rows)
+        start = len(self.draft_tokens)
+        if start >= end:
+            return
+        hidden = np.empty((end - start, self.n_embd), np.float32)
+        for j, p in enumerate(range(start, end)):
+            if p == 0:
+                hidden[j] = 0.0
+            elif p - 1 >= pos:
+                hidden[j] = rows[p - 1 - pos]
+            else:
+                assert p - 1 == pos - 1 and prev is not None, "hidden state of a kept position is unknown"
+                hidden[j] = prev
+        self.feed_draft(prompt[start:end], hidden, logits_last=False)
+
+    # -------------------------------------------------------------------- lag
+    def sync_draft(self, *, logits_last: bool) -> None:
+        """Feed the MTP entries waiting in :attr:`lag` (one batch)."""
+        if self.lag.tokens:
+            self.feed_draft(self.lag.tokens, np.stack(self.lag.hidden), logits_last=logits_last)
+            self.lag.clear()
+
+
+class Lag:
+    """MTP entries not fed yet: tokens at the positions after ``draft_tokens``, each with
+    the target's hidden state of the previous position. While drafting is off (depth 0)
+    they accumulate here and are fed in one batch when drafting resumes."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.hidden: list[np.ndarray] = []
+
+    def append(self, token: int, hidden: np.ndarray) -> None:
+        self.tokens.append(token)
+        self.hidden.append(hidden)
+
+    def extend(self, tokens: list[int], hidden: np.ndarray) -> None:
+        self.tokens.extend(tokens)
+        self.hidden.extend(hidden)
+
+    def clear(self) -> None:
+        self.tokens.clear()
+        self.hidden.clear()

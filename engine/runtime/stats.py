@@ -1,0 +1,109 @@
+"""Speculation statistics, per round and running.
+
+Acceptance is ``accepted / drafted`` (llama.cpp PR #14104's definition): the share of
+drafted tokens the target confirmed, not the share of rounds with any acceptance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """One draft/verify round (or one plain decode step, with ``depth == 0``)."""
+
+    index: int
+    depth: int
+    drafted: int
+    accepted: int
+    emitted: int
+    draft_ms: float
+    verify_ms: float
+    t: float  # seconds since generation start, at the end of the round
+    drafts: tuple[int, ...] = ()  # the drafted tokens (tests compare draft sources)
+
+    @property
+    def rejected(self) -> int:
+        return self.drafted - self.accepted
+
+
+@dataclass
+class GenerationStats:
+    """Running totals of one generation. Mutated only by the decoder."""
+
+    mtp: str = "off"
+    draft_depth: int | str = 0
+    prompt_tokens: int = 0
+    prompt_tokens_reused: int = 0
+    prompt_ms: float = 0.0
+    generated: int = 0  # emitted tokens
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    target_forwards: int = 0  # target decodes after the prompt
+    rollback_repairs: int = 0  # rollbacks llama.cpp refused, repaired by re-prefill
+    generation_ms: float = 0.0
+    stop_reason: str = ""
+    drafted_at: list[int] = field(default_factory=list)  # per draft position
+    accepted_at: list[int] = field(default_factory=list)
+    accept_len_hist: list[int] = field(default_factory=list)  # rounds by accepted length
+    sampled: bool = False  # temperature > 0: ordinary sampling, no speculation
+
+    @property
+    def rejected(self) -> int:
+        return self.drafted - self.accepted
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accept_len(self) -> float:
+        """Mean accepted drafts per speculative round."""
+        spec_rounds = sum(self.accept_len_hist)
+        if not spec_rounds:
+            return 0.0
+        return sum(i * n for i, n in enumerate(self.accept_len_hist)) / spec_rounds
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated / (self.generation_ms / 1000.0) if self.generation_ms > 0 else 0.0
+
+    def record(self, r: RoundStats) -> None:
+        self.rounds += 1
+        self.drafted += r.drafted
+        self.accepted += r.accepted
+        self.draft_ms += r.draft_ms
+        self.verify_ms += r.verify_ms
+        if r.drafted:
+            _grow(self.drafted_at, r.drafted)
+            _grow(self.accepted_at, r.drafted)
+            _grow(self.accept_len_hist, r.drafted + 1)
+            for i in range(r.drafted):
+                self.drafted_at[i] += 1
+            for i in range(r.accepted):
+                self.accepted_at[i] += 1
+            self.accept_len_hist[r.accepted] += 1
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            rejected=self.rejected,
+            acceptance=self.acceptance,
+            mean_accept_len=self.mean_accept_len,
+            acceptance_by_position=self.acceptance_by_position,
+            tokens_per_second=self.tokens_per_second,
+        )
+        return d
+
+
+def _grow(xs: list[int], n: int) -> None:
+    if len(xs) < n:
+        xs.extend([0] * (n - len(xs)))
