@@ -217,7 +217,8 @@ class _Run:
                 self._finish(STOP_CONTEXT_FULL)
                 break
             remaining = self.checker.max_tokens - len(self.checker.tokens)
-            k = max(0, min(policy.next_depth(), remaining - 1, n_ctx - 1 - pos0, s.target.n_batch - 1))
+            # the verify batch may fill the context up to n_ctx - 1 tokens, as plain decoding does
+            k = max(0, min(policy.next_depth(), remaining - 1, n_ctx - 2 - pos0, s.target.n_batch - 1))
             try:
                 stop = self._spec_round(index, id_last, pos0, k, policy)
             except Cancelled:

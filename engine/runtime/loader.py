@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import GGUFError, HeadMismatchError, ModelLoadError, MtpUnavailableError
+from engine.errors import GGUFError, HeadMismatchError, ModelLoadError, ModelNotFoundError, MtpUnavailableError
 from engine.gguf.probe import cached_probe
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
@@ -83,6 +83,8 @@ def _checked(path: str | Path, what: str) -> tuple[ModelSet, MtpFacts]:
     report, facts, ms = validate_path(path)
     if not report.valid or ms is None:
         p = report.errors[0]
+        if p.code == ModelNotFoundError.code:
+            raise ModelNotFoundError(f"{what} file was not found: {p.file}. Check the path or download it again.")
         raise GGUFError(f"{what} is not a valid GGUF file: {p.message}", file=p.file, code=p.code)
     return ms, facts
 

@@ -240,10 +240,14 @@ class Session:
 
     # -------------------------------------------------------------------- lag
     def sync_draft(self, *, logits_last: bool) -> None:
-        """Feed the MTP entries waiting in :attr:`lag` (one batch)."""
-        if self.lag.tokens:
-            self.feed_draft(self.lag.tokens, np.stack(self.lag.hidden), logits_last=logits_last)
-            self.lag.clear()
+        """Feed the MTP entries waiting in :attr:`lag` (one batch). Entries past the end
+        of the context (the token after a full context) are dropped."""
+        assert self.draft is not None
+        room = self.draft.n_ctx - len(self.draft_tokens)
+        tokens, hidden = self.lag.tokens[:room], self.lag.hidden[:room]
+        if tokens:
+            self.feed_draft(tokens, np.stack(hidden), logits_last=logits_last)
+        self.lag.clear()
 
 
 class Lag:

@@ -1,0 +1,67 @@
+"""``mtp-studio generate``: the command a user runs, in a child process."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from engine.synth.qwen35 import Qwen35Spec
+from tests.engine.cli_helpers import mtp_json, mtp_studio
+from tests.models import build_fixture
+
+
+@pytest.fixture(scope="module")
+def unseen(tmp_path_factory):
+    """Models no other test uses: new seeds, another shape."""
+    folder = tmp_path_factory.mktemp("unseen")
+    return {
+        "random": build_fixture("u-random", folder, Qwen35Spec(weights="random", seed=901, n_embd=96, head_dim=24)),
+        "partial": build_fixture(
+            "u-partial",
+            folder,
+            Qwen35Spec(weights="constructed", seed=902, draft_agreement=0.6, draft_pattern="random", trunk_noise=1.5),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["random", "partial"])
+def test_json_tokens_identical_with_mtp_off_and_on(unseen, name):
+    fx = unseen[name]
+    args = ["generate", "--prompt", "Tell me a story about a cat.", "--max-tokens", "40"]
+    off = mtp_json(*args, "--model", str(fx.path), "--mtp", "off")
+    assert set(off) == {"tokens", "text", "stats"}
+    assert off["stats"]["mtp"] == "off" and off["stats"]["drafted"] == 0 and len(off["tokens"]) == 40
+    for extra in (
+        ["--model", str(fx.path), "--mtp", "integrated", "--draft-depth", "1"],
+        ["--model", str(fx.path), "--mtp", "auto", "--draft-depth", "3"],
+        ["--model", str(fx.trunk), "--head", str(fx.head), "--mtp", "external", "--draft-depth", "2"],
+    ):
+        on = mtp_json(*args, *extra)
+        assert on["tokens"] == off["tokens"] and on["text"] == off["text"]
+        st = on["stats"]
+        assert st["mtp"] == "on" and st["drafted"] > 0
+        for key in ("draft_depth", "accepted", "acceptance", "mean_accept_len", "target_forwards", "tokens_per_second"):
+            assert key in st
+        assert st["target_forwards"] < 40
+
+
+def test_chat_json(fixtures, tmp_path):
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "Hello"}]))
+    out = mtp_json("generate", "--model", str(fixtures["full"].path), "--chat-json", str(chat), "--max-tokens", "8")
+    assert len(out["tokens"]) == 8 and out["stats"]["acceptance"] == 1.0
+
+
+def test_errors_go_to_stderr_with_a_nonzero_exit(fixtures, tmp_path):
+    p = mtp_studio("generate", "--model", str(tmp_path / "missing.gguf"), "--prompt", "x", "--json")
+    assert p.returncode == 1 and p.stdout == "" and "not found" in p.stderr
+    p = mtp_studio("generate", "--model", str(fixtures["full"].trunk), "--mtp", "integrated", "--prompt", "x")
+    assert p.returncode == 1 and "no NextN" in p.stderr
+    p = mtp_studio("generate", "--model", "x.gguf")
+    assert p.returncode == 2 and "--prompt" in p.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    p = mtp_studio("generate", "--model", str(fixtures["full"].path), "--chat-json", str(bad))
+    assert p.returncode == 2 and "not valid JSON" in p.stderr
