@@ -14,6 +14,8 @@ import sys
 # command group module -> the commands it registers
 COMMAND_MODULES = (
     "engine.cli.generate",
+    "engine.cli.gguf",
+    "engine.cli.bench",
 )
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -157,7 +157,9 @@ def _child(path: str, head: str | None, full: bool) -> int:
             res.message = f"head: {e}"
             _emit(res)
             return 0
-    if full:
+    if full and facts.kind == "head-only":
+        res.details["note"] = "an MTP head only: drafting needs its target (validate the target with --head)"
+    elif full:
         _full_probe(path, head, want_mtp, res)
         if not res.ok and res.message:
             _emit(res)
