@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks (A/B speculation, model generator, compose)")
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks: A/B speculation (--model), make-model, compose",
+        description="Without a sub-command: interleaved A/B runs of plain greedy against MTP depths.",
+    )
+    _register_ab(p)
     bsub = p.add_subparsers(dest="bench_command", metavar="BENCH")
 
     c = bsub.add_parser("compose", help="compose time vs cp, peak RSS, 262k-vocab header parse time")
@@ -15,9 +21,131 @@ def register(sub) -> None:
     c.add_argument("--runs", type=int, default=3)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=lambda a: _compose(a))
+    _register_make_model(bsub)
 
 
 def _compose(args) -> int:
     from engine.gguf.bench import run
 
     return run(args.size_gb, args.dir, args.runs, args.json)
+
+
+def _register_make_model(bsub) -> None:
+    m = bsub.add_parser("make-model", help="generate a qwen35 benchmark model with a chosen draft acceptance")
+    m.add_argument("--size-mb", type=float, default=200)
+    m.add_argument("--acceptance", type=float, required=True, help="per-draft acceptance, 0..1")
+    m.add_argument("--out", type=Path, required=True)
+    m.add_argument("--head-out", type=Path, help="also write the trunk and a separate MTP head file")
+    m.add_argument("--seed", type=int, default=7)
+    m.add_argument("--dtype", choices=["f16", "q8_0", "q4_0"], default="f16", help="weight type (default f16)")
+    m.set_defaults(func=_make_model)
+
+
+def _make_model(args) -> int:
+    from engine.cli import EXIT_USAGE, die
+    from engine.gguf.inspect import human_size
+    from engine.synth.benchmodel import make_bench_model
+
+    if not 0 <= args.acceptance <= 1:
+        return die("--acceptance must be between 0 and 1", EXIT_USAGE)
+    built = make_bench_model(
+        args.size_mb, args.acceptance, args.out, head_out=args.head_out, seed=args.seed, dtype=args.dtype
+    )
+    print(f"wrote {built.integrated} ({human_size(built.integrated.stat().st_size)})")
+    if built.head is not None:
+        print(f"wrote {built.trunk} and {built.head}")
+    return 0
+
+
+def _register_ab(p) -> None:
+    p.add_argument("--model", type=Path, help="target GGUF (run the A/B benchmark)")
+    p.add_argument("--head", type=Path, help="separate MTP head GGUF")
+    p.add_argument("--depths", default="0,1,2,3,auto", help="arms: depths and/or 'auto' (default 0,1,2,3,auto)")
+    p.add_argument("--prompts", type=Path, help="file with one prompt per line (or a JSON list)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--runs", type=int, default=3, help="measured runs per arm (plus one warm-up)")
+    p.add_argument("--max-depth", type=int, default=8, help="deepest draft auto may use (default 8)")
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", type=Path, help="write a PNG: tokens/s by arm, acceptance by draft position")
+    p.set_defaults(func=_ab)
+
+
+def _read_prompts(path: Path | None) -> list[str]:
+    import json
+
+    from engine.runtime.bench import DEFAULT_PROMPTS
+
+    if path is None:
+        return list(DEFAULT_PROMPTS)
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        prompts = json.loads(text)
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise ValueError("a JSON prompts file must hold a list of strings")
+        return prompts
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _ab(args) -> int:
+    import json
+
+    from engine.cli import EXIT_INVALID, EXIT_USAGE, die
+    from engine.errors import MtpStudioError
+    from engine.runtime import jobs as J
+    from engine.runtime.bench import bench_job, parse_depths
+    from engine.runtime.engine import Engine
+    from engine.runtime.loader import LoadSpec, MtpSource
+
+    if args.model is None:
+        return die("bench needs --model (or a sub-command: make-model, compose)", EXIT_USAGE)
+    try:
+        arms = parse_depths(args.depths)
+        prompts = _read_prompts(args.prompts)
+    except (MtpStudioError, OSError, ValueError) as e:
+        return die(str(e), EXIT_USAGE)
+    deepest = max([int(a) for a in arms if a.isdigit()] + [args.max_depth if "auto" in arms else 1])
+    spec = LoadSpec(
+        args.model,
+        head=args.head,
+        mtp=MtpSource.AUTO,
+        n_ctx=args.ctx,
+        max_draft_depth=deepest,
+        n_threads=args.threads,
+    )
+    with Engine() as engine:
+        try:
+            engine.submit(J.LoadModel(spec)).result()
+            handle = engine.submit(J.Call(bench_job(arms, prompts, args.max_tokens, args.runs), "bench"))
+            for ev in handle.events():
+                if isinstance(ev, J.Progress) and not args.json:
+                    print(f"\r{ev.fraction * 100:5.1f}%  {ev.message:<30}", end="", file=sys.stderr, flush=True)
+            result = handle.result()
+        except MtpStudioError as e:
+            return die(str(e), EXIT_INVALID)
+    if not args.json:
+        print(file=sys.stderr)
+    body = result.to_json()
+    if args.plot is not None:
+        from engine.runtime.benchplot import plot
+
+        plot(body, args.plot)
+    if args.json:
+        print(json.dumps(body))
+    else:
+        print(f"{'depth':>6} {'tok/s':>9} {'min':>8} {'max':>8} {'speedup':>8} {'accept':>7} {'mean len':>9}  identical")
+        for a in body["arms"]:
+            print(
+                f"{a['depth']:>6} {a['tokens_per_second_median']:9.1f} {a['tokens_per_second_min']:8.1f} "
+                f"{a['tokens_per_second_max']:8.1f} {a['speedup']:7.2f}x {a['acceptance']:7.2f} "
+                f"{a['mean_accept_len']:9.2f}  {'yes' if a['identical'] else 'NO'}"
+            )
+            if a["depth"] == "auto" and a["depth_choices"]:
+                print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in a["depth_choices"].items()))
+    if not result.identical:
+        for a in body["arms"]:
+            for m in a["mismatches"]:
+                print(f"mtp-studio: depth {a['depth']}: {m}", file=sys.stderr)
+        return EXIT_INVALID
+    return 0

@@ -31,6 +31,11 @@ from engine.runtime.stats import GenerationStats, RoundStats
 from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, Pushed, StopChecker
 
 
+#: most MTP entries caught up before a draft; older ones (left while drafting was off)
+#: become holes in the MTP context
+CATCH_UP_LIMIT = 16
+
+
 class DepthPolicy(Protocol):
     """Chooses the draft depth of each round (0 = no drafting)."""
 
@@ -227,16 +232,18 @@ class _Run:
             if stop is None:
                 id_last = s.lag.tokens[-1]
             index += 1
-        # Keep the MTP context in step with the target for the next turn.
-        s.sync_draft(logits_last=False)
+        # Entries still in the lag are fed by the next prefill if it needs them.
 
     def _spec_round(self, index: int, id_last: int, pos0: int, k: int, policy: DepthPolicy) -> str | None:
         s = self.s
         t0 = time.perf_counter()
         drafts: list[int] = []
+        sync_rows, sync_ms = 0, 0.0
         if k >= 1:
             s.phase("draft", self.cancel)
-            s.sync_draft(logits_last=True)  # entries up to id_last; yields d1
+            sync_rows = len(s.lag.tokens)
+            s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT)  # entries up to id_last; yields d1
+            sync_ms = (time.perf_counter() - t0) * 1000
             d, h = s.draft_head()
             drafts.append(d)
             try:
@@ -269,7 +276,17 @@ class _Run:
         self._settle(pos0, kept, accepted, hv)
         t3 = time.perf_counter()
         r = RoundStats(
-            index, k, k, a, emitted, ((t1 - t0) + (t3 - t2)) * 1000, (t2 - t1) * 1000, t3 - self.t_gen, tuple(drafts)
+            index,
+            k,
+            k,
+            a,
+            emitted,
+            ((t1 - t0) + (t3 - t2)) * 1000,
+            (t2 - t1) * 1000,
+            t3 - self.t_gen,
+            tuple(drafts),
+            sync_rows,
+            sync_ms,
         )
         self._round(r)
         policy.observe(r)

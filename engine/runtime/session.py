@@ -28,10 +28,23 @@ from engine.runtime.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
 from engine.runtime.context import Context
 
 
+HOLE = -1  # an MTP position skipped on purpose (see Session.sync_draft)
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def common_prefix_entries(entries: list[int], tokens: list[int]) -> int:
+    """Like :func:`common_prefix`, where a hole matches any token: a skipped MTP entry
+    is absent from the MTP context, not wrong."""
+    n = min(len(entries), len(tokens))
+    i = 0
+    while i < n and (entries[i] == tokens[i] or entries[i] == HOLE):
         i += 1
     return i
 
@@ -184,12 +197,18 @@ class Session:
             raise PromptTooLongError(n, self.n_ctx)
         use_mtp = speculative and self.draft is not None
         self.target.set_nextn_embeddings(use_mtp)
+        if use_mtp and self.lag.tokens:
+            # MTP entries left unfed by the last generation: feed those the new prompt
+            # still starts with, in one batch with no extra target work.
+            keep = common_prefix_entries(self.draft_tokens + self.lag.tokens, prompt) - len(self.draft_tokens)
+            del self.lag.tokens[max(keep, 0) :], self.lag.hidden[max(keep, 0) :]
+            self.sync_draft(logits_last=False)
         self.lag.clear()
 
         # At least the last prompt token is decoded: its logits give the first token.
         c = min(common_prefix(self.target_tokens, prompt), n - 1)
         if use_mtp:
-            m = min(common_prefix(self.draft_tokens, prompt), n)
+            m = min(common_prefix_entries(self.draft_tokens, prompt), n)
             # MTP entry p needs the target's hidden state of position p-1. We will know
             # it for p-1 >= c (and p-1 == c-1 when nothing is removed and the last hidden
             # state is at hand); entries before that must already be in the MTP context.
@@ -239,10 +258,19 @@ class Session:
         self.feed_draft(prompt[start:end], hidden, logits_last=False)
 
     # -------------------------------------------------------------------- lag
-    def sync_draft(self, *, logits_last: bool) -> None:
+    def sync_draft(self, *, logits_last: bool, keep_last: int | None = None) -> None:
         """Feed the MTP entries waiting in :attr:`lag` (one batch). Entries past the end
-        of the context (the token after a full context) are dropped."""
+        of the context (the token after a full context) are dropped.
+
+        With ``keep_last``, only the newest entries are fed and older ones become holes:
+        after a long stretch without drafting, catching the MTP context up on every
+        position would cost more than drafting gains. A hole only leaves the MTP head's
+        attention a little less context; it never affects the output."""
         assert self.draft is not None
+        skip = max(0, len(self.lag.tokens) - keep_last) if keep_last is not None else 0
+        if skip:
+            self.draft_tokens.extend([HOLE] * skip)
+            del self.lag.tokens[:skip], self.lag.hidden[:skip]
         room = self.draft.n_ctx - len(self.draft_tokens)
         tokens, hidden = self.lag.tokens[:room], self.lag.hidden[:room]
         if tokens:
@@ -253,7 +281,8 @@ class Session:
 class Lag:
     """MTP entries not fed yet: tokens at the positions after ``draft_tokens``, each with
     the target's hidden state of the previous position. While drafting is off (depth 0)
-    they accumulate here and are fed in one batch when drafting resumes."""
+    they accumulate here and are fed in one batch when drafting resumes, or when the
+    next prompt still contains them."""
 
     def __init__(self):
         self.tokens: list[int] = []

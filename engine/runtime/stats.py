@@ -22,6 +22,8 @@ class RoundStats:
     verify_ms: float
     t: float  # seconds since generation start, at the end of the round
     drafts: tuple[int, ...] = ()  # the drafted tokens (tests compare draft sources)
+    sync_rows: int = 0  # MTP catch-up entries fed before the first draft (part of draft_ms)
+    sync_ms: float = 0.0
 
     @property
     def rejected(self) -> int:

@@ -41,7 +41,7 @@ CHATML_TEMPLATE = (
 )
 
 Weights = Literal["random", "constructed"]
-DType = Literal["f32", "f16", "q8_0"]
+DType = Literal["f32", "f16", "q8_0", "q4_0"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,11 @@ class Qwen35Spec:
     seed: int = 0
     # constructed weights only
     draft_agreement: float = 1.0  # fraction of tokens where the draft map equals the target map
-    #: "spread": agreement evenly spaced along the cycle (steady acceptance, benchmarks);
-    #: "random": independent per token (every accepted length occurs, tests)
-    draft_pattern: Literal["spread", "random"] = "spread"
+    #: "exact": exactly round(agreement * n) tokens of the cycle agree, at random places
+    #: (the acceptance is exact over the cycle, with no periodic pattern that would favour
+    #: one depth; benchmarks); "spread": evenly spaced (periodic); "random": independent
+    #: per token (every accepted length occurs; tests)
+    draft_pattern: Literal["exact", "spread", "random"] = "spread"
     trunk_noise: float = 0.0
     end_chain_at: int | None = None  # cycle index whose successor is <|im_end|> (tests EOG stops)
     sentence: tuple[str, ...] = ()  # demo: after "\n" the model writes these tokens, then <|im_end|>
@@ -207,6 +209,10 @@ class _Builder:
         draft = succ.copy()
         if s.draft_pattern == "random":
             agree = np.random.default_rng(s.seed + 2).random(len(cycle)) < s.draft_agreement
+        elif s.draft_pattern == "exact":
+            agree = np.zeros(len(cycle), dtype=bool)
+            n_agree = round(s.draft_agreement * len(cycle))
+            agree[np.random.default_rng(s.seed + 2).permutation(len(cycle))[:n_agree]] = True
         else:
             k = np.arange(len(cycle))
             agree = np.floor((k + 1) * s.draft_agreement) > np.floor(k * s.draft_agreement)
@@ -326,9 +332,10 @@ def _write(
         data = t.data
         if t.dtype == "f16":
             w.add_tensor(t.name, data.astype(np.float16))
-        elif t.dtype == "q8_0" and data.ndim == 2 and data.shape[-1] % 32 == 0:
-            q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(t.name, q, raw_shape=data.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        elif t.dtype in _QUANTS and data.ndim == 2 and data.shape[-1] % 32 == 0:
+            qtype = getattr(gguf.GGMLQuantizationType, _QUANTS[t.dtype])
+            q = gguf.quants.quantize(data, qtype)
+            w.add_tensor(t.name, q, raw_shape=q.shape, raw_dtype=qtype)
         else:
             w.add_tensor(t.name, data.astype(np.float32))
     w.write_header_to_file()
@@ -336,6 +343,9 @@ def _write(
     w.write_tensors_to_file()
     w.close()
     tmp.replace(path)
+
+
+_QUANTS = {"q8_0": "Q8_0", "q4_0": "Q4_0"}
 
 
 def _add_any(w, key: str, value: object) -> None:

@@ -1,0 +1,186 @@
+"""Adaptive draft depth: MTP's gain where it exists, never its loss.
+
+Each round the policy picks the depth K (0 = no drafting) that maximises expected
+tokens per millisecond, from what it measures on this machine and model:
+
+* acceptance ``p_i`` of draft position i given positions < i were accepted, as
+  exponentially decayed counts (recent text matters more; the prior is optimistic so a
+  new model gets tried, and each position's prior is the estimate of the one before);
+* the time of a verify batch of n rows, for each n seen (a CPU verify of 2 rows can
+  cost 1.7x one row; a GPU's is nearly flat), of the MTP catch-up that yields the first
+  draft, and of each further (chained) draft step.
+
+Expected tokens of a round of depth K: ``1 + sum_{i<=K} prod_{j<=i} p_j``; its time:
+``verify(K+1) + catchup + (K-1) * step`` (``verify(1)`` for K = 0). A catch-up after a
+stretch without drafting feeds many entries at once; that one-off cost belongs to the
+probe, not to drafting, so it does not enter the estimate. Unmeasured batch sizes are
+estimated optimistically from the measured ones, so a deeper depth that might pay gets
+tried once and then judged on its real cost.
+
+Timings are noisy and the first decode at a new batch size pays llama.cpp's graph
+set-up, so the first sample at each size is replaced by the second, and every
+``EXPLORE_EVERY`` drafting rounds a neighbouring depth is tried again: a depth judged on
+one unlucky sample is not ruled out forever.
+
+When no depth beats plain decoding the policy stops drafting (the MTP context then
+costs nothing but a copied hidden row per token) and probes with one draft every
+``probe_gap`` tokens; the gap doubles while probes fail, so a head that never helps
+costs well under 1%, and an accepted probe is followed by more until the estimate
+decides. Output is unaffected: the decoder verifies whatever is drafted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from engine.runtime.stats import RoundStats
+
+PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
+PRIOR_N = 1.0  # ... worth this many observations
+DECAY = 0.95  # per drafting round: the acceptance estimate follows the text (~20 rounds)
+TIME_ALPHA = 0.2  # EMA weight of a new timing
+DEFAULT_SLOPE = 0.15  # assumed extra cost per verify row (x verify(1)) before measuring
+PROBE_MIN, PROBE_MAX = 16, 256
+EXPLORE_EVERY = 12  # drafting rounds between tries of a neighbouring depth
+
+
+class AdaptiveDepth:
+    """Depth policy for ``draft_depth="auto"``. One per loaded model: what it learns
+    about costs carries over between generations."""
+
+    name = "auto"
+
+    def __init__(self, max_depth: int = 8):
+        if max_depth < 1:
+            raise ValueError("max_depth must be >= 1")
+        self.max_depth = max_depth
+        self.reach = [0.0] * max_depth  # decayed rounds that reached position i
+        self.acc = [0.0] * max_depth  # ... and accepted it
+        self.t_verify: dict[int, float] = {}  # rows -> ms
+        self.n_verify: dict[int, int] = {}  # rows -> samples
+        self.t_step: float | None = None  # ms per chained draft step
+        self.t_sync: float | None = None  # ms of a steady-state catch-up (yields the first draft)
+        self.off_tokens = 0  # tokens since drafting was switched off
+        self.probe_gap = PROBE_MIN
+        self._probing = False
+        self._drafting_rounds = 0
+        self.depth_counts: Counter[int] = Counter()  # rounds per chosen depth (tests, GUI, bench)
+
+    # ------------------------------------------------------------------ model
+    def acceptances(self) -> list[float]:
+        """Estimated conditional acceptance of each draft position. A position's prior
+        is the estimate of the one before it, so a depth seldom drafted is assumed to
+        behave like its neighbour until measured (not like a fixed guess)."""
+        out, prior = [], PRIOR_P
+        for i in range(self.max_depth):
+            prior = (self.acc[i] + prior * PRIOR_N) / (self.reach[i] + PRIOR_N)
+            out.append(prior)
+        return out
+
+    def verify_ms(self, rows: int) -> float:
+        """Measured or estimated verify time of ``rows`` rows."""
+        t = self.t_verify
+        if rows in t:
+            return t[rows]
+        if not t:
+            return 1.0 + DEFAULT_SLOPE * (rows - 1)
+        known = sorted(t)
+        below = [n for n in known if n < rows]
+        above = [n for n in known if n > rows]
+        if below and above:
+            a, b = below[-1], above[0]
+            return t[a] + (t[b] - t[a]) * (rows - a) / (b - a)
+        # extrapolate optimistically: the smaller of the measured slope and the default
+        base = t[known[0]]
+        unit = base / (1.0 + DEFAULT_SLOPE * (known[0] - 1))
+        slope = DEFAULT_SLOPE * unit
+        if len(known) >= 2:
+            slope = min(slope, max(0.0, (t[known[-1]] - t[known[0]]) / (known[-1] - known[0])))
+        anchor = below[-1] if below else above[0]
+        return max(t[anchor] + slope * (rows - anchor), 1e-6)
+
+    def step_ms(self) -> float:
+        if self.t_step is not None:
+            return self.t_step
+        if self.t_sync is not None:
+            return self.t_sync
+        return DEFAULT_SLOPE * self.verify_ms(1)
+
+    def sync_ms(self) -> float:
+        return self.t_sync if self.t_sync is not None else self.step_ms()
+
+    def rates(self) -> list[float]:
+        """Expected tokens per ms at each depth 0..max_depth."""
+        p = self.acceptances()
+        sync, step = self.sync_ms(), self.step_ms()
+        out = [1.0 / self.verify_ms(1)]
+        tokens, chain = 1.0, 1.0
+        for k in range(1, self.max_depth + 1):
+            chain *= p[k - 1]
+            tokens += chain
+            out.append(tokens / (self.verify_ms(k + 1) + sync + (k - 1) * step))
+        return out
+
+    def best_depth(self) -> int:
+        rates = self.rates()
+        return max(range(len(rates)), key=rates.__getitem__)
+
+    # ---------------------------------------------------------------- policy
+    def next_depth(self) -> int:
+        if 1 not in self.t_verify and self.t_verify:
+            k = 0  # measure plain decoding once: every ratio is relative to it
+        else:
+            k = self.best_depth()
+        self._probing = False
+        if k == 0:
+            if self.off_tokens >= self.probe_gap:
+                self._probing = True
+                k = 1
+        elif self._drafting_rounds % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+            turn = (self._drafting_rounds // EXPLORE_EVERY) % 2
+            k = min(k + 1, self.max_depth) if turn == 0 else max(k - 1, 1)
+        self.depth_counts[k] += 1
+        return k
+
+    def observe(self, r: RoundStats) -> None:
+        rows = r.depth + 1
+        n = self.n_verify.get(rows, 0) + 1
+        self.n_verify[rows] = n
+        # the first sample at a new size includes graph set-up: the second replaces it
+        self.t_verify[rows] = r.verify_ms if n <= 2 else _ema(self.t_verify[rows], r.verify_ms)
+        if r.drafted:
+            self._drafting_rounds += 1
+            if r.sync_rows <= self.max_depth + 1:  # not a lag flush after drafting was off
+                self.t_sync = _ema(self.t_sync, r.sync_ms)
+            if r.drafted >= 2:
+                self.t_step = _ema(self.t_step, (r.draft_ms - r.sync_ms) / (r.drafted - 1))
+            for i in range(self.max_depth):
+                self.reach[i] *= DECAY
+                self.acc[i] *= DECAY
+            for i in range(min(r.drafted, r.accepted + 1)):
+                self.reach[i] += 1.0
+            for i in range(r.accepted):
+                self.acc[i] += 1.0
+        if r.depth == 0:
+            self.off_tokens += r.emitted
+        elif self._probing:
+            if r.accepted:
+                # Drafts may have become good: forget half the old evidence and keep
+                # probing every round until the estimate decides either way.
+                self.reach = [x * 0.5 for x in self.reach]
+                self.acc = [x * 0.5 for x in self.acc]
+                self.off_tokens = self.probe_gap
+            else:
+                self.off_tokens = 0
+            still_off = self.best_depth() == 0
+            if not still_off:
+                self.probe_gap = PROBE_MIN
+            elif not r.accepted:
+                self.probe_gap = min(self.probe_gap * 2, PROBE_MAX)
+        else:
+            self.off_tokens = 0
+            self.probe_gap = PROBE_MIN
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else old + TIME_ALPHA * (new - old)

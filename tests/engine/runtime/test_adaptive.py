@@ -1,0 +1,138 @@
+"""Adaptive draft depth: never changes the output, turns drafting off when it loses,
+goes deep when it pays, and notices when drafts become good again."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.runtime.adaptive import PROBE_MAX, PROBE_MIN, AdaptiveDepth
+from engine.runtime.decoder import DecodeParams, generate
+from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.stats import RoundStats
+from engine.synth.qwen35 import Qwen35Spec, build_model
+from tests.engine.runtime.helpers import PROMPTS, load_fixture, run
+
+
+# ------------------------------------------------------------ with real models
+@pytest.mark.parametrize("name", ["random", "partial", "full", "eos"])
+def test_auto_is_token_identical(fixtures, name):
+    spec = load_fixture(fixtures[name], "integrated", max_depth=6)
+    plain = load_fixture(fixtures[name], "off")
+    try:
+        policy = AdaptiveDepth(6)
+        for prompt in PROMPTS:
+            want = run(plain, prompt, None, max_tokens=80).tokens
+            got = generate(spec.session, spec.model.tokenize(prompt), DecodeParams(max_tokens=80, depth=policy))
+            assert got.tokens == want
+    finally:
+        spec.close()
+        plain.close()
+
+
+def _chosen_after_warmup(lm, policy, prompts, tokens=160):
+    for p in prompts[:2]:  # warm-up: the policy learns costs and acceptance
+        generate(lm.session, lm.model.tokenize(p), DecodeParams(max_tokens=tokens, depth=policy, ignore_eog=True))
+    before = policy.depth_counts.copy()
+    for p in prompts[2:]:
+        generate(lm.session, lm.model.tokenize(p), DecodeParams(max_tokens=tokens, depth=policy, ignore_eog=True))
+    return policy.depth_counts - before
+
+
+def test_policy_turns_drafting_off_at_zero_acceptance(fixtures):
+    lm = load_fixture(fixtures["random"], "integrated", max_depth=6)
+    try:
+        chosen = _chosen_after_warmup(lm, AdaptiveDepth(6), PROMPTS)
+        total = sum(chosen.values())
+        assert chosen[0] / total > 0.95, chosen
+    finally:
+        lm.close()
+
+
+@pytest.fixture(scope="module")
+def deep_full(tmp_path_factory):
+    """100% acceptance on a deeper model whose MTP block is a small share of a forward
+    (16 trunk blocks), as in real models, so deep drafting pays even on a CPU."""
+    spec = Qwen35Spec(name="deep full", weights="constructed", seed=21, n_embd=256, n_ff=768, n_trunk=16, dtype="f16")
+    path = tmp_path_factory.mktemp("deep") / "deep.gguf"
+    build_model(spec, path)
+    return path
+
+
+def test_policy_drafts_deep_at_full_acceptance(deep_full):
+    lm = load(LoadSpec(deep_full, mtp=MtpSource.INTEGRATED, max_draft_depth=6))
+    try:
+        chosen = _chosen_after_warmup(lm, AdaptiveDepth(6), PROMPTS)
+        deep = sum(n for k, n in chosen.items() if k >= 2)
+        assert deep / sum(chosen.values()) > 0.8, chosen
+    finally:
+        lm.close()
+
+
+# ------------------------------------------------------- with simulated rounds
+def _simulate(policy: AdaptiveDepth, rounds: int, accept, verify_ms, step_ms=0.5, sync_ms=0.5) -> list[int]:
+    """Drive the policy with rounds whose costs and acceptance follow the given model."""
+    picked = []
+    for i in range(rounds):
+        k = policy.next_depth()
+        picked.append(k)
+        a = 0
+        while a < k and accept(i, a):
+            a += 1
+        draft = 0.0 if k == 0 else sync_ms + (k - 1) * step_ms
+        policy.observe(RoundStats(i, k, k, a, a + 1, draft, verify_ms(k + 1), 0.0, (), 1 if k else 0, sync_ms if k else 0.0))
+    return picked
+
+
+def test_flat_verify_and_full_acceptance_goes_to_max_depth():
+    picked = _simulate(AdaptiveDepth(8), 200, lambda i, a: True, lambda n: 10 + 0.2 * n)
+    assert picked[-50:].count(8) > 40
+
+
+def test_steep_verify_at_half_acceptance_stops_drafting():
+    # CPU-like: a verify of 2 rows costs 1.7x one row
+    picked = _simulate(AdaptiveDepth(8), 300, lambda i, a: (i * 7 + a) % 2 == 0, lambda n: 10 if n == 1 else 17 + 2 * n)
+    assert picked[-100:].count(0) > 90
+
+
+def test_probes_back_off_while_drafts_fail_and_recover_when_they_succeed():
+    policy = AdaptiveDepth(4)
+    good = {"on": False}
+    picked = _simulate(policy, 2000, lambda i, a: good["on"], lambda n: 10 + 3 * n)
+    assert policy.probe_gap == PROBE_MAX
+    assert sum(1 for k in picked[-1000:] if k) <= 1000 // PROBE_MAX * 2 + 2  # rare probes
+    good["on"] = True
+    picked = _simulate(policy, 400, lambda i, a: good["on"], lambda n: 10 + 3 * n)
+    assert policy.probe_gap == PROBE_MIN
+    assert picked[-50:].count(4) > 40  # drafting is back, at full depth
+
+
+def test_first_sample_at_a_batch_size_does_not_rule_it_out():
+    """The first verify at a new size pays graph set-up (here 10x); the depth must
+    still be chosen once its true cost is known."""
+    seen: dict[int, int] = {}
+
+    def verify(n):
+        seen[n] = seen.get(n, 0) + 1
+        return (10 + 0.5 * n) * (10 if seen[n] == 1 else 1)
+
+    picked = _simulate(AdaptiveDepth(6), 400, lambda i, a: True, verify)
+    assert picked[-50:].count(6) > 40
+
+
+def test_adaptive_rejects_bad_max_depth():
+    with pytest.raises(ValueError):
+        AdaptiveDepth(0)
+
+
+def test_engine_keeps_one_auto_policy_per_model(fixtures):
+    from engine.runtime import jobs as J
+    from engine.runtime.engine import Engine
+
+    with Engine() as eng:
+        eng.submit(J.LoadModel(LoadSpec(fixtures["full"].path, max_draft_depth=4))).result(60)
+        r1 = eng.submit(J.Generate(prompt="Hello", max_tokens=40, draft_depth="auto")).result(60)
+        r2 = eng.submit(J.Generate(prompt="Hello", max_tokens=40, draft_depth="auto", mtp="off")).result(60)
+        assert r1.tokens == r2.tokens and r1.stats.draft_depth == "auto" and r1.stats.drafted > 0

@@ -1,0 +1,93 @@
+"""The A/B benchmark: JSON shape, identity checks (and their failure), plot, the
+benchmark-model generator."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from engine.errors import InvalidRequestError
+from engine.runtime.bench import parse_depths, run_bench
+from engine.runtime.decoder import generate
+from engine.synth.benchmodel import bench_spec, make_bench_model
+from tests.engine.cli_helpers import mtp_json, mtp_studio
+from tests.engine.runtime.helpers import load_fixture, run
+
+
+@pytest.fixture(scope="module")
+def partial(fixtures):
+    lm = load_fixture(fixtures["partial"], "integrated", max_depth=8)
+    yield lm
+    lm.close()
+
+
+def test_run_bench_result(partial):
+    res = run_bench(partial, arms=parse_depths("1,3,auto"), prompts=["Hello there", "One two"], max_tokens=24, runs=2)
+    body = res.to_json()
+    assert [a["depth"] for a in body["arms"]] == ["0", "1", "3", "auto"]
+    assert body["identical"] and all(a["identical"] for a in body["arms"])
+    for a in body["arms"]:
+        assert len(a["tokens_per_second_runs"]) == 2 and a["tokens_per_second_median"] > 0
+        assert {"depth", "tokens_per_second_median", "speedup", "acceptance", "identical"} <= set(a)
+    base = body["arms"][0]
+    assert base["speedup"] == 1.0 and base["acceptance"] == 0.0
+    assert 0 < body["arms"][2]["acceptance"] < 1 and len(body["arms"][2]["acceptance_by_position"]) == 3
+    assert sum(body["arms"][3]["depth_choices"].values()) > 0
+
+
+def test_a_mismatching_arm_fails_the_benchmark(partial):
+    def corrupt(lm, prompt, params, arm):
+        g = generate(lm.session, prompt, params)
+        if arm == "2":
+            g.tokens[5] = (g.tokens[5] + 1) % lm.model.n_vocab
+        return g
+
+    res = run_bench(partial, arms=["0", "2"], prompts=["Hello"], max_tokens=16, runs=1, generate_fn=corrupt)
+    assert not res.identical
+    arm = res.arm("2")
+    assert arm.mismatches and "at token 5" in arm.mismatches[0]
+    assert res.to_json()["arms"][1]["identical"] is False
+
+
+def test_depth_parsing():
+    assert parse_depths("3,auto,1") == ["0", "3", "auto", "1"]
+    with pytest.raises(InvalidRequestError):
+        parse_depths("1,x")
+
+
+def test_bench_cli_json_and_plot(fixtures, tmp_path):
+    png = tmp_path / "bench.png"
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hello there\nThe quick brown fox\n")
+    body = mtp_json(
+        "bench", "--model", str(fixtures["full"].path), "--depths", "0,2,auto", "--runs", "1", "--max-tokens", "16",
+        "--prompts", str(prompts), "--plot", str(png),
+    )  # fmt: skip
+    assert [a["depth"] for a in body["arms"]] == ["0", "2", "auto"] and body["identical"]
+    assert body["arms"][1]["acceptance"] == 1.0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[0] > 600  # a real image
+    assert mtp_studio("bench", "--model", str(fixtures["full"].path), "--depths", "1,z").returncode == 2
+
+
+@pytest.mark.parametrize("acceptance", [0.0, 0.5, 1.0])
+def test_make_model_gives_the_chosen_acceptance(tmp_path, acceptance):
+    out = tmp_path / "bench.gguf"
+    p = mtp_studio("bench", "make-model", "--size-mb", "64", "--acceptance", str(acceptance), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert 54e6 < out.stat().st_size < 74e6  # the smallest the 4-block minimum allows
+    from engine.runtime.loader import LoadSpec, MtpSource, load
+
+    lm = load(LoadSpec(out, mtp=MtpSource.INTEGRATED))
+    try:
+        g = run(lm, "Hello world, this is a benchmark.", 1, max_tokens=250, ignore_eog=True)
+        assert g.stats.acceptance == pytest.approx(acceptance, abs=0.1)
+    finally:
+        lm.close()
+
+
+def test_bench_spec_sizes():
+    small, big = bench_spec(100, 0.5), bench_spec(400, 0.5)
+    assert big.n_trunk > small.n_trunk >= 4 and small.draft_pattern == "exact"
