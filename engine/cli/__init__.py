@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "engine.cli.generate",
     "engine.cli.gguf",
     "engine.cli.bench",
+    "engine.cli.serve",
 )
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

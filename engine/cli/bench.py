@@ -23,6 +23,15 @@ def register(sub) -> None:
     c.set_defaults(func=lambda a: _compose(a))
     _register_make_model(bsub)
 
+    sv = bsub.add_parser("server", help="HTTP endpoint overhead vs in-process, and concurrent throughput")
+    sv.add_argument("--model", type=Path, required=True)
+    sv.add_argument("--max-tokens", type=int, default=64)
+    sv.add_argument("--requests", type=int, default=16)
+    sv.add_argument("--clients", default="1,4,16")
+    sv.add_argument("--ctx", type=int, default=2048)
+    sv.add_argument("--json", action="store_true")
+    sv.set_defaults(func=_server)
+
 
 def _compose(args) -> int:
     from engine.gguf.bench import run
@@ -149,3 +158,10 @@ def _ab(args) -> int:
                 print(f"mtp-studio: depth {a['depth']}: {m}", file=sys.stderr)
         return EXIT_INVALID
     return 0
+
+
+def _server(args) -> int:
+    from engine.server.bench import run
+
+    clients = [int(x) for x in args.clients.split(",") if x.strip()]
+    return run(args.model, max_tokens=args.max_tokens, requests=args.requests, clients=clients, ctx=args.ctx, as_json=args.json)

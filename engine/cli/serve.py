@@ -1,0 +1,63 @@
+"""``mtp-studio serve``: the OpenAI-compatible endpoint without the GUI."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from engine.cli import EXIT_INVALID, EXIT_USAGE, die
+from engine.cli.generate import add_model_args, depth_arg, load_spec
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve a model through a local OpenAI-compatible endpoint")
+    add_model_args(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (needed to bind other addresses)")
+    p.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
+    p.add_argument("--draft-depth", type=depth_arg, default=None, help="default draft depth, or 'auto'")
+    p.add_argument("--max-pending", type=int, default=16, help="requests queued or running before 429")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from engine.errors import MtpStudioError
+    from engine.runtime import jobs as J
+    from engine.runtime.engine import Engine, EngineDefaults
+    from engine.server.runner import ServerThread
+    from engine.server.settings import ServerSettings
+
+    settings = ServerSettings(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        cors_origins=tuple(args.cors_origin),
+        max_pending=args.max_pending,
+        draft_depth=args.draft_depth,
+    )
+    try:
+        settings.check()
+    except ValueError as e:
+        return die(str(e), EXIT_USAGE)
+    depth = args.draft_depth if args.draft_depth is not None else "auto"
+    with Engine(EngineDefaults(draft_depth=depth)) as engine:
+        try:
+            info = engine.submit(J.LoadModel(load_spec(args))).result()
+        except MtpStudioError as e:
+            return die(str(e), EXIT_INVALID)
+        server = ServerThread(engine, settings)
+        try:
+            server.start()
+            server.wait_ready()
+        except OSError as e:
+            return die(str(e), EXIT_INVALID)
+        print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1", flush=True)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        stop.wait()
+        print("stopping", file=sys.stderr)
+        server.stop()
+    return 0

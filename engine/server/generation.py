@@ -1,0 +1,228 @@
+"""Running one completion request on the engine: admission, streaming (SSE) or not,
+client disconnects, usage and llama-server-style ``timings``.
+
+Chat and text completions differ only in how choices are shaped (:class:`Shape`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from engine.runtime import jobs as J
+from engine.server import errors as E
+from engine.server.bridge import JobStream
+from engine.server.schemas import Parsed
+
+FINGERPRINT = "mtp-studio-0.1.0"
+
+
+@dataclass(frozen=True)
+class Shape:
+    object: str
+    chunk_object: str
+    id_prefix: str
+    final: Callable[[str, str], dict]  # (text, finish_reason) -> choice
+    delta: Callable[[str, bool], dict]  # (text, first) -> choice
+    end: Callable[[str], dict]  # finish_reason -> last streamed choice
+
+
+def usage(res: J.GenerateResult) -> dict:
+    return {
+        "prompt_tokens": res.prompt_tokens,
+        "completion_tokens": len(res.tokens),
+        "total_tokens": res.prompt_tokens + len(res.tokens),
+    }
+
+
+def timings(res: J.GenerateResult) -> dict:
+    """The ``timings`` object llama-server adds to every completion (plus what MTP
+    Studio knows about speculation)."""
+    s = res.stats
+    prompt_n = s.prompt_tokens - s.prompt_tokens_reused
+    return {
+        "cache_n": s.prompt_tokens_reused,
+        "prompt_n": prompt_n,
+        "prompt_ms": s.prompt_ms,
+        "prompt_per_token_ms": s.prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": prompt_n / (s.prompt_ms / 1000) if s.prompt_ms > 0 else 0.0,
+        "predicted_n": s.generated,
+        "predicted_ms": s.generation_ms,
+        "predicted_per_token_ms": s.generation_ms / s.generated if s.generated else 0.0,
+        "predicted_per_second": s.tokens_per_second,
+        "draft_n": s.drafted,
+        "draft_n_accepted": s.accepted,
+        "speculative": s.mtp == "on",
+        "sampling": "sampled" if s.sampled else "greedy",
+        "draft_depth": s.draft_depth,
+    }
+
+
+def _finish(res: J.GenerateResult) -> str:
+    return "length" if res.finish_reason in ("length", "cancelled") else "stop"
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        msg = await request.receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def _next_or_disconnect(stream: JobStream, watcher: asyncio.Task) -> Any:
+    """The next engine event, or None when the client went away."""
+    nxt = asyncio.ensure_future(stream.next())
+    done, _ = await asyncio.wait({nxt, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    if nxt in done:
+        return nxt.result()
+    nxt.cancel()
+    return None
+
+
+class _Slot:
+    """One admitted request; released exactly once (by the handler, or by the stream
+    when the response is streamed)."""
+
+    def __init__(self, state):
+        self._state = state
+        self._held = True
+        state.pending += 1
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._state.pending -= 1
+
+
+async def run(request: Request, parsed: Parsed, shape: Shape) -> Response:
+    st = request.app.state
+    settings = st.settings
+    if st.pending >= settings.max_pending:
+        raise E.HTTPError(
+            429,
+            f"Too many requests in flight ({settings.max_pending}); retry shortly.",
+            type_="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
+    slot = _Slot(st)
+    streaming = False
+    watcher: asyncio.Future | None = None
+    try:
+        try:
+            stream = JobStream(st.engine, parsed.job)
+        except Exception as e:
+            raise E.from_exception(e, settings.retry_after_s) from None
+        watcher = asyncio.ensure_future(_disconnected(request))
+        # Wait for the first token (or an error) before answering: an over-long prompt or
+        # an unknown model must be a proper HTTP error, not a broken stream.
+        first = await _until(stream, watcher, (J.Tokens, J.Done), settings.retry_after_s)
+        if first is None:
+            return Response(status_code=499)
+        cid = f"{shape.id_prefix}{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        if parsed.stream:
+            streaming = True
+            return StreamingResponse(
+                _sse(stream, [first], parsed, shape, cid, created, slot),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        final = first if isinstance(first, J.Done) else await _until(stream, watcher, (J.Done,), settings.retry_after_s)
+        if final is None:
+            return Response(status_code=499)
+        res: J.GenerateResult = final.result
+        return JSONResponse(
+            {
+                "id": cid,
+                "object": shape.object,
+                "created": created,
+                "model": parsed.model,
+                "system_fingerprint": FINGERPRINT,
+                "choices": [shape.final(res.text, _finish(res))],
+                "usage": usage(res),
+                "timings": timings(res),
+            }
+        )
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        if not streaming:
+            slot.release()
+
+
+async def _until(stream: JobStream, watcher: asyncio.Future, kinds: tuple[type, ...], retry_after_s: int) -> Any:
+    """The next event of one of ``kinds``; None (job cancelled) if the client left."""
+    while True:
+        ev = await _next_or_disconnect(stream, watcher)
+        if ev is None:
+            await stream.wait_cancelled()
+            return None
+        if isinstance(ev, J.Failed):
+            raise E.from_exception(ev.error, retry_after_s)
+        if isinstance(ev, kinds):
+            return ev
+
+
+def _event(data: dict) -> bytes:
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _sse(
+    stream: JobStream,
+    buffered: list[Any],
+    parsed: Parsed,
+    shape: Shape,
+    cid: str,
+    created: int,
+    slot: _Slot,
+) -> AsyncIterator[bytes]:
+    def chunk(choice: dict | None, **extra: Any) -> bytes:
+        data = {
+            "id": cid,
+            "object": shape.chunk_object,
+            "created": created,
+            "model": parsed.model,
+            "system_fingerprint": FINGERPRINT,
+            "choices": [choice] if choice is not None else [],
+        }
+        if parsed.include_usage:
+            data["usage"] = None
+        data.update(extra)
+        return _event(data)
+
+    first = True
+    try:
+        if shape.chunk_object == "chat.completion.chunk":
+            yield chunk(shape.delta("", True))
+            first = False
+        pending = list(buffered)
+        while True:
+            ev = pending.pop(0) if pending else await stream.next()
+            if isinstance(ev, J.Tokens):
+                if ev.text:
+                    yield chunk(shape.delta(ev.text, first))
+                    first = False
+            elif isinstance(ev, J.Failed):
+                err = E.from_exception(ev.error)
+                yield _event(E.body(err.message, err.type, err.code))
+                break
+            elif isinstance(ev, J.Done):
+                res: J.GenerateResult = ev.result
+                yield chunk(shape.end(_finish(res)), timings=timings(res))
+                if parsed.include_usage:
+                    yield chunk(None, usage=usage(res))
+                break
+        yield b"data: [DONE]\n\n"
+    finally:
+        if stream.final is None:  # the client went away mid-stream
+            stream.cancel()
+        slot.release()

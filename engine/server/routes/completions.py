@@ -1,0 +1,28 @@
+"""POST /v1/completions (prompt as text or token ids)"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from engine.server.generation import Shape, run
+from engine.server.request import json_body
+from engine.server.schemas import parse_completion
+
+SHAPE = Shape(
+    object="text_completion",
+    chunk_object="text_completion",
+    id_prefix="cmpl-",
+    final=lambda text, finish: {"index": 0, "text": text, "logprobs": None, "finish_reason": finish},
+    delta=lambda text, first: {"index": 0, "text": text, "logprobs": None, "finish_reason": None},
+    end=lambda finish: {"index": 0, "text": "", "logprobs": None, "finish_reason": finish},
+)
+
+
+async def completions(request: Request):
+    body = await json_body(request)
+    parsed = parse_completion(body, request.app.state.engine.models(), request.app.state.settings.draft_depth)
+    return await run(request, parsed, SHAPE)
+
+
+routes = [Route("/v1/completions", completions, methods=["POST"])]

@@ -1,0 +1,39 @@
+"""GET /metrics: Prometheus text format."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+
+def _line(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> list[str]:
+    out = [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+    out += [f"{name}{labels} {value:g}" for labels, value in samples]
+    return out
+
+
+async def metrics(request: Request):
+    st = request.app.state
+    c = st.engine.counters
+    drafted, accepted = c["drafted"], c["accepted"]
+    lines: list[str] = []
+    lines += _line(
+        "mtp_requests_total",
+        "counter",
+        "HTTP requests by route and status.",
+        [(f'{{route="{r}",status="{s}"}}', n) for (r, s), n in sorted(st.requests.items())] or [("", 0)],
+    )
+    lines += _line("mtp_prompt_tokens_total", "counter", "Prompt tokens processed.", [("", c["prompt_tokens"])])
+    lines += _line("mtp_generated_tokens_total", "counter", "Tokens generated.", [("", c["generated_tokens"])])
+    lines += _line("mtp_draft_tokens_total", "counter", "Tokens drafted by the MTP head.", [("", drafted)])
+    lines += _line("mtp_draft_accepted_total", "counter", "Drafted tokens the target accepted.", [("", accepted)])
+    lines += _line(
+        "mtp_acceptance_ratio", "gauge", "Accepted / drafted since start.", [("", accepted / drafted if drafted else 0.0)]
+    )
+    lines += _line("mtp_queue_depth", "gauge", "Engine jobs running or waiting.", [("", st.engine.queue_depth)])
+    lines += _line("mtp_requests_in_flight", "gauge", "Endpoint requests admitted and not finished.", [("", st.pending)])
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+routes = [Route("/metrics", metrics, methods=["GET"])]

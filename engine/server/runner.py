@@ -1,0 +1,90 @@
+"""Serving the endpoint in this process: uvicorn on its own thread and event loop.
+
+The socket is bound here first, so a busy port is a clear error at once and port 0
+(tests) yields the real port before serving starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+from engine.runtime.engine import Engine
+from engine.server.app import RequestLogFn, create_app
+from engine.server.settings import ServerSettings
+
+log = logging.getLogger("mtp_studio.server")
+
+
+class ServerThread:
+    def __init__(self, engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None):
+        self.engine = engine
+        self.settings = settings
+        self.on_request = on_request
+        self._server = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.settings.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> ServerThread:
+        import uvicorn
+
+        app = create_app(self.engine, self.settings, on_request=self.on_request)
+        family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.settings.host, self.settings.port))
+        except OSError as e:
+            sock.close()
+            raise OSError(f"cannot listen on {self.settings.host}:{self.settings.port}: {e.strerror}") from None
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=3,
+            server_header=False,
+        )
+        self._server = uvicorn.Server(config)
+        started = threading.Event()
+        server = self._server
+
+        def serve() -> None:
+            started.set()
+            server.run(sockets=[sock])
+
+        self._thread = threading.Thread(target=serve, name="mtp-server", daemon=True)
+        self._thread.start()
+        started.wait(5)
+        log.info("serving on %s (API key %s)", self.url, "set" if self.settings.api_key else "not set")
+        return self
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self._server is not None and not self._server.started:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the server did not start in time")
+            time.sleep(0.01)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._thread = None
+        self._server = None
