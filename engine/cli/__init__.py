@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "engine.cli.gguf",
     "engine.cli.bench",
     "engine.cli.serve",
+    "engine.cli.backend",
 )
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -30,12 +30,18 @@ _CONT = 5
 _last_level = logging.DEBUG
 
 
-def configure_environment(lib_path: str | None = None) -> None:
-    """Environment that must be in place before llama.cpp is loaded (also for child
-    processes started from here)."""
+def configure_environment() -> None:
+    """Environment that must be in place before llama.cpp is loaded (also inherited by
+    child processes started from here): no gdb on abort, and the selected backend build
+    (an explicit ``LLAMA_CPP_LIB_PATH`` wins; ``MTP_STUDIO_NO_BACKEND_SELECTION`` keeps
+    the installed library, for smoke tests of exactly one build)."""
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    if lib_path:
-        os.environ["LLAMA_CPP_LIB_PATH"] = lib_path
+    if "LLAMA_CPP_LIB_PATH" not in os.environ and not os.environ.get("MTP_STUDIO_NO_BACKEND_SELECTION"):
+        from engine.backends.builds import selected_lib_dir
+
+        lib_path = selected_lib_dir()
+        if lib_path:
+            os.environ["LLAMA_CPP_LIB_PATH"] = lib_path
 
 
 def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:

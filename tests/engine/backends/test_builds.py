@@ -1,0 +1,78 @@
+"""A real CPU build (pip reuses the wheel `make test` already built: llama.cpp is not
+compiled twice), its smoke test, selecting it, and a fresh process loading llama.cpp
+from the build's own folder through LLAMA_CPP_LIB_PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.backends import builds
+from engine.backends.detect import detect
+from engine.backends.plan import make_plan
+from engine.backends.smoke import run_smoke
+from engine.errors import MtpStudioError
+from tests.engine.cli_helpers import mtp_studio
+
+
+@pytest.mark.slow
+def test_cpu_build_smoke_select_and_load_from_its_folder():
+    plan = make_plan(detect(env={"PATH": "/nonexistent"}), backend="cpu")
+    assert plan.backend == "cpu" and plan.cmake_args == ""
+    lines = []
+    b = builds.build(plan, name="cpu-test", log=lines.append)
+    assert any("llama_cpp_python" in line for line in lines)
+    assert (b.lib_dir / "libllama.so").exists() and (b.lib_dir / "libggml.so").exists()
+    with pytest.raises(MtpStudioError, match="smoke test"):
+        builds.use("cpu-test")  # not proven yet
+    report = run_smoke("cpu", str(b.lib_dir))
+    assert report["ok"] and report["identical"] and report["lib_dir"] == str(b.lib_dir)
+    assert report["devices"][0]["type"] == "cpu"
+    builds.record_smoke("cpu-test", report)
+    builds.use("cpu-test")
+    assert builds.selected_lib_dir() == str(b.lib_dir)
+    try:
+        # a fresh process (the engine's way in) now loads llama.cpp from the build folder
+        env = dict(os.environ)
+        env.pop("LLAMA_CPP_LIB_PATH", None)
+        code = "from engine.backends.devices import loaded_lib_dir; print(loaded_lib_dir())"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+        assert out.strip() == str(b.lib_dir)
+        listing = json.loads(mtp_studio("backend", "list", "--json", check=True).stdout)
+        assert listing["selected"] == "cpu-test"
+        assert json.loads(mtp_studio("backend", "detect", "--json", check=True).stdout)["in_use"]["lib_dir"] == str(b.lib_dir)
+    finally:
+        mtp_studio("backend", "use", "installed", check=True)
+    assert builds.selected_lib_dir() is None
+
+
+def test_use_unknown_build():
+    with pytest.raises(MtpStudioError, match="No build named"):
+        builds.use("nope")
+    p = mtp_studio("backend", "use", "nope")
+    assert p.returncode == 1 and "No build named" in p.stderr
+
+
+def test_a_gpu_build_that_runs_on_the_cpu_fails_its_smoke_test():
+    """The installed library is a CPU build: claimed as CUDA, it must fail loudly."""
+    report = run_smoke("cuda", None)
+    assert not report["ok"] and "no GPU" in report["message"] and "run on the CPU" in report["message"]
+
+
+def test_manifest_survives_a_corrupt_file():
+    path = builds._manifest_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = path.read_text() if path.exists() else None
+    try:
+        path.write_text("{broken")
+        assert builds.load_manifest().builds == []
+        assert builds.selected_lib_dir() is None
+    finally:
+        if saved is None:
+            path.unlink()
+        else:
+            path.write_text(saved)
