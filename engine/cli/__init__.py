@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "engine.cli.bench",
     "engine.cli.serve",
     "engine.cli.backend",
+    "engine.cli.hub",
 )
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -1,0 +1,290 @@
+"""The model library: models on disk with provenance, MTP status and pairs.
+
+Each entry is a folder under the library root holding its GGUF file(s) and an
+``entry.json`` (written atomically) that says where the files came from. The index
+``library.json`` is a cache of those records: when it is lost or damaged it is rebuilt
+from the folders (reading the headers of any GGUF without a record). Nothing outside
+the library root is ever modified or deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine.errors import GGUFError, MtpStudioError
+from engine.gguf.filecopy import Copier, check_space, commit, discard, temp_path
+from engine.gguf.inspect import summarize
+from engine.gguf.shards import open_set
+from engine.gguf.validate import validate_set
+
+INDEX_VERSION = 1
+MTP_LABELS = {"none": "none", "integrated": "integrated", "head-only": "external head"}
+
+
+class LibraryError(MtpStudioError, LookupError):
+    code = "library_error"
+
+
+@dataclass
+class Entry:
+    id: str
+    name: str
+    files: list[str]  # names inside the entry folder; files[0] is what llama.cpp opens
+    kind: str  # model | head | composite
+    mtp: str  # none | integrated | external head | composite
+    size: int
+    provenance: dict
+    summary: dict = field(default_factory=dict)
+    pair: str | None = None  # the paired head (for a model) or model (for a head)
+    added: float = 0.0
+
+    def folder(self, root: Path) -> Path:
+        return root / self.id
+
+    def path(self, root: Path) -> Path:
+        return root / self.id / self.files[0]
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return s[:80] or "model"
+
+
+def _atomic_json(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def describe(first_file: Path) -> tuple[str, str, dict]:
+    """(kind, mtp label, summary) from the headers."""
+    ms = open_set(first_file)
+    report, facts = validate_set(ms)
+    if not report.valid:
+        raise GGUFError(str(report.errors[0]), file=str(first_file), code=report.errors[0].code)
+    s = summarize(ms, facts)
+    keep = ("architecture", "name", "parameters", "main_quant_type", "context_length", "embedding_length", "block_count",
+            "nextn_layers", "size_bytes")  # fmt: skip
+    summary = {k: s[k] for k in keep}
+    summary["vocab_size"] = s["tokenizer"]["vocab_size"]
+    kind = "head" if facts.kind == "head-only" else "model"
+    return kind, MTP_LABELS[facts.kind], summary
+
+
+class Library:
+    """Thread-safe for writers within one process (one lock around the index)."""
+
+    def __init__(self, root: Path | None = None, *, limit_bytes: int | None = None):
+        if root is None:
+            from engine.paths import models_dir
+
+            root = models_dir()
+        self.root = root
+        self.limit_bytes = limit_bytes
+        self._lock = threading.RLock()
+
+    @property
+    def partial_dir(self) -> Path:
+        return self.root / ".downloads"
+
+    @property
+    def _index(self) -> Path:
+        return self.root / "library.json"
+
+    # ----------------------------------------------------------------- reading
+    def entries(self) -> list[Entry]:
+        with self._lock:
+            try:
+                raw = json.loads(self._index.read_text())
+                entries = [Entry(**e) for e in raw["entries"]]
+                if all((self.root / e.id).is_dir() for e in entries):
+                    return entries
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            return self.rebuild()
+
+    def rebuild(self) -> list[Entry]:
+        """Rebuild the index from the entry folders (their records, else their headers)."""
+        with self._lock:
+            entries = []
+            if self.root.is_dir():
+                for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                    e = self._read_entry(folder)
+                    if e is not None:
+                        entries.append(e)
+            self._save(entries)
+            return entries
+
+    def _read_entry(self, folder: Path) -> Entry | None:
+        try:
+            return Entry(**json.loads((folder / "entry.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+        ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+        if not ggufs:
+            return None
+        first = next((g for g in ggufs if "-00001-of-" in g), ggufs[0])
+        try:
+            kind, mtp, summary = describe(folder / first)
+        except MtpStudioError:
+            return None
+        files = [first] + [g for g in ggufs if g != first and g.startswith(first.split("-00001-of-")[0])]
+        size = sum((folder / f).stat().st_size for f in files)
+        e = Entry(folder.name, summary.get("name") or folder.name, files, kind, mtp, size, {"source": "found"}, summary,
+                  added=folder.stat().st_mtime)  # fmt: skip
+        _atomic_json(folder / "entry.json", asdict(e))
+        return e
+
+    def _save(self, entries: list[Entry]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        _atomic_json(self._index, {"version": INDEX_VERSION, "entries": [asdict(e) for e in entries]})
+
+    def get(self, key: str) -> Entry:
+        """An entry by id or by name (unique)."""
+        entries = self.entries()
+        for e in entries:
+            if e.id == key:
+                return e
+        named = [e for e in entries if e.name == key]
+        if len(named) == 1:
+            return named[0]
+        if named:
+            raise LibraryError(f"{len(named)} models are named {key!r}; use an id: " + ", ".join(e.id for e in named))
+        raise LibraryError(f"No model {key!r} in the library (see `mtp-studio models`).")
+
+    def total_size(self) -> int:
+        return sum(e.size for e in self.entries())
+
+    def space_left(self) -> int | None:
+        """Bytes the library may still use under its size limit (None: no limit)."""
+        if self.limit_bytes is None:
+            return None
+        return max(0, self.limit_bytes - self.total_size())
+
+    def find_provenance(self, repo_id: str, revision: str, files: list[str]) -> Entry | None:
+        for e in self.entries():
+            p = e.provenance
+            if p.get("source") == "hub" and p.get("repo") == repo_id and p.get("revision") == revision:
+                if [f["path"] for f in p.get("files", [])] == files:
+                    return e
+        return None
+
+    # ----------------------------------------------------------------- writing
+    def _new_id(self, base: str) -> str:
+        base = _slug(base)
+        taken = {p.name for p in self.root.iterdir()} if self.root.is_dir() else set()
+        if base not in taken:
+            return base
+        n = 2
+        while f"{base}-{n}" in taken:
+            n += 1
+        return f"{base}-{n}"
+
+    def add(self, files: list[Path], *, name: str, provenance: dict, names: list[str] | None = None) -> Entry:
+        """Move verified files (same filesystem: atomic renames) into a new entry, as
+        ``names`` (default: their own names)."""
+        names = names or [f.name for f in files]
+        with self._lock:
+            self.root.mkdir(parents=True, exist_ok=True)
+            eid = self._new_id(name)
+            staging = self.root / f".adding-{eid}-{os.getpid()}"
+            staging.mkdir()
+            try:
+                for f, n in zip(files, names):
+                    os.replace(f, staging / n)
+                kind, mtp, summary = describe(staging / names[0])
+                size = sum((staging / n).stat().st_size for n in names)
+                e = Entry(eid, name, list(names), kind, mtp, size, provenance, summary, added=time.time())
+                _atomic_json(staging / "entry.json", asdict(e))
+                staging.rename(self.root / eid)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            entries = [x for x in self.entries() if x.id != eid] + [e]
+            self._save(entries)
+            return e
+
+    def update(self, entry: Entry) -> None:
+        with self._lock:
+            _atomic_json(self.root / entry.id / "entry.json", asdict(entry))
+            self._save([entry if x.id == entry.id else x for x in self.entries()])
+
+    def import_file(
+        self,
+        path: Path,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Entry:
+        """Copy a local GGUF (or shard set) into the library, after validating it."""
+        ms = open_set(path)
+        report, _ = validate_set(ms)
+        if not report.valid:
+            raise GGUFError(f"not imported: {report.errors[0]}", file=str(path), code=report.errors[0].code)
+        size = ms.total_size
+        check_space(self.root if self.root.exists() else self.root.parent, size)
+        if self.limit_bytes is not None and size > (self.space_left() or 0):
+            from engine.errors import DiskSpaceError
+
+            raise DiskSpaceError(size, self.space_left() or 0, f"the library (limit {self.limit_bytes} bytes)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = self.root / ".importing"
+        staging.mkdir(exist_ok=True)
+        finals = [staging / p.name for p in ms.paths]
+        temps = [temp_path(f) for f in finals]
+        copier = Copier(size, progress, cancel)
+        try:
+            for src, tmp in zip(ms.paths, temps):
+                fd_in = os.open(src, os.O_RDONLY)
+                fd_out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    copier.copy(fd_in, 0, fd_out, os.fstat(fd_in).st_size)
+                finally:
+                    os.close(fd_in)
+                    os.close(fd_out)
+            commit(temps, finals)
+            name = ms.paths[0].name.removesuffix(".gguf").split("-00001-of-")[0]
+            return self.add(finals, name=name, provenance={"source": "import", "path": str(Path(path).resolve())})
+        except BaseException:
+            discard(temps + finals)
+            raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def delete(self, key: str) -> Entry:
+        """Remove an entry's folder (only ever inside the library root)."""
+        with self._lock:
+            e = self.get(key)
+            folder = self.root / e.id
+            root = self.root.resolve()
+            if folder.is_symlink() or folder.resolve().parent != root:
+                raise LibraryError(f"refusing to delete {folder}: it is not a folder of the library")
+            shutil.rmtree(folder)
+            remaining = []
+            for x in self.entries():
+                if x.id == e.id:
+                    continue
+                if x.pair == e.id:
+                    x.pair = None
+                    _atomic_json(self.root / x.id / "entry.json", asdict(x))
+                remaining.append(x)
+            self._save(remaining)
+            return e
+
+    def pair(self, model_id: str, head_id: str) -> None:
+        with self._lock:
+            m, h = self.get(model_id), self.get(head_id)
+            m.pair, h.pair = h.id, m.id
+            self.update(m)
+            self.update(h)
+

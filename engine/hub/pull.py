@@ -1,0 +1,193 @@
+"""Pulling a model (and its MTP head) from the Hub into the library.
+
+Pick the file or shard set (by name or quantization), check a requested head against
+the target from the remote headers before any download, check the disk, download every
+file (resumable, verified), and only then move the complete set into the library: a
+sharded set is all or nothing. Offline, a pull is answered from the library.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.errors import HeadMismatchError
+from engine.hub.download import FileProgress, Target, check_space, download, partial_size
+from engine.hub.files import FileGroup
+from engine.hub.library import Entry, Library
+from engine.hub.remote import HubConfig, HubError, OfflineError, list_gguf, read_remote_header
+
+
+@dataclass
+class PullProgress:
+    """Overall progress of a pull, plus the file being fetched."""
+
+    file: FileProgress
+    done: int
+    total: int
+    started: float
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+@dataclass
+class PullResult:
+    model: Entry
+    head: Entry | None
+    already_local: bool
+
+    def to_json(self) -> dict:
+        out = {"model": self.model.__dict__, "head": self.head.__dict__ if self.head else None, "already_local": self.already_local}
+        if self.head is not None:
+            out["compose_hint"] = f"mtp-studio compose --target <model file> --head <head file> --out composite.gguf"
+        return out
+
+
+def choose_group(groups: list[FileGroup], *, file: str | None, quant: str | None, head: bool) -> FileGroup:
+    pool = [g for g in groups if g.head == head] or groups
+    if file is not None:
+        for g in groups:
+            if file in (g.name, g.name.rsplit("/", 1)[-1]) or any(file in (f.path, f.path.rsplit("/", 1)[-1]) for f in g.files):
+                return g
+        raise HubError(f"No GGUF file {file!r} in this repo. Files: " + ", ".join(g.name for g in groups))
+    if quant is not None:
+        match = [g for g in pool if (g.quant or "").upper() == quant.upper()]
+        if len(match) == 1:
+            return match[0]
+        if not match:
+            quants = sorted({g.quant for g in pool if g.quant})
+            raise HubError(f"No {quant} file in this repo; available: {', '.join(quants) or 'none recognised'}")
+        raise HubError(f"Several {quant} files: " + ", ".join(g.name for g in match) + "; pick one with --file")
+    if len(pool) == 1:
+        return pool[0]
+    what = "MTP head" if head else "model"
+    raise HubError(f"This repo has several {what} files; pick one with --file or --quant: " + ", ".join(g.name for g in pool))
+
+
+def _targets(repo: str, rev: str, group: FileGroup) -> list[Target]:
+    if not group.complete:
+        have = ", ".join(f.path for f in group.files)
+        raise HubError(
+            f"{group.name} is a set of {group.expected_shards} shards but the repo has only {len(group.files)} ({have}); "
+            "nothing was downloaded."
+        )
+    return [Target(repo, f.path, rev, f.size, f.sha256, f.blob_id) for f in group.files]
+
+
+def _check_pair(cfg: HubConfig, model: tuple[str, str, FileGroup], head: tuple[str, str, FileGroup]) -> None:
+    """Same architecture, hidden size and vocabulary, from the remote headers."""
+    m = read_remote_header(cfg, model[0], model[2].files[0].path, model[1])
+    h = read_remote_header(cfg, head[0], head[2].files[0].path, head[1])
+    if h["nextn_layers"] == 0:
+        raise HeadMismatchError(f"{head[2].name} has no NextN (MTP) layers: it is not an MTP head.")
+    for key, label in (("architecture", "architecture"), ("embedding_length", "hidden size"), ("vocab_size", "vocabulary size")):
+        if m[key] != h[key]:
+            raise HeadMismatchError(
+                f"The head does not belong to this model: {label} is {m[key]} for the model and {h[key]} for the head."
+            )
+
+
+def pull(
+    cfg: HubConfig,
+    library: Library,
+    repo_id: str,
+    *,
+    file: str | None = None,
+    quant: str | None = None,
+    revision: str | None = None,
+    head: str | None = None,
+    progress: Callable[[PullProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> PullResult:
+    """``head`` is ``REPO`` or ``REPO:FILE`` (its MTP head file)."""
+    if cfg.offline:
+        return _offline(library, repo_id, file, head)
+    rev, groups = list_gguf(cfg, repo_id, revision)
+    if not groups:
+        raise HubError(f"{repo_id} has no GGUF files.")
+    group = choose_group(groups, file=file, quant=quant, head=False)
+    plan = [(repo_id, rev, group)]
+    if head is not None:
+        head_repo, _, head_file = head.partition(":")
+        hrev, hgroups = (rev, groups) if head_repo == repo_id else list_gguf(cfg, head_repo, None)
+        hgroup = choose_group(hgroups, file=head_file or None, quant=None, head=True)
+        _check_pair(cfg, plan[0], (head_repo, hrev, hgroup))
+        plan.append((head_repo, hrev, hgroup))
+
+    sets = [(r, v, g, _targets(r, v, g)) for r, v, g in plan]
+    existing = [library.find_provenance(r, v, [t.path for t in ts]) for r, v, _, ts in sets]
+    missing = sum(t.size - partial_size(library.partial_dir, t) for (_, _, _, ts), e in zip(sets, existing) if e is None for t in ts)
+    check_space(library.root, missing, library.space_left())
+
+    total = sum(t.size for (_, _, _, ts), e in zip(sets, existing) if e is None for t in ts)
+    done_before = 0
+    started = time.monotonic()
+    entries: list[Entry] = []
+    for (r, v, g, ts), have in zip(sets, existing):
+        if have is not None:
+            entries.append(have)
+            continue
+        paths = []
+        for t in ts:
+
+            def report(fp: FileProgress, base=done_before) -> None:
+                if progress is not None:
+                    progress(PullProgress(fp, base + fp.done, total, started))
+
+            paths.append(download(cfg, t, library.partial_dir, progress=report, cancel=cancel))
+            done_before += t.size
+        # every file of the set is verified: now (and only now) it enters the library
+        name = g.name.rsplit("/", 1)[-1].removesuffix(".gguf").split("-00001-of-")[0]
+        provenance = {
+            "source": "hub",
+            "repo": r,
+            "revision": v,
+            "files": [{"path": t.path, "sha256": t.sha256, "size": t.size} for t in ts],
+            "endpoint": cfg.endpoint,
+        }
+        names = [t.path.rsplit("/", 1)[-1] for t in ts]
+        entries.append(library.add(paths, name=name, provenance=provenance, names=names))
+    model = entries[0]
+    head_entry = entries[1] if len(entries) > 1 else None
+    if head_entry is not None:
+        _check_local_pair(library, model, head_entry)
+        library.pair(model.id, head_entry.id)
+        model, head_entry = library.get(model.id), library.get(head_entry.id)
+    return PullResult(model, head_entry, all(e is not None for e in existing))
+
+
+def _check_local_pair(library: Library, model: Entry, head: Entry) -> None:
+    """The full check once the files are here: tokenizers byte-identical."""
+    from engine.gguf.validate import validate_path
+    from engine.runtime.loader import check_head_matches
+
+    _, _, mset = validate_path(model.path(library.root))
+    _, hfacts, hset = validate_path(head.path(library.root))
+    assert mset is not None and hset is not None
+    check_head_matches(mset, hset, hfacts)
+
+
+def _offline(library: Library, repo_id: str, file: str | None, head: str | None) -> PullResult:
+    def find(repo: str, name: str | None, kind: str) -> Entry | None:
+        for e in library.entries():
+            p = e.provenance
+            if p.get("source") == "hub" and p.get("repo") == repo and e.kind == kind:
+                paths = [f["path"] for f in p.get("files", [])]
+                if name is None or any(name in (x, x.rsplit("/", 1)[-1]) for x in paths):
+                    return e
+        return None
+
+    model = find(repo_id, file, "model")
+    if model is None:
+        raise OfflineError(f"Offline, and {repo_id} is not in the library yet.")
+    head_entry = None
+    if head is not None:
+        hr, _, hf = head.partition(":")
+        head_entry = find(hr, hf or None, "head")
+        if head_entry is None:
+            raise OfflineError(f"Offline, and the head {head} is not in the library yet.")
+    return PullResult(model, head_entry, True)

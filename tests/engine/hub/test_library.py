@@ -1,0 +1,80 @@
+"""The library on disk: import, delete, disk use, a manifest that rebuilds itself; and
+the hub commands of the CLI against the fake Hub."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.errors import GGUFError
+from engine.hub.library import Library, LibraryError
+from engine.hub.pull import pull
+from tests.engine.cli_helpers import mtp_studio
+
+
+def test_import_validates_and_keeps_the_source(fixtures, library, tmp_path):
+    e = library.import_file(fixtures["partial"].path)
+    assert e.kind == "model" and e.mtp == "integrated" and e.provenance["source"] == "import"
+    assert e.path(library.root).read_bytes() == fixtures["partial"].path.read_bytes()
+    assert fixtures["partial"].path.exists()
+    h = library.import_file(fixtures["partial"].head)
+    assert h.kind == "head" and h.mtp == "external head"
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(100))
+    with pytest.raises(GGUFError):
+        library.import_file(bad)
+    assert len(library.entries()) == 2 and library.total_size() == e.size + h.size
+
+
+def test_delete_never_touches_anything_outside(fixtures, library, tmp_path):
+    outside = tmp_path / "keep.txt"
+    outside.write_text("mine")
+    e = library.import_file(fixtures["full"].path)
+    folder = library.root / e.id
+    library.delete(e.id)
+    assert not folder.exists() and outside.read_text() == "mine" and fixtures["full"].path.exists()
+    with pytest.raises(LibraryError, match="No model"):
+        library.delete(e.id)
+    # an entry whose folder is a symlink to somewhere else is refused
+    (tmp_path / "elsewhere").mkdir()
+    (library.root / "evil").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    e2 = library.import_file(fixtures["full"].path)
+    library._save([e2.__class__(**{**e2.__dict__, "id": "evil"})])
+    with pytest.raises(LibraryError, match="refusing"):
+        library.delete("evil")
+    assert (tmp_path / "elsewhere").exists()
+
+
+def test_manifest_rebuilds_from_records_and_from_headers(cfg, library):
+    res = pull(cfg, library, "acme/Tiny-GGUF", quant="Q8_0", head="acme/Tiny-GGUF")
+    before = {e.id: e for e in library.entries()}
+    (library.root / "library.json").unlink()
+    after = {e.id: e for e in Library(library.root).entries()}
+    assert after == before  # provenance and the pair survive (entry.json records)
+    (library.root / "library.json").write_text("{corrupt")
+    (library.root / res.model.id / "entry.json").unlink()
+    rebuilt = {e.id: e for e in Library(library.root).entries()}
+    assert set(rebuilt) == set(before)
+    m = rebuilt[res.model.id]
+    assert m.provenance == {"source": "found"} and m.mtp == "none" and m.size == before[res.model.id].size
+
+
+def test_cli_search_pull_models_rm(hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
+    out = json.loads(mtp_studio("search", "tiny", "--files", "--json", check=True).stdout)
+    assert out[0]["repo"] == "acme/Tiny-GGUF"
+    assert {f["name"]: f["mtp_head"] for f in out[0]["files"]}["mtp-tiny-F16.gguf"] is True
+    res = json.loads(mtp_studio("pull", "acme/Sharded-GGUF", "--head", "acme/Sharded-GGUF:mtp-tiny.gguf", "--json", check=True).stdout)
+    assert len(res["model"]["files"]) == 3 and res["head"]["pair"] == res["model"]["id"]
+    models = json.loads(mtp_studio("models", "--json", check=True).stdout)
+    assert {m["id"] for m in models["models"]} == {res["model"]["id"], res["head"]["id"]}
+    assert models["total_bytes"] == res["model"]["size"] + res["head"]["size"]
+    assert mtp_studio("rm", res["head"]["id"], check=True).returncode == 0
+    models = json.loads(mtp_studio("models", "--json", check=True).stdout)
+    assert [m["pair"] for m in models["models"]] == [None]
+    p = mtp_studio("pull", "acme/Broken-GGUF")
+    assert p.returncode == 1 and "nothing was downloaded" in p.stderr
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    p = mtp_studio("search", "tiny")
+    assert p.returncode == 1 and "Offline" in p.stderr
