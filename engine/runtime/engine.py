@@ -44,13 +44,14 @@ _FINISH = {STOP_EOG: "stop", STOP_STRING: "stop", STOP_CANCELLED: "cancelled", S
 class JobHandle:
     """A submitted job. Thread-safe."""
 
-    def __init__(self, job_id: int, job: Any, on_event: EventFn | None):
+    def __init__(self, job_id: int, job: Any, on_event: EventFn | None, observers: list | None = None):
         self.id = job_id
         self.job = job
         self.cancel_event = threading.Event()
         self.done = threading.Event()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._on_event = on_event
+        self._observers = observers if observers is not None else []
         self._final: J.Done | J.Failed | None = None
 
     def cancel(self) -> None:
@@ -71,6 +72,11 @@ class JobHandle:
                 log.exception("event callback failed")
         else:
             self._events.put(event)
+        for observe in self._observers:
+            try:
+                observe(self, event)
+            except Exception:
+                log.exception("event observer failed")
         if self._final is event:
             self.done.set()
 
@@ -151,6 +157,12 @@ class Engine:
             J.Call: self._call,
         }
         self.counters = {"jobs": 0, "generated_tokens": 0, "drafted": 0, "accepted": 0, "prompt_tokens": 0}
+        self._observers: list[Callable[[JobHandle, Any], None]] = []
+
+    def observe(self, fn: Callable[[JobHandle, Any], None]) -> None:
+        """Also call ``fn(handle, event)`` for every event of every job submitted from
+        now on, on the engine thread (keep it quick). The GUI sees server traffic this way."""
+        self._observers.append(fn)
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> Engine:
@@ -191,7 +203,7 @@ class Engine:
         with self._lock:
             if self._stopping or self._thread is None:
                 raise EngineStoppedError("The engine is not running.")
-            handle = JobHandle(next(self._ids), job, on_event)
+            handle = JobHandle(next(self._ids), job, on_event, self._observers)
             try:
                 self._queue.put_nowait(handle)
             except queue.Full:

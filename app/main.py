@@ -1,0 +1,65 @@
+"""Starting the desktop app: settings, the engine thread, the bridge, the window, and
+the model to chat with (the bundled demo the first time)."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+import threading
+
+
+def _setup_logging() -> None:
+    from engine.paths import ensure, log_dir
+
+    handler = logging.handlers.RotatingFileHandler(ensure(log_dir()) / "mtp-studio.log", maxBytes=2 << 20, backupCount=3)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("llama.cpp").setLevel(logging.WARNING)
+
+    def thread_hook(args) -> None:
+        logging.getLogger("mtp_studio").error(
+            "uncaught exception in thread %s", args.thread.name if args.thread else "?",
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+        )  # fmt: skip
+
+    threading.excepthook = thread_hook
+
+
+def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None):
+    """Everything but the event loop: (QApplication, window, context). Tests use it."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.bridge import EngineBridge
+    from app.context import AppContext
+    from app.history import ChatStore
+    from app.resources import app_icon, style_sheet
+    from app.window import MainWindow
+    from engine import settings as settings_mod
+    from engine.hub.library import Library
+    from engine.runtime.engine import Engine, EngineDefaults
+
+    app = QApplication.instance() or QApplication(argv or sys.argv[:1])
+    app.setApplicationName("MTP Studio")
+    app.setOrganizationName("MTP Studio")
+    app.setWindowIcon(app_icon())
+    app.setStyleSheet(style_sheet())
+    settings = settings_mod.load(settings_path)
+    if engine is None:
+        engine = Engine(EngineDefaults(draft_depth="auto")).start()
+    limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None
+    ctx = AppContext(settings, EngineBridge(engine), Library(limit_bytes=limit), ChatStore(), settings_path=settings_path)
+    window = MainWindow(ctx)
+    return app, window, ctx
+
+
+def run_gui(argv: list[str]) -> int:
+    _setup_logging()
+    app, window, ctx = build_app(argv)
+    window.show()
+    window.models.load_startup()
+    code = app.exec()
+    ctx.bridge.engine.stop()
+    return code

@@ -1,0 +1,228 @@
+"""Performance: live graphs of what speculation is buying, and the A/B benchmark.
+
+While a reply generates (from the Chat page or the endpoint), round statistics stream
+in from the bridge; the graphs redraw at most 5 times a second: tokens/s over time,
+acceptance over time, acceptance per draft position, the accepted-length distribution,
+and MTP on vs off speed once a plain baseline exists (a reply with MTP off, or a
+benchmark run).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.context import AppContext
+from app.widgets.charts import GREEN, ORANGE, BarChart, LineChart
+from engine.runtime import jobs as J
+from engine.runtime.bench import DEFAULT_PROMPTS, bench_job, parse_depths
+from engine.runtime.stats import GenerationStats, RoundStats
+
+WINDOW_S = 1.0  # tokens/s is measured over the last second of rounds
+
+
+class PerformancePage(QWidget):
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("Page")
+        self.ctx = ctx
+        self.job: int | None = None
+        self.stats = GenerationStats()
+        self.tps_points: list[tuple[float, float]] = []
+        self.acc_points: list[tuple[float, float]] = []
+        self._recent: deque[RoundStats] = deque()
+        self._emitted = 0
+        self._dirty = False
+        self.speeds: dict[str, float] = {}  # "MTP off" / "MTP on" -> tok/s of the last reply each way
+        self.bench_job: int | None = None
+        self._build()
+        b = ctx.bridge
+        b.started.connect(self._on_started)
+        b.rounds.connect(self._on_rounds)
+        b.finished.connect(self._on_finished)
+        b.progress.connect(self._on_progress)
+        b.failed.connect(self._on_failed)
+        self._timer = QTimer(self)
+        self._timer.setInterval(200)
+        self._timer.timeout.connect(self._redraw)
+        self._timer.start()
+
+    def _build(self) -> None:
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(16, 12, 16, 8)
+        top = QHBoxLayout()
+        title = QLabel("Performance")
+        title.setObjectName("PageTitle")
+        top.addWidget(title)
+        top.addStretch(1)
+        self.summary = QLabel("Generate a reply to see live figures.")
+        self.summary.setObjectName("Figures")
+        top.addWidget(self.summary)
+        lay.addLayout(top)
+        grid = QGridLayout()
+        self.tps_chart = LineChart("Tokens per second", "tok/s")
+        self.acc_chart = LineChart("Acceptance over time", "accepted / drafted", y_max=1.0, color=GREEN)
+        self.pos_chart = BarChart("Acceptance by draft position", "acceptance", y_max=1.0, color=GREEN)
+        self.len_chart = BarChart("Accepted drafts per round", "rounds", integer=True)
+        self.onoff_chart = BarChart("MTP on vs off", "tok/s", color=ORANGE)
+        grid.addWidget(self.tps_chart, 0, 0)
+        grid.addWidget(self.acc_chart, 0, 1)
+        grid.addWidget(self.pos_chart, 1, 0)
+        grid.addWidget(self.len_chart, 1, 1)
+        grid.addWidget(self.onoff_chart, 2, 0)
+        bench = QWidget()
+        bl = QVBoxLayout(bench)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Benchmark: tokens per prompt"))
+        self.bench_tokens = QSpinBox()
+        self.bench_tokens.setRange(16, 2048)
+        self.bench_tokens.setValue(96)
+        row.addWidget(self.bench_tokens)
+        row.addWidget(QLabel("runs"))
+        self.bench_runs = QSpinBox()
+        self.bench_runs.setRange(1, 20)
+        self.bench_runs.setValue(2)
+        row.addWidget(self.bench_runs)
+        bl.addLayout(row)
+        row = QHBoxLayout()
+        self.bench_btn = QPushButton("Run A/B benchmark")
+        self.bench_btn.setObjectName("Primary")
+        self.bench_cancel = QPushButton("Cancel")
+        self.bench_cancel.setEnabled(False)
+        row.addWidget(self.bench_btn)
+        row.addWidget(self.bench_cancel)
+        bl.addLayout(row)
+        self.bench_bar = QProgressBar()
+        self.bench_bar.setVisible(False)
+        bl.addWidget(self.bench_bar)
+        self.bench_result = QLabel("Runs plain greedy against depths 1, 2, 3 and auto on the loaded model, "
+                                   "interleaved, and checks every output is identical.")  # fmt: skip
+        self.bench_result.setObjectName("Hint")
+        self.bench_result.setWordWrap(True)
+        bl.addWidget(self.bench_result, 1)
+        grid.addWidget(bench, 2, 1)
+        lay.addLayout(grid, 1)
+        self.bench_btn.clicked.connect(self.run_bench)
+        self.bench_cancel.clicked.connect(lambda: self.ctx.bridge.cancel(self.bench_job) if self.bench_job else None)
+
+    # ------------------------------------------------------------- live data
+    def _on_started(self, jid: int, job: object) -> None:
+        if isinstance(job, J.Generate):
+            self.job = jid
+            self.stats = GenerationStats()
+            self.tps_points, self.acc_points = [], []
+            self._recent.clear()
+            self._emitted = 0
+            self._mtp_on = job.mtp != "off" and job.temperature == 0
+            self._dirty = True
+
+    def _on_rounds(self, jid: int, rounds: list) -> None:
+        if jid != self.job:
+            return
+        for r in rounds:
+            self.stats.record(r)
+            self._emitted += r.emitted
+            self._recent.append(r)
+            while self._recent and r.t - self._recent[0].t > WINDOW_S:
+                self._recent.popleft()
+            span = r.t - self._recent[0].t if len(self._recent) > 1 else r.t
+            n = sum(x.emitted for x in self._recent) if len(self._recent) > 1 else self._emitted
+            if span > 0:
+                self.tps_points.append((r.t, n / span))
+            if self.stats.drafted:
+                recent_drafted = sum(x.drafted for x in self._recent)
+                if recent_drafted:
+                    self.acc_points.append((r.t, sum(x.accepted for x in self._recent) / recent_drafted))
+        self._dirty = True
+
+    def _on_finished(self, jid: int, result: object, cancelled: bool) -> None:
+        if jid == self.job and isinstance(result, J.GenerateResult):
+            s = result.stats
+            if s.generated > 8 and not s.sampled:
+                self.speeds["MTP on" if s.mtp == "on" else "MTP off"] = s.tokens_per_second
+            self.stats = s
+            self._dirty = True
+        if jid == self.bench_job:
+            self._bench_done(result, cancelled)
+
+    # ------------------------------------------------------------------ draw
+    def _redraw(self) -> None:
+        if not self._dirty or not self.isVisible():
+            return
+        self._dirty = False
+        self.tps_chart.set_points(self.tps_points)
+        self.acc_chart.set_points(self.acc_points)
+        pos = self.stats.acceptance_by_position
+        self.pos_chart.set_bars([str(i + 1) for i in range(len(pos))], pos)
+        hist = self.stats.accept_len_hist
+        self.len_chart.set_bars([str(i) for i in range(len(hist))], [float(x) for x in hist])
+        labels = sorted(self.speeds, key=lambda k: k != "MTP off")  # the baseline first
+        self.onoff_chart.set_bars(labels, [self.speeds[k] for k in labels])
+        s = self.stats
+        text = f"{s.generated} tokens · {s.tokens_per_second:.1f} tok/s"
+        if s.drafted:
+            text += f" · acceptance {s.acceptance:.2f} · mean accepted {s.mean_accept_len:.2f}"
+        on = [v for k, v in self.speeds.items() if k.startswith("MTP on")]
+        if "MTP off" in self.speeds and on and self.speeds["MTP off"] > 0:
+            text += f" · MTP speedup {on[0] / self.speeds['MTP off']:.2f}x"
+        self.summary.setText(text)
+
+    def showEvent(self, event) -> None:
+        self._dirty = True
+        super().showEvent(event)
+
+    # ------------------------------------------------------------------ bench
+    def run_bench(self) -> None:
+        if self.bench_job is not None:
+            return
+        fn = bench_job(parse_depths("0,1,2,3,auto"), list(DEFAULT_PROMPTS), self.bench_tokens.value(), self.bench_runs.value())
+        self.bench_job = self.ctx.bridge.submit(J.Call(fn, "bench")).id
+        self.bench_btn.setEnabled(False)
+        self.bench_cancel.setEnabled(True)
+        self.bench_bar.setVisible(True)
+        self.bench_bar.setValue(0)
+        self.bench_result.setText("Benchmarking… (the chat waits until it is done)")
+
+    def _on_progress(self, jid: int, fraction: float, message: str) -> None:
+        if jid == self.bench_job:
+            self.bench_bar.setValue(int(fraction * 100))
+            self.bench_bar.setFormat(message)
+
+    def _on_failed(self, jid: int, error: object) -> None:
+        if jid == self.bench_job:
+            self._bench_done(None, False)
+            if self.ctx.messages is not None:
+                self.ctx.messages.error("Benchmark failed", error)  # type: ignore[arg-type]
+
+    def _bench_done(self, result: object, cancelled: bool) -> None:
+        self.bench_job = None
+        self.bench_btn.setEnabled(True)
+        self.bench_cancel.setEnabled(False)
+        self.bench_bar.setVisible(False)
+        if cancelled or result is None:
+            self.bench_result.setText("Benchmark cancelled." if cancelled else "Benchmark failed.")
+            return
+        body = result.to_json()
+        rows = [
+            f"{a['depth']:>5}: {a['tokens_per_second_median']:7.1f} tok/s  {a['speedup']:.2f}x  acceptance {a['acceptance']:.2f}"
+            + ("" if a["identical"] else "  OUTPUT DIFFERS")
+            for a in body["arms"]
+        ]
+        verdict = "identical outputs in every arm" if body["identical"] else "MISMATCH: speculation changed the output"
+        self.bench_result.setText("<pre>" + "\n".join(rows) + f"\n{verdict}</pre>")
+        self.last_bench = body
+        base = next(a for a in body["arms"] if a["depth"] == "0")["tokens_per_second_median"]
+        best = max(body["arms"], key=lambda a: a["tokens_per_second_median"])
+        self.speeds = {"MTP off": base, f"MTP on ({best['depth']})": best["tokens_per_second_median"]}
+        self._dirty = True

@@ -1,0 +1,143 @@
+"""Server: the local OpenAI-compatible endpoint over the same engine — start/stop,
+address, API key, CORS, and a live request log (never headers, never the key)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.context import AppContext
+
+
+class _RequestRelay(QObject):
+    """Carries request-log entries from the server thread to the GUI thread."""
+
+    entry = Signal(dict)
+
+
+class ServerPage(QWidget):
+    MAX_ROWS = 500
+
+    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("Page")
+        self.ctx = ctx
+        self.server = None
+        self.relay = _RequestRelay(self)
+        self.relay.entry.connect(self._log_request)
+        s = ctx.settings.server
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(16, 12, 16, 8)
+        title = QLabel("Server")
+        title.setObjectName("PageTitle")
+        lay.addWidget(title)
+        box = QGroupBox("Local OpenAI-compatible endpoint")
+        box.setMaximumWidth(720)
+        form = QFormLayout(box)
+        self.host = QLineEdit(s.host)
+        self.port = QSpinBox()
+        self.port.setRange(1, 65535)
+        self.port.setValue(s.port)
+        self.key = QLineEdit(s.api_key)
+        self.key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key.setPlaceholderText("none (required to listen beyond this machine)")
+        key_row = QHBoxLayout()
+        key_row.addWidget(self.key, 1)
+        self.gen_key = QPushButton("Generate")
+        key_row.addWidget(self.gen_key)
+        self.cors = QLineEdit(", ".join(s.cors_origins))
+        self.cors.setPlaceholderText("off (e.g. http://localhost:3000)")
+        self.autostart = QCheckBox("Start with MTP Studio")
+        self.autostart.setChecked(s.autostart)
+        form.addRow("Address", self.host)
+        form.addRow("Port", self.port)
+        form.addRow("API key", key_row)
+        form.addRow("Allowed browser origins", self.cors)
+        form.addRow("", self.autostart)
+        lay.addWidget(box)
+        row = QHBoxLayout()
+        self.state = QLabel("stopped")
+        self.state.setObjectName("Figures")
+        row.addWidget(self.state, 1)
+        self.toggle = QPushButton("Start")
+        self.toggle.setObjectName("Primary")
+        row.addWidget(self.toggle)
+        lay.addLayout(row)
+        self.table = QTableWidget(0, 5)
+        self.table.setHorizontalHeaderLabels(["Time", "Method", "Path", "Status", "ms"])
+        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table.verticalHeader().setVisible(False)
+        hint = QLabel("Every request is listed here while the server runs: method, path, status and time; "
+                      "never headers, bodies or keys.")  # fmt: skip
+        hint.setObjectName("Hint")
+        lay.addWidget(hint)
+        lay.addWidget(self.table, 1)
+        self.toggle.clicked.connect(self.toggle_server)
+        self.gen_key.clicked.connect(lambda: (self.key.setText(secrets.token_urlsafe(24)), self.key.setEchoMode(QLineEdit.EchoMode.Normal)))
+        if s.autostart:
+            self.start()
+
+    def _settings(self):
+        from engine.server.settings import ServerSettings
+
+        s = self.ctx.settings.server
+        s.host, s.port, s.api_key = self.host.text().strip() or "127.0.0.1", self.port.value(), self.key.text().strip()
+        s.cors_origins = [o.strip() for o in self.cors.text().split(",") if o.strip()]
+        s.autostart = self.autostart.isChecked()
+        return ServerSettings(host=s.host, port=s.port, api_key=s.api_key or None, cors_origins=tuple(s.cors_origins))
+
+    def toggle_server(self) -> None:
+        self.stop() if self.server is not None else self.start()
+
+    def start(self) -> bool:
+        from engine.server.runner import ServerThread
+
+        try:
+            settings = self._settings()
+            settings.check()
+            self.server = ServerThread(self.ctx.bridge.engine, settings, on_request=self.relay.entry.emit).start()
+            self.server.wait_ready()
+        except (ValueError, OSError, TimeoutError) as e:
+            self.server = None
+            if self.ctx.messages is not None:
+                self.ctx.messages.error("Cannot start the server", e)
+            return False
+        self.state.setText(f"running at {self.server.url}/v1  ·  API key {'required' if settings.api_key else 'off'}")
+        self.toggle.setText("Stop")
+        for w in (self.host, self.port, self.key, self.cors, self.gen_key):
+            w.setEnabled(False)
+        return True
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.state.setText("stopped")
+        self.toggle.setText("Start")
+        for w in (self.host, self.port, self.key, self.cors, self.gen_key):
+            w.setEnabled(True)
+
+    def _log_request(self, e: dict) -> None:
+        self.table.insertRow(0)
+        values = [time.strftime("%H:%M:%S", time.localtime(e["time"])), e["method"], e["path"], str(e["status"]), f"{e['ms']:.0f}"]
+        for c, v in enumerate(values):
+            self.table.setItem(0, c, QTableWidgetItem(v))
+        if self.table.rowCount() > self.MAX_ROWS:
+            self.table.removeRow(self.table.rowCount() - 1)

@@ -1,0 +1,119 @@
+"""The main window: navigation, the six pages, the status bar with the loaded model."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QMainWindow,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.context import AppContext, ModelController
+from app.messages import Messages
+from app.pages.backend import BackendPage
+from app.pages.chat import ChatPage
+from app.pages.compose import ComposePage
+from app.pages.models import ModelsPage
+from app.pages.performance import PerformancePage
+from app.pages.server import ServerPage
+from app.resources import app_icon
+
+PAGES = ("chat", "models", "compose", "performance", "backend", "server")
+TITLES = {"chat": "Chat", "models": "Models", "compose": "Compose", "performance": "Performance", "backend": "Backend",
+          "server": "Server"}  # fmt: skip
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, ctx: AppContext):
+        super().__init__()
+        self.ctx = ctx
+        self.setWindowTitle("MTP Studio")
+        self.setWindowIcon(app_icon())
+        self.resize(1200, 800)
+        ctx.messages = Messages(self, self.statusBar())
+        self.models = ModelController(ctx, self)
+        self.model_label = QLabel("no model")
+        self.model_label.setObjectName("Hint")
+        self.statusBar().addPermanentWidget(self.model_label)
+
+        self.nav = QListWidget()
+        self.nav.setObjectName("Nav")
+        self.nav.setFixedWidth(190)
+        self.stack = QStackedWidget()
+        # built eagerly: the Performance page must see every reply from the start
+        self.pages = {
+            "chat": ChatPage(ctx, self.models),
+            "models": ModelsPage(ctx, self.models),
+            "compose": ComposePage(ctx, self.models),
+            "performance": PerformancePage(ctx),
+            "backend": BackendPage(ctx),
+            "server": ServerPage(ctx),
+        }
+        for i, key in enumerate(PAGES):
+            self.nav.addItem(TITLES[key])
+            self.stack.addWidget(self.pages[key])
+            sc = QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self)
+            sc.activated.connect(lambda k=key: self.show_page(k))
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+
+        side = QWidget()
+        side.setFixedWidth(190)
+        sl = QVBoxLayout(side)
+        sl.setContentsMargins(0, 0, 0, 0)
+        sl.setSpacing(0)
+        brand = QLabel("MTP Studio")
+        brand.setObjectName("Brand")
+        sub = QLabel("MTP speculative decoding")
+        sub.setObjectName("BrandSub")
+        sl.addWidget(brand)
+        sl.addWidget(sub)
+        sl.addWidget(self.nav, 1)
+        central = QWidget()
+        cl = QHBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(0)
+        cl.addWidget(side)
+        cl.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+
+        self.models.loading.connect(lambda name: self.model_label.setText(f"loading {name}…"))
+        self.models.progress.connect(lambda f, m: self.model_label.setText(f"{m} {f * 100:.0f}%"))
+        self.models.loaded.connect(self._on_loaded)
+        self.models.loadFailed.connect(self._on_load_failed)
+        w = ctx.settings.window
+        if w.geometry:
+            self.restoreGeometry(QByteArray.fromBase64(w.geometry.encode()))
+        self.show_page(w.page if w.page in PAGES else "chat")
+
+    def show_page(self, key: str) -> None:
+        self.nav.setCurrentRow(PAGES.index(key))
+
+    @property
+    def current_page(self) -> str:
+        return PAGES[self.stack.currentIndex()]
+
+    def _on_loaded(self, info: dict) -> None:
+        self.model_label.setText(f"{info['name']} · MTP {info['mtp']} · ctx {info['n_ctx']}")
+        self.ctx.messages.status(f"Loaded {info['name']}")  # type: ignore[union-attr]
+
+    def _on_load_failed(self, error) -> None:
+        self.model_label.setText("no model loaded")
+        self.ctx.messages.error("The model could not be loaded", error)  # type: ignore[union-attr]
+
+    def closeEvent(self, event) -> None:
+        chat = self.pages["chat"]
+        if chat.job is not None:
+            chat.stop()
+        self.pages["server"].stop()
+        w = self.ctx.settings.window
+        w.geometry = bytes(self.saveGeometry().toBase64()).decode()
+        w.page = self.current_page
+        self.ctx.save_settings()
+        super().closeEvent(event)
+

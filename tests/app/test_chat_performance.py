@@ -1,0 +1,108 @@
+"""Chat and Performance pages through their real widgets on a real engine."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from engine.synth.demo import SENTENCE, demo_model_path
+from tests.app.conftest import load, wait_idle
+
+
+def test_two_turn_conversation_on_the_demo_model(qtbot, window):
+    load(qtbot, window, demo_model_path())
+    chat = window.pages["chat"]
+    for i, text in enumerate(["Hello!", "And then?"]):
+        chat.input.setPlainText(text)
+        qtbot.mouseClick(chat.send_btn, Qt.MouseButton.LeftButton)
+        assert chat.job is not None and not chat.send_btn.isEnabled() and chat.stop_btn.isEnabled()
+        wait_idle(qtbot, chat)
+        assert [m["role"] for m in chat.conv.messages] == ["user", "assistant"] * (i + 1)
+        assert chat.conv.messages[-1]["content"] == "".join(SENTENCE)
+    assert "".join(SENTENCE) in chat.transcript.toPlainText()
+    assert "acceptance" in chat.figures.text() and "tok/s" in chat.figures.text()
+    assert chat.history.count() == 1 and chat.history.item(0).text() == "Hello!"
+
+
+def test_stop_mid_stream_then_continue(qtbot, window, fixtures):
+    load(qtbot, window, fixtures["partial"].path, "integrated")
+    window.ctx.settings.chat.max_tokens = 3000  # the partial model never ends on its own
+    chat = window.pages["chat"]
+    chat.input.setPlainText("Tell me everything")
+    chat.send()
+    qtbot.waitUntil(lambda: chat._live_tokens > 20, timeout=20000)
+    qtbot.keyClick(chat.input, Qt.Key.Key_Escape)
+    wait_idle(qtbot, chat)
+    last = chat.conv.messages[-1]
+    assert last["role"] == "assistant" and last["stats"]["stopped"] is True
+    assert 0 < last["stats"]["tokens"] < 3000 and "stopped" in chat.figures.text()
+    window.ctx.settings.chat.max_tokens = 16
+    chat.input.setPlainText("Short answer please")
+    chat.send()
+    wait_idle(qtbot, chat)
+    assert chat.conv.messages[-1]["stats"]["tokens"] == 16 and not chat.conv.messages[-1]["stats"]["stopped"]
+
+
+def test_graphs_follow_the_engine_stats(qtbot, window, fixtures):
+    load(qtbot, window, fixtures["partial"].path, "integrated")
+    window.ctx.settings.chat.max_tokens = 200
+    chat, perf = window.pages["chat"], window.pages["performance"]
+    chat.depth.setCurrentText("3")
+    results = []
+    window.ctx.bridge.finished.connect(lambda jid, res, c: results.append(res))
+    chat.input.setPlainText("Graph me")
+    chat.send()
+    wait_idle(qtbot, chat)
+    window.show_page("performance")
+    stats = results[-1].stats
+    perf._redraw()
+    assert perf.stats.accept_len_hist == stats.accept_len_hist and perf.stats.drafted == stats.drafted > 0
+    assert perf.pos_chart.values() == stats.acceptance_by_position and len(perf.pos_chart.values()) == 3
+    assert perf.len_chart.values() == [float(x) for x in stats.accept_len_hist]
+    pts = perf.tps_chart.points()
+    assert len(pts) > 10 and all(b[0] >= a[0] for a, b in zip(pts, pts[1:])) and all(y > 0 for _, y in pts)
+    assert all(0.0 <= y <= 1.0 for _, y in perf.acc_chart.points())
+    assert perf.speeds.get("MTP on") == stats.tokens_per_second
+    # a plain reply gives the MTP-off baseline bar
+    chat.source.setCurrentIndex(chat.source.findData("off"))
+    chat.input.setPlainText("Again without MTP")
+    chat.send()
+    wait_idle(qtbot, chat)
+    perf._redraw()
+    assert perf.onoff_chart.labels() == ["MTP off", "MTP on"] and results[-1].stats.drafted == 0
+    assert "MTP speedup" in perf.summary.text()
+
+
+def test_depth_and_source_controls_change_the_figures(qtbot, window, fixtures):
+    load(qtbot, window, fixtures["full"].path, "integrated")
+    window.ctx.settings.chat.max_tokens = 40
+    chat = window.pages["chat"]
+    chat.depth.setCurrentText("1")
+    chat.input.setPlainText("one")
+    chat.send()
+    wait_idle(qtbot, chat)
+    assert "depth 1" in chat.figures.text() and "acceptance 1.00" in chat.figures.text()
+    chat.depth.setCurrentText("4")
+    chat.input.setPlainText("two")
+    chat.send()
+    wait_idle(qtbot, chat)
+    assert "depth 4" in chat.figures.text()
+    # the source is a load-time choice: switching to external without a head reloads with auto
+    with qtbot.waitSignal(window.models.loaded, timeout=30000):
+        chat.source.setCurrentIndex(chat.source.findData("integrated"))
+        window.models.reload("integrated")
+    assert window.models.current["mtp"] == "integrated"
+    assert window.ctx.settings.mtp.depth == "4"
+
+
+def test_bench_from_the_performance_page(qtbot, window, fixtures):
+    load(qtbot, window, fixtures["full"].path, "integrated")
+    perf = window.pages["performance"]
+    window.show_page("performance")
+    perf.bench_tokens.setValue(16)
+    perf.bench_runs.setValue(1)
+    qtbot.mouseClick(perf.bench_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: perf.bench_job is None, timeout=60000)
+    assert "identical outputs in every arm" in perf.bench_result.text()
+    assert [a["depth"] for a in perf.last_bench["arms"]] == ["0", "1", "2", "3", "auto"]
+    perf._redraw()
+    assert perf.onoff_chart.labels()[0] == "MTP off" and len(perf.onoff_chart.values()) == 2

@@ -1,0 +1,264 @@
+"""Models, Compose, Backend and Server pages, settings that survive a restart, and the
+bridge keeping the event loop free."""
+
+from __future__ import annotations
+
+import httpx2
+from PySide6.QtCore import Qt
+
+from engine.hub.remote import HubConfig, list_gguf
+from engine.runtime import jobs as J
+from tests.app.conftest import load, wait_idle
+from tests.engine.hub.fakehub import Fault, FakeHub, FakeHubServer
+
+
+# ------------------------------------------------------------------- compose
+def test_compose_two_fixture_files_from_the_page(qtbot, window, fixtures, tmp_path):
+    from dataclasses import replace
+
+    from engine.synth.qwen35 import build_model
+    from tests.models import RECIPES
+
+    build_model(replace(RECIPES["partial"], n_merges=150), tmp_path / "o.gguf", head_path=tmp_path / "mtp-o.gguf")
+    page = window.pages["compose"]
+    window.show_page("compose")
+    page.target.set_path(str(fixtures["partial"].trunk))
+    assert not page.compose_btn.isEnabled()
+    page.head.set_path(str(tmp_path / "mtp-o.gguf"))  # another model's head: refused, in plain words
+    assert "Not compatible: Vocabulary mismatch" in page.check.text() and not page.compose_btn.isEnabled()
+    page.head.set_path(str(fixtures["partial"].head))
+    assert "Compatible: qwen35, 4 trunk blocks + 1 NextN block(s)" in page.check.text()
+    qtbot.mouseClick(page.compose_btn, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.task is None, timeout=30000)
+    assert "Validation: passed" in page.report.toPlainText()
+    entry = page.result
+    assert entry.mtp == "composite" and entry.kind == "composite"
+    assert entry.path(window.ctx.library.root).read_bytes() == fixtures["partial"].path.read_bytes()
+    with qtbot.waitSignal(window.models.loaded, timeout=30000):
+        qtbot.mouseClick(page.load_btn, Qt.MouseButton.LeftButton)
+    assert window.models.current["mtp"] == "integrated"
+
+
+def test_compose_cancel_writes_nothing(qtbot, window, fixtures):
+    page = window.pages["compose"]
+    page.target.set_path(str(fixtures["random"].trunk))
+    page.head.set_path(str(fixtures["random"].head))
+    task = page.compose()
+    task.cancel()
+    qtbot.waitUntil(lambda: page.task is None, timeout=30000)
+    text = page.report.toPlainText()
+    assert "Cancelled" in text or "Composed" in text  # a tiny file may finish before the cancel lands
+    if "Cancelled" in text:
+        assert window.ctx.library.entries() == []
+
+
+# -------------------------------------------------------------------- models
+def test_models_page_search_pull_with_progress_pause_resume(qtbot, window, fixtures, monkeypatch):
+    hub = FakeHub()
+    hub.add_repo(
+        "acme/Tiny-GGUF",
+        {"tiny-Q8_0.gguf": fixtures["partial"].trunk, "mtp-tiny.gguf": fixtures["partial"].head},
+        downloads=5,
+    )
+    hub.faults["tiny-Q8_0.gguf"] = Fault(slow=0.03, times=10**6)
+    with FakeHubServer(hub):
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        page = window.pages["models"]
+        window.show_page("models")
+        page.query.setText("tiny")
+        qtbot.mouseClick(page.search_btn, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: page.repos.count() == 1 and page.repos.item(0).data(Qt.ItemDataRole.UserRole) is not None, timeout=10000)
+        page.repos.setCurrentRow(0)
+        qtbot.waitUntil(lambda: page.files.count() == 2, timeout=10000)
+        assert "MTP head" in page.files.item(1).text()
+        page.files.setCurrentRow(0)
+        qtbot.waitUntil(lambda: "qwen35" in page.file_info.text(), timeout=10000)
+        assert page.pull_head_btn.isEnabled()
+        qtbot.mouseClick(page.pull_head_btn, Qt.MouseButton.LeftButton)
+        row = page.rows[-1]
+        qtbot.waitUntil(lambda: row.bar.value() > 50, timeout=20000)
+        assert "/s" in row.info.text()
+        qtbot.mouseClick(row.pause_btn, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: row.state == "paused", timeout=10000)
+        paused_at = row.bar.value()
+        assert row.pause_btn.text() == "Resume" and window.ctx.library.entries() == []
+        del hub.faults["tiny-Q8_0.gguf"]
+        with qtbot.waitSignal(row.finished, timeout=30000):
+            qtbot.mouseClick(row.pause_btn, Qt.MouseButton.LeftButton)
+        resumed = [g for g in hub.gets("tiny-Q8_0.gguf") if g.range and not g.range.startswith("bytes=0-")]
+        assert resumed and paused_at > 0
+    entries = window.ctx.library.entries()
+    assert {e.kind for e in entries} == {"model", "head"}
+    assert page.table.rowCount() == 2 and not page.empty.isVisible()
+    page.table.selectRow([i for i in range(2) if page.table.item(i, 1).text() == "none"][0])
+    assert "qwen35" in page.details.toHtml() and page.load_btn.isEnabled()
+    with qtbot.waitSignal(window.models.loaded, timeout=30000):
+        qtbot.mouseClick(page.load_btn, Qt.MouseButton.LeftButton)
+    assert window.models.current["mtp"] == "external"  # the paired head is used
+    page.delete_selected(confirm=False)
+    assert len(window.ctx.library.entries()) == 1
+
+
+def test_models_page_import_and_cancel_download(qtbot, window, fixtures, monkeypatch):
+    page = window.pages["models"]
+    task = page.import_file(fixtures["eos"].path)
+    qtbot.waitUntil(lambda: not task.running and page.table.rowCount() == 1, timeout=10000)
+    hub = FakeHub()
+    hub.add_repo("acme/Slow-GGUF", {"slow-Q8_0.gguf": fixtures["random"].path})
+    hub.faults["slow-Q8_0.gguf"] = Fault(slow=0.05, times=10**6)
+    with FakeHubServer(hub):
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        rev, groups = list_gguf(HubConfig.from_env(), "acme/Slow-GGUF")
+        page._show_files("acme/Slow-GGUF", rev, groups)
+        page.files.setCurrentRow(0)
+        row = page.pull(with_head=False)
+        qtbot.waitUntil(lambda: row.bar.value() > 0, timeout=10000)
+        qtbot.mouseClick(row.cancel_btn, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: row.state == "cancelled", timeout=10000)
+    assert "removed" in row.info.text()
+    assert not list(window.ctx.library.partial_dir.rglob("*.part"))
+    assert len(window.ctx.library.entries()) == 1
+
+
+# -------------------------------------------------------------- server/backend
+def test_server_page_start_request_log_stop(qtbot, window, fixtures):
+    load(qtbot, window, fixtures["full"].path, "integrated")
+    page = window.pages["server"]
+    page.host.setText("127.0.0.1")
+    page.port.setValue(_free_port())
+    assert page.start()
+    url = page.server.url
+    r = httpx2.post(url + "/v1/completions", json={"model": "full", "prompt": "Hi", "max_tokens": 4})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+    qtbot.waitUntil(lambda: page.table.rowCount() == 1, timeout=5000)
+    assert [page.table.item(0, c).text() for c in (1, 2, 3)] == ["POST", "/v1/completions", "200"]
+    page.stop()
+    assert page.server is None and page.toggle.text() == "Start"
+    page.host.setText("0.0.0.0")
+    page.key.setText("")
+    assert not page.start()  # beyond loopback without a key: refused, with a message
+    assert "API key" in window.statusBar().currentMessage()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_backend_page_shows_what_is_in_use(qtbot, window):
+    page = window.pages["backend"]
+    window.show_page("backend")
+    qtbot.waitUntil(lambda: page.plan is not None, timeout=20000)
+    assert "OS" in page.hardware.toPlainText() and "In use" in page.plan_view.toPlainText()
+    assert page.table.item(0, 0).text() == "installed" and page.table.item(0, 3).text() == "yes"
+    assert page.build_btn.text().startswith("Build CPU")
+
+
+# ---------------------------------------------------------- settings/restart
+def test_settings_and_history_survive_a_restart(qtbot, settings_path, tmp_path, monkeypatch, fixtures):
+    monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
+    from app.main import build_app
+
+    _, win, ctx = build_app(settings_path=settings_path)
+    qtbot.addWidget(win)
+    load(qtbot, win, fixtures["eos"].path, "integrated")
+    chat = win.pages["chat"]
+    chat.depth.setCurrentText("2")
+    chat.system.setPlainText("Be terse.")
+    chat.input.setPlainText("remember me")
+    chat.send()
+    wait_idle(qtbot, chat)
+    win.resize(900, 700)
+    win.show_page("performance")
+    win.close()
+    ctx.bridge.engine.stop()
+
+    _, win2, ctx2 = build_app(settings_path=settings_path)
+    qtbot.addWidget(win2)
+    chat2 = win2.pages["chat"]
+    assert chat2.depth.currentText() == "2" and chat2.system.toPlainText() == "Be terse."
+    assert win2.current_page == "performance" and ctx2.settings.last_model == str(fixtures["eos"].path)
+    assert chat2.history.count() == 1 and chat2.history.item(0).text() == "remember me"
+    chat2.history.setCurrentRow(0)
+    assert "remember me" in chat2.transcript.toPlainText()
+    win2.close()
+    ctx2.bridge.engine.stop()
+
+
+def test_migrates_old_settings(tmp_path):
+    import json
+
+    from engine import settings as S
+
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"schema_version": 1, "draft_depth": 3, "mtp_source": "external", "server_port": 9000, "junk": 1}))
+    s = S.load(p)
+    assert (s.mtp.depth, s.mtp.source, s.server.port, s.schema_version) == ("3", "external", 9000, S.SCHEMA_VERSION)
+    p.write_text("{broken")
+    assert S.load(p).schema_version == S.SCHEMA_VERSION and (tmp_path / "s.json.bad").exists()
+
+
+# ------------------------------------------------------------- responsiveness
+def test_bridge_coalesces_a_flood_of_tokens(qtbot, window):
+    bridge = window.ctx.bridge
+    got, emissions = [], []
+    bridge.tokens.connect(lambda jid, text, n: (got.append(text), emissions.append(n)))
+
+    def flood(state, cancel, emit):
+        for i in range(20000):
+            emit(J.Tokens((i,), "x"))
+
+    with qtbot.waitSignal(bridge.finished, timeout=30000):
+        bridge.submit(J.Call(flood))
+    assert "".join(got) == "x" * 20000 and sum(emissions) == 20000
+    assert len(emissions) < 2000  # merged: the event loop saw far fewer updates than tokens
+
+
+def test_errors_reach_the_user_through_one_place(qtbot, window, tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model at all")
+    with qtbot.waitSignal(window.models.loadFailed, timeout=10000):
+        window.models.load(bad)
+    dialogs = window.ctx.messages.open_dialogs
+    assert dialogs and "not a GGUF file" in dialogs[-1].text()
+    assert "could not be loaded" in window.statusBar().currentMessage()
+    for d in dialogs:
+        d.close()
+
+
+def test_many_signals_do_not_corrupt_the_interpreter():
+    """PySide6 6.12.0's emit() drops a reference to True per call and aborts the process
+    after enough signals; the pinned version must not."""
+    from PySide6.QtCore import QObject, Signal
+
+    class Emitter(QObject):
+        ping = Signal()
+
+    e = Emitter()
+    for _ in range(300_000):
+        e.ping.emit()
+    assert True is not False  # still alive
+
+
+def test_window_starts_quickly_and_lazily(tmp_path):
+    """The window comes up without importing the heavy parts (llama.cpp, numpy-heavy
+    runtime, huggingface_hub, matplotlib); they load on the engine thread or on demand."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys, time; os.environ['QT_QPA_PLATFORM']='offscreen'; t=time.perf_counter()\n"
+        "from app.main import build_app\n"
+        "app, w, ctx = build_app(); w.show(); app.processEvents()\n"
+        "print(time.perf_counter()-t)\n"
+        "print('loaded=' + ','.join(m for m in ('llama_cpp','huggingface_hub','matplotlib','starlette') if m in sys.modules))\n"
+        "ctx.bridge.engine.stop()\n"
+    )
+    env = dict(__import__("os").environ, MTP_STUDIO_HOME=str(tmp_path / "h"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    seconds, loaded = out.stdout.strip().splitlines()
+    assert loaded == "loaded=" and float(seconds) < 10  # timing goals live in `mtp-studio bench gui`; this guards laziness
+
