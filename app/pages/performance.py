@@ -42,6 +42,7 @@ class PerformancePage(QWidget):
         self.tps_points: list[tuple[float, float]] = []
         self.acc_points: list[tuple[float, float]] = []
         self._recent: deque[RoundStats] = deque()
+        self._recent_sums = [0, 0, 0]  # emitted, drafted, accepted over _recent
         self._emitted = 0
         self._dirty = False
         self.speeds: dict[str, float] = {}  # "MTP off" / "MTP on" -> tok/s of the last reply each way
@@ -123,6 +124,7 @@ class PerformancePage(QWidget):
             self.stats = GenerationStats()
             self.tps_points, self.acc_points = [], []
             self._recent.clear()
+            self._recent_sums = [0, 0, 0]
             self._emitted = 0
             self._mtp_on = job.mtp != "off" and job.temperature == 0
             self._dirty = True
@@ -130,20 +132,25 @@ class PerformancePage(QWidget):
     def _on_rounds(self, jid: int, rounds: list) -> None:
         if jid != self.job:
             return
+        sums = self._recent_sums
         for r in rounds:
             self.stats.record(r)
             self._emitted += r.emitted
             self._recent.append(r)
-            while self._recent and r.t - self._recent[0].t > WINDOW_S:
-                self._recent.popleft()
+            sums[0] += r.emitted
+            sums[1] += r.drafted
+            sums[2] += r.accepted
+            while r.t - self._recent[0].t > WINDOW_S:
+                old = self._recent.popleft()
+                sums[0] -= old.emitted
+                sums[1] -= old.drafted
+                sums[2] -= old.accepted
             span = r.t - self._recent[0].t if len(self._recent) > 1 else r.t
-            n = sum(x.emitted for x in self._recent) if len(self._recent) > 1 else self._emitted
+            n = sums[0] if len(self._recent) > 1 else self._emitted
             if span > 0:
                 self.tps_points.append((r.t, n / span))
-            if self.stats.drafted:
-                recent_drafted = sum(x.drafted for x in self._recent)
-                if recent_drafted:
-                    self.acc_points.append((r.t, sum(x.accepted for x in self._recent) / recent_drafted))
+            if sums[1]:
+                self.acc_points.append((r.t, sums[2] / sums[1]))
         self._dirty = True
 
     def _on_finished(self, jid: int, result: object, cancelled: bool) -> None:

@@ -1,0 +1,128 @@
+"""Screenshots of every page for the README, taken offscreen with ``QWidget.grab()``.
+
+    python -m tools.screenshots docs/screenshots
+
+Builds a realistic state first: the demo model in a two-turn chat, a partly accepting
+model streaming into the Performance page, a model and its head in the library, a
+compatible pair on the Compose page, and the endpoint serving a few requests.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    home = tempfile.mkdtemp(prefix="mtp-shots-")
+    os.environ["MTP_STUDIO_HOME"] = home
+    import httpx2
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from app.main import build_app
+    from engine.synth.benchmodel import bench_spec
+    from engine.synth.qwen35 import build_model
+
+    def wait(ms: int) -> None:
+        loop = QEventLoop()
+        QTimer.singleShot(ms, loop.quit)
+        loop.exec()
+
+    def until(cond, limit_ms: int = 60000) -> None:
+        waited = 0
+        while not cond() and waited < limit_ms:
+            wait(50)
+            waited += 50
+
+    models = Path(home) / "src"
+    models.mkdir()
+    spec = bench_spec(64, 0.8, seed=11)
+    spec = spec.__class__(**{**spec.__dict__, "name": "Qwen3.5-style 64 MB (constructed, 80% draft acceptance)"})
+    built = build_model(spec, models / "qwen35-mini-F16.gguf", trunk_path=models / "qwen35-mini-trunk-F16.gguf",
+                        head_path=models / "mtp-qwen35-mini-F16.gguf")  # fmt: skip
+    app, w, ctx = build_app()
+    w.resize(1280, 820)
+    w.show()
+    w.models.load_startup()
+    until(lambda: w.models.current is not None)
+    lib = ctx.library
+    lib.import_file(built.trunk)
+    lib.import_file(built.head)
+    entries = {e.kind: e for e in lib.entries()}
+    lib.pair(entries["model"].id, entries["head"].id)
+    w.pages["models"].refresh()
+    w.pages["models"].table.selectRow(0)
+
+    chat = w.pages["chat"]
+    for text in ("Hello! What can you do?", "What is speculative decoding?"):
+        chat.input.setPlainText(text)
+        chat.send()
+        until(lambda: chat.job is None)
+    w.show_page("chat")
+    wait(300)
+    w.grab().save(str(out / "chat.png"))
+
+    w.models.load(built.integrated, source="integrated")
+    until(lambda: w.models.current is not None and w.models.current.get("name") == "qwen35-mini-F16")
+    ctx.settings.chat.max_tokens = 400
+    chat.depth.setCurrentText("auto")
+    chat.new_chat()
+    chat.input.setPlainText("Write a long story.")
+    chat.send()
+    until(lambda: chat.job is None)
+    chat.source.setCurrentIndex(chat.source.findData("off"))
+    chat.input.setPlainText("Again, without MTP.")
+    chat.send()
+    until(lambda: chat.job is None)
+    chat.source.setCurrentIndex(chat.source.findData("auto"))
+    until(lambda: not w.models.busy)
+    chat.input.setPlainText("Once more with MTP.")
+    chat.send()
+    until(lambda: chat.job is None)
+    w.show_page("performance")
+    wait(600)
+    w.grab().save(str(out / "performance.png"))
+
+    w.show_page("models")
+    wait(300)
+    w.grab().save(str(out / "models.png"))
+
+    comp = w.pages["compose"]
+    w.show_page("compose")
+    comp.target.set_path(str(entries["model"].path(lib.root)))
+    comp.head.set_path(str(entries["head"].path(lib.root)))
+    comp.compose()
+    until(lambda: comp.task is None)
+    wait(300)
+    w.grab().save(str(out / "compose.png"))
+
+    w.show_page("backend")
+    until(lambda: w.pages["backend"].plan is not None)
+    wait(300)
+    w.grab().save(str(out / "backend.png"))
+
+    srv = w.pages["server"]
+    w.show_page("server")
+    srv.port.setValue(18080)
+    srv.start()
+    name = w.models.current["name"]
+    httpx2.get(srv.server.url + "/v1/models")
+    httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32})
+    httpx2.post(srv.server.url + "/v1/completions", json={"model": "gpt-4o", "prompt": "hi"})
+    httpx2.get(srv.server.url + "/health")
+    wait(500)
+    w.grab().save(str(out / "server.png"))
+    srv.stop()
+    ctx.bridge.engine.stop()
+    print(f"screenshots in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
