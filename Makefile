@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 export GGML_NO_BACKTRACE := 1
 
-.PHONY: run test venv clean
+.PHONY: run test venv clean package package-test
 
 run: $(STAMP)
 	$(VENV)/bin/mtp-studio
@@ -31,6 +31,15 @@ $(STAMP): pyproject.toml | $(PY)
 	CMAKE_ARGS="$${CMAKE_ARGS:-$$($(PYTHON) -m engine.backends.plan --cmake-args 2>/dev/null)}" \
 		$(PY) -m pip install -e '.[test]'
 	@touch $@
+
+# A self-contained one-folder app (PyInstaller) and, on Linux, a tarball with a .desktop
+# entry, the icon and an install script; macOS: MTP Studio.app. See README, Packaging.
+package: $(STAMP)
+	$(PY) packaging/build.py
+
+# builds the package and runs the frozen binary's self-test (also part of `make test`)
+package-test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests/packaging -m packaging -v
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

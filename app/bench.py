@@ -20,28 +20,40 @@ import time
 from pathlib import Path
 
 
-def startup_seconds(runs: int = 3) -> list[float]:
-    """Wall time from process launch to the first paint of the window."""
-    code = (
-        "import os; os.environ.setdefault('QT_QPA_PLATFORM', 'offscreen')\n"
-        "from app.main import build_app\n"
-        "from PySide6.QtCore import QTimer\n"
-        "app, w, ctx = build_app(); w.show(); w.models.load_startup()\n"
-        "QTimer.singleShot(0, lambda: (print('painted', flush=True), app.quit()))\n"
-        "app.exec(); ctx.bridge.engine.stop()\n"
-    )
+def drop_page_cache() -> bool:
+    """Evict cached file pages (Linux, root) so the next start reads from disk."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def startup_seconds(command: list[str] | None = None, runs: int = 3, cold: bool = False) -> list[float]:
+    """Wall time from process launch to the window's first turn of the event loop after
+    it is shown (``MTP_STUDIO_QUIT_AFTER_PAINT``), each run as a first-time user (empty
+    settings). ``command`` defaults to this source install; pass a frozen binary to time
+    the package. ``cold``: drop the page cache before each run."""
+    command = command or [sys.executable, "-m", "app.launcher"]
     out = []
     for _ in range(runs):
+        if cold and not drop_page_cache():
+            raise SystemExit("cannot drop the page cache here (needs Linux and root); run without --cold")
         with tempfile.TemporaryDirectory() as home:
-            env = dict(os.environ, MTP_STUDIO_HOME=home)
+            env = dict(os.environ, MTP_STUDIO_HOME=home, MTP_STUDIO_QUIT_AFTER_PAINT="1", QT_QPA_PLATFORM="offscreen")
             t = time.perf_counter()
-            p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+            p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             assert p.stdout is not None
+            painted = None
             for line in p.stdout:
-                if line.startswith("painted"):
-                    out.append(time.perf_counter() - t)
+                if line.startswith("mtp-studio: window painted"):
+                    painted = time.perf_counter() - t
                     break
-            p.wait()
+            _, err = p.communicate()
+            if p.returncode != 0 or painted is None:
+                raise SystemExit(f"{' '.join(command)} exited {p.returncode} before painting its window:\n{err}")
+            out.append(painted)
     return out
 
 
@@ -96,9 +108,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m app.bench")
     ap.add_argument("--tokens", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--binary", help="time this executable's start instead (e.g. build/dist/mtp-studio/mtp-studio)")
+    ap.add_argument("--cold", action="store_true", help="drop the page cache before each start (Linux, root)")
+    ap.add_argument("--startup-only", action="store_true")
     a = ap.parse_args()
-    starts = startup_seconds(a.runs)
-    print(f"launch to painted window (demo model): median {statistics.median(starts):.2f} s  ({', '.join(f'{s:.2f}' for s in starts)})")
+    what = a.binary or "source install"
+    for cold in ([True] if a.cold else []) + [False]:
+        starts = startup_seconds([a.binary] if a.binary else None, a.runs, cold=cold)
+        label = "cold page cache" if cold else "warm page cache"
+        print(
+            f"launch to painted window ({what}, {label}, demo model): median {statistics.median(starts):.2f} s  "
+            f"({', '.join(f'{s:.2f}' for s in starts)})"
+        )
+    if a.startup_only:
+        return 0
     worst, median, n, tps = worst_stall(a.tokens)
     print(f"event loop while streaming {n} tokens at {tps:.0f} tok/s: worst stall {worst:.0f} ms, median tick gap {median:.1f} ms")
     return 0

@@ -80,9 +80,13 @@ class ModelController(QObject):
         self._job = self.ctx.bridge.submit(J.LoadModel(spec)).id
         self.loading.emit(Path(path).name)
 
-    def load_startup(self) -> None:
+    def load_startup(self, model: str | Path | None = None) -> None:
+        """The model named on the command line (or opened from the file manager), else
+        the last one used, else the bundled demo."""
         s = self.ctx.settings
-        if s.last_model and Path(s.last_model).exists():
+        if model is not None:
+            self.load(model)
+        elif s.last_model and Path(s.last_model).exists():
             self.load(s.last_model, s.last_head if s.last_head and Path(s.last_head).exists() else None)
         else:
             self.load(demo_model_path())

@@ -12,7 +12,7 @@ GUI_FLAGS = {"--gui", "--demo"}
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in GUI_FLAGS or argv[0].startswith("--model="):
+    if not argv or argv[0] in GUI_FLAGS or argv[0].startswith("--model=") or argv[0].lower().endswith(".gguf"):
         from app.main import run_gui
 
         return run_gui(argv)

@@ -55,11 +55,44 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     return app, window, ctx
 
 
+def model_argument(argv: list[str]) -> str | None:
+    """``mtp-studio MODEL.gguf`` or ``--model=MODEL.gguf`` (what a file manager passes)."""
+    for arg in argv:
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+        if arg.lower().endswith(".gguf"):
+            return arg
+    return None
+
+
+def install_file_open_handler(app, models) -> object:
+    """macOS delivers "Open With MTP Studio" and drops on the Dock icon as QFileOpenEvent."""
+    from PySide6.QtCore import QEvent, QObject
+
+    class FileOpenFilter(QObject):
+        def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt's name
+            if event.type() == QEvent.Type.FileOpen and event.file().lower().endswith(".gguf"):
+                models.load(event.file())
+                return True
+            return False
+
+    handler = FileOpenFilter(app)
+    app.installEventFilter(handler)
+    return handler
+
+
 def run_gui(argv: list[str]) -> int:
+    import os
+
     _setup_logging()
     app, window, ctx = build_app(argv)
+    install_file_open_handler(app, window.models)
     window.show()
-    window.models.load_startup()
+    window.models.load_startup(model_argument(argv))
+    if os.environ.get("MTP_STUDIO_QUIT_AFTER_PAINT"):  # diagnostics: time a cold start to the window
+        from PySide6.QtCore import QTimer
+
+        QTimer.singleShot(0, lambda: (print("mtp-studio: window painted", flush=True), app.quit()))
     code = app.exec()
     ctx.bridge.engine.stop()
     return code

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "engine.cli.serve",
     "engine.cli.backend",
     "engine.cli.hub",
+    "engine.cli.paths",
 )
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
