@@ -25,6 +25,7 @@ class ServerThread:
         self._server = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
+        self.socket: socket.socket | None = None
 
     @property
     def url(self) -> str:
@@ -41,7 +42,10 @@ class ServerThread:
 
         app = create_app(self.engine, self.settings, on_request=self.on_request)
         family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections
+        # accepted from such a socket, and without it every response after the first on a
+        # kept-alive connection waits ~40 ms (Nagle + the client's delayed ACK).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.settings.host, self.settings.port))
@@ -50,6 +54,7 @@ class ServerThread:
             raise OSError(f"cannot listen on {self.settings.host}:{self.settings.port}: {e.strerror}") from None
         sock.listen(128)
         self.port = sock.getsockname()[1]
+        self.socket = sock
         config = uvicorn.Config(
             app,
             log_level="warning",

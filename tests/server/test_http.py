@@ -167,3 +167,16 @@ def test_streaming_sse_format(server):
     chunks = [json.loads(e[6:]) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and "timings" in chunks[-1]
+
+
+def test_listening_socket_lets_asyncio_disable_nagle(server):
+    """asyncio sets TCP_NODELAY only on connections accepted from a socket whose proto is
+    IPPROTO_TCP; with proto 0 every response after the first on a kept-alive connection
+    stalled ~40 ms (Nagle + delayed ACK), which `mtp-studio bench server` showed as
+    request overhead."""
+    import socket
+
+    assert server.socket.proto == socket.IPPROTO_TCP
+    # and the keep-alive connection still serves request after request
+    with httpx.Client() as c:
+        assert [c.get(server.url + "/health").status_code for _ in range(5)] == [200] * 5
