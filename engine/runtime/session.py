@@ -114,12 +114,7 @@ class Session:
 
     def truncate_target(self, keep: int, *, hidden: bool) -> None:
         """Make the target hold exactly ``target_tokens[:keep]``."""
-        n = len(self.target_tokens)
-        if keep >= n:
-            return
-        if self.target.seq_rm(keep, -1):
-            del self.target_tokens[keep:]
-            self.last_hidden = None  # the caller sets it when it holds the row
+        if self._rewind_target(keep):
             return
         # llama.cpp cannot roll this state back: rebuild it from the tokens.
         self.repairs += 1
@@ -128,6 +123,27 @@ class Session:
         self.target_tokens = []
         self.last_hidden = None
         self._decode_chunks(tokens, hidden=hidden, cancel=None, want_logits=False)
+
+    def _rewind_target(self, keep: int) -> bool:
+        """Drop target positions from ``keep`` on, if llama.cpp can roll its state back
+        that far; False (nothing changed) if it cannot."""
+        if keep >= len(self.target_tokens):
+            return True
+        if not self.target.seq_rm(keep, -1):
+            return False
+        del self.target_tokens[keep:]
+        self.last_hidden = None  # the caller sets it when it holds the row
+        return True
+
+    def _rewind_target_for_prompt(self, keep: int) -> None:
+        """Like :meth:`truncate_target`, for a prefill that decodes the rest of the prompt
+        next: when the state cannot be rolled back (recurrent layers roll back only a few
+        tokens), start from empty. Rebuilding the prefix would decode the same tokens in
+        one more call, which costs more than it saves (a whole forward for a short one)."""
+        if not self._rewind_target(keep):
+            self.target.clear()
+            self.target_tokens = []
+            self.last_hidden = None
 
     def _decode_chunks(
         self, tokens: list[int], *, hidden: bool, cancel: threading.Event | None, want_logits: bool
@@ -216,11 +232,11 @@ class Session:
             known_from = c - 1 if have_prev else c
             if max(m - 1, 0) < known_from:
                 c = max(m - 1, 0)
-            self.truncate_target(c, hidden=True)
+            self._rewind_target_for_prompt(c)
             c = len(self.target_tokens)
             self.truncate_draft(m)
         else:
-            self.truncate_target(c, hidden=False)
+            self._rewind_target_for_prompt(c)
             c = len(self.target_tokens)
 
         step = self.target.n_batch

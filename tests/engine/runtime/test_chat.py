@@ -80,3 +80,15 @@ def test_second_turn_reuses_the_first_turn_in_the_kv_cache(engine, fixtures):
         other.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, mtp=MtpSource.OFF))).result(60)
         assert other.submit(J.Generate(messages=msgs, max_tokens=24)).result(60).tokens == r1.tokens
         assert other.submit(J.Generate(messages=msgs2, max_tokens=24)).result(60).tokens == r2.tokens
+
+
+def test_a_prompt_that_diverges_early_starts_over_in_one_pass(engine, fixtures):
+    # The trunk's recurrent state rolls back only a few tokens, so a prompt sharing just
+    # its first tokens with the last one cannot reuse them: the engine decodes it afresh
+    # (one pass, not a rebuilt prefix plus the rest) and still says what a fresh engine says.
+    engine.submit(J.Generate(prompt="The moon is bright tonight", max_tokens=16, draft_depth=2)).result(60)
+    second = engine.submit(J.Generate(prompt="The moon is dark", max_tokens=16, draft_depth=2)).result(60)
+    assert second.stats.prompt_tokens_reused == 0 and second.stats.rollback_repairs == 0
+    with Engine() as other:
+        other.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, mtp=MtpSource.OFF))).result(60)
+        assert other.submit(J.Generate(prompt="The moon is dark", max_tokens=16)).result(60).tokens == second.tokens
