@@ -42,9 +42,11 @@ def _in_process(engine: Engine, model: str, prompt: str, max_tokens: int) -> Sam
     first = None
     n = 0
     for ev in engine.submit(J.Generate(model=model, prompt=prompt, max_tokens=max_tokens, ignore_eog=True)).events():
-        if isinstance(ev, J.Tokens) and ev.tokens:
+        if isinstance(ev, J.Tokens):
             n += len(ev.tokens)
-            if first is None:
+            # the first visible text, as the HTTP stream's first chunk carries (a token that
+            # ends mid UTF-8 sequence has no text of its own yet)
+            if first is None and ev.text:
                 first = time.perf_counter()
     end = time.perf_counter()
     return Sample((first - t0) * 1000, n, end - first)
