@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -9,13 +10,20 @@ import threading
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, depth_arg, load_spec
 
+API_KEY_ENV = "MTP_STUDIO_API_KEY"
+
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="serve a model through a local OpenAI-compatible endpoint")
     add_model_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (needed to bind other addresses)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require 'Authorization: Bearer KEY' (needed to bind other addresses); prefer the {API_KEY_ENV} "
+        "environment variable: a command line is visible to every user of the machine",
+    )
     p.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
     p.add_argument("--draft-depth", type=depth_arg, default=None, help="default draft depth, or 'auto'")
     p.add_argument("--max-pending", type=int, default=16, help="requests queued or running before 429")
@@ -53,7 +61,8 @@ def run(args) -> int:
             server.wait_ready()
         except OSError as e:
             return die(str(e), EXIT_INVALID)
-        print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1", flush=True)
+        key = "API key required" if settings.api_key else "no API key"
+        print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

@@ -1,0 +1,60 @@
+"""``mtp-studio serve`` as a user starts it: a real process, the official client, a clean stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import openai
+import pytest
+
+
+def start_serve(model, *extra: str, env_extra: dict | None = None) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "app.launcher", "serve", "--model", str(model), "--port", "0", "--ctx", "512", *extra]
+    env = dict(os.environ, GGML_NO_BACKTRACE="1", **(env_extra or {}))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    m = re.search(r"at (http://127\.0\.0\.1:\d+/v1) \((.*)\)", line)
+    if not m:
+        proc.kill()
+        raise AssertionError(f"serve did not start: {line!r} {proc.stderr.read()}")
+    return proc, m.group(1)
+
+
+def stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(30)
+
+
+def test_serve_answers_the_official_client_and_stops_cleanly(fixtures):
+    proc, url = start_serve(fixtures["full"].path, "--draft-depth", "2")
+    try:
+        with openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as client:
+            [model] = [m.id for m in client.models.list().data]
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=24, temperature=0
+            )
+            assert reply.usage.completion_tokens == 24 and reply.choices[0].message.content
+            timings = reply.model_extra["timings"]
+            assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"]  # the 100% fixture
+    finally:
+        assert stop(proc) == 0
+
+
+def test_api_key_from_the_environment_is_required_and_not_printed(fixtures):
+    secret = "env-secret-4711"
+    proc, url = start_serve(fixtures["full"].path, env_extra={"MTP_STUDIO_API_KEY": secret})
+    try:
+        with openai.OpenAI(base_url=url, api_key="wrong", max_retries=0) as client:
+            with pytest.raises(openai.AuthenticationError):
+                client.models.list()
+        with openai.OpenAI(base_url=url, api_key=secret, max_retries=0) as client:
+            assert len(client.models.list().data) == 1
+    finally:
+        stop(proc)
+    out, err = proc.communicate()
+    assert secret not in out + err
