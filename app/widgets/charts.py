@@ -16,13 +16,24 @@ GREY = QColor("#8a8f98")
 GREEN = QColor("#1f8a5b")
 
 
-def _chart(title: str) -> QChart:
+def _chart(title: str, series, x, y) -> QChart:
+    """A titled chart holding ``series`` on axes ``x`` (bottom) and ``y`` (left)."""
     chart = QChart()
     chart.setTitle(title)
     chart.legend().setVisible(False)
     chart.setMargins(QMargins(4, 4, 4, 4))
     chart.setBackgroundRoundness(6)
+    chart.addSeries(series)
+    chart.addAxis(x, Qt.AlignmentFlag.AlignBottom)
+    chart.addAxis(y, Qt.AlignmentFlag.AlignLeft)
+    series.attachAxis(x)
+    series.attachAxis(y)
     return chart
+
+
+def _setup_view(view: QChartView) -> None:
+    view.setRenderHint(QPainter.RenderHint.Antialiasing)
+    view.setMinimumHeight(180)
 
 
 class LineChart(QChartView):
@@ -31,22 +42,16 @@ class LineChart(QChartView):
     def __init__(self, title: str, y_label: str, *, y_max: float | None = None, color: QColor = BLUE):
         self.series = QLineSeries()
         self.series.setPen(QPen(color, 2))
-        chart = _chart(title)
-        chart.addSeries(self.series)
         self.x = QValueAxis()
         self.x.setTitleText("seconds")
         self.x.setLabelFormat("%.1f")
         self.y = QValueAxis()
         self.y.setTitleText(y_label)
         self.y.setLabelFormat("%.2f" if y_max == 1.0 else "%.0f")
-        chart.addAxis(self.x, Qt.AlignmentFlag.AlignBottom)
-        chart.addAxis(self.y, Qt.AlignmentFlag.AlignLeft)
-        self.series.attachAxis(self.x)
-        self.series.attachAxis(self.y)
         self.y_max = y_max
-        super().__init__(chart)
-        self.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self.setMinimumHeight(180)
+        self.scale = 1.0
+        super().__init__(_chart(title, self.series, self.x, self.y))
+        _setup_view(self)
         self.set_points([])
 
     def set_points(self, points: list[tuple[float, float]]) -> None:
@@ -65,8 +70,7 @@ class LineChart(QChartView):
 
     def points(self) -> list[tuple[float, float]]:
         """The series, back in seconds."""
-        scale = getattr(self, "scale", 1.0)
-        return [(p.x() / scale, p.y()) for p in self.series.points()]
+        return [(p.x() / self.scale, p.y()) for p in self.series.points()]
 
 
 class BarChart(QChartView):
@@ -80,20 +84,13 @@ class BarChart(QChartView):
         self.bar_set.setColor(color)
         self.series = QBarSeries()
         self.series.append(self.bar_set)
-        chart = _chart(title)
-        chart.addSeries(self.series)
         self.x = QBarCategoryAxis()
         self.y = QValueAxis()
         self.y.setTitleText(y_label)
         self.y.setLabelFormat("%.2f" if y_max == 1.0 else "%d" if integer else "%.0f")
-        chart.addAxis(self.x, Qt.AlignmentFlag.AlignBottom)
-        chart.addAxis(self.y, Qt.AlignmentFlag.AlignLeft)
-        self.series.attachAxis(self.x)
-        self.series.attachAxis(self.y)
         self.y_max = y_max
-        super().__init__(chart)
-        self.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self.setMinimumHeight(180)
+        super().__init__(_chart(title, self.series, self.x, self.y))
+        _setup_view(self)
         self.set_bars([], [])
 
     def set_bars(self, labels: list[str], values: list[float]) -> None:
