@@ -11,7 +11,8 @@ what a desktop app needs around it:
 * retries with backoff for dropped connections and 5xx/429, honouring Retry-After;
 * progress (bytes, rate, ETA) through a callback, and cancel (the partial stays);
 * the SHA-256 is checked against the Hub's LFS metadata before a file is handed over
-  (git's blob SHA-1 for small non-LFS files); a mismatch deletes the partial;
+  (git's blob SHA-1 for small non-LFS files); a mismatch deletes the partial. It is
+  computed as the bytes are written, so verifying costs no second pass over the file;
 * a disk-space check, with headroom, before any byte is fetched.
 """
 
@@ -145,14 +146,60 @@ def _retry_after(e: Exception) -> float | None:
     return None
 
 
-def _sha256(path: Path, cancel: threading.Event | None) -> str:
+def _sha256(path: Path, cancel: threading.Event | None, limit: int | None = None) -> "hashlib._Hash":
+    """SHA-256 of the file (or of its first ``limit`` bytes)."""
     h = hashlib.sha256()
+    left = limit
     with open(path, "rb") as f:
-        while chunk := f.read(8 << 20):
+        while chunk := f.read(8 << 20 if left is None else min(8 << 20, left)):
             h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
             if cancel is not None and cancel.is_set():
                 raise Cancelled("verification cancelled")
-    return h.hexdigest()
+    return h
+
+
+@dataclass
+class _RunningHash:
+    """SHA-256 of every byte written to the partial file since ``hashed`` was 0."""
+
+    hasher: "hashlib._Hash"
+    hashed: int
+
+
+class _HashingFile:
+    """The partial file as huggingface_hub writes it, hashing every byte on the way, so
+    verifying needs no second pass over the file: on a real link the hash is computed
+    while the client would be waiting for the network anyway.
+
+    The running hash stands for the file only while ``hashed`` equals the file's size:
+    if huggingface_hub rewinds (a server that ignored the Range request), the bytes it
+    discards were hashed too, the counts no longer match, and the file is hashed from
+    disk instead."""
+
+    def __init__(self, f, running: _RunningHash | None):
+        self._f = f
+        self._running = running
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        while view:  # an unbuffered write may take only part of the chunk
+            n = self._f.write(view)
+            if self._running is not None:
+                self._running.hasher.update(view[:n])
+                self._running.hashed += n
+            view = view[n:]
+        return len(data)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self._f.seek(pos, whence)
+
+    def truncate(self, size: int | None = None) -> int:
+        return self._f.truncate(size)
 
 
 def _git_sha1(path: Path, size: int) -> str:
@@ -218,9 +265,13 @@ def download(
     tmp.replace(side)
 
     attempt = 0
+    running: _RunningHash | None = None
     while True:
         have = part.stat().st_size if part.exists() else 0
         if have < size:
+            if t.sha256 and (running is None or running.hashed != have):
+                # a resumed partial: hash what is already on disk, then the rest as it arrives
+                running = _RunningHash(_sha256(part, cancel, have) if have else hashlib.sha256(), have)
             meter = _Meter(t.path, size, have, progress, cancel)
             headers = build_hf_headers(token=cfg.token or False)
             source = meta.location or url
@@ -230,7 +281,7 @@ def download(
                 with open(part, "ab", buffering=0) as f:  # chunks are large: skip the extra buffer copy
                     http_get(
                         source,
-                        f,
+                        _HashingFile(f, running),
                         resume_size=have,
                         headers=headers,
                         expected_size=size,
@@ -255,7 +306,10 @@ def download(
         part.unlink()
         raise ChecksumError(f"{t.path}: downloaded {got} bytes but the Hub says {size}; the partial file was removed.")
     if t.sha256:
-        digest = _sha256(part, cancel)
+        if running is not None and running.hashed == got:
+            digest = running.hasher.hexdigest()
+        else:
+            digest = _sha256(part, cancel).hexdigest()
         if digest != t.sha256:
             part.unlink()
             side.unlink(missing_ok=True)

@@ -53,6 +53,7 @@ class Fault:
     retry_after: int | None = None
     corrupt: bool = False  # flip a byte in what is served (the SHA-256 will not match)
     slow: float = 0.0  # seconds to sleep per 64 KiB
+    ignore_range: bool = False  # answer a Range request with 200 and the whole file (some CDNs do)
     times: int = 1
 
 
@@ -227,8 +228,9 @@ class _Handler(BaseHTTPRequestHandler):
                 data = bytes(data)
         start, end, status = 0, len(data) - 1, 200
         rng = self.headers.get("Range")
-        if rng:
-            m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng.strip())
+        honoured = None if (fault is not None and fault.ignore_range and not head) else rng
+        if honoured:
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", honoured.strip())
             if m:
                 start = int(m.group(1))
                 end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)

@@ -129,6 +129,52 @@ def test_corrupt_bytes_never_enter_the_library(cfg, library, hub):
     assert not list(library.partial_dir.rglob("*.part"))
 
 
+def _cancelled_half_way(cfg, library, hub, name: str) -> tuple[Target, int]:
+    """Pull ``name`` slowly and cancel it a quarter of the way in; returns its target and
+    the bytes kept in the partial file."""
+    size = len(hub.repos["acme/Tiny-GGUF"].files[name].data)
+    hub.faults[name] = Fault(slow=0.02, times=10**6)
+    cancel = threading.Event()
+
+    def progress(p):
+        if p.done > size // 4:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        pull(cfg, library, "acme/Tiny-GGUF", file=name, progress=progress, cancel=cancel)
+    del hub.faults[name]
+    t = Target("acme/Tiny-GGUF", name, hub.repos["acme/Tiny-GGUF"].sha, size, None)
+    part, _ = partial_paths(library.partial_dir, t)
+    return t, part.stat().st_size
+
+
+def test_a_partial_damaged_on_disk_is_caught_after_the_resume(cfg, library, hub):
+    # the resumed download hashes the bytes already on disk as well as the new ones
+    name = "tiny-F16.gguf"
+    t, kept = _cancelled_half_way(cfg, library, hub, name)
+    part, _ = partial_paths(library.partial_dir, t)
+    with open(part, "r+b") as f:
+        f.seek(kept // 2)
+        byte = f.read(1)
+        f.seek(kept // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ChecksumError, match="SHA-256"):
+        pull(cfg, library, "acme/Tiny-GGUF", file=name)
+    assert library.entries() == [] and not part.exists()
+    assert hub.gets(name)[-1].range == f"bytes={kept}-"  # it did resume, not start over
+
+
+def test_a_server_that_ignores_range_still_gives_a_verified_file(cfg, library, hub):
+    name = "tiny-F16.gguf"
+    t, kept = _cancelled_half_way(cfg, library, hub, name)
+    hub.faults[name] = Fault(ignore_range=True)
+    res = pull(cfg, library, "acme/Tiny-GGUF", file=name)
+    last = hub.gets(name)[-1]
+    assert last.range == f"bytes={kept}-" and last.status == 200 and last.sent == t.size  # sent it all again
+    data = hub.repos["acme/Tiny-GGUF"].files[name].data
+    assert res.model.size == t.size and res.model.path(library.root).read_bytes() == data
+
+
 def test_cancel_keeps_the_partial_and_a_restart_fetches_only_the_rest(cfg, library, hub, tmp_path):
     name = "tiny-F16.gguf"
     size = len(hub.repos["acme/Tiny-GGUF"].files[name].data)
