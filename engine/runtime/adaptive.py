@@ -18,9 +18,11 @@ estimated optimistically from the measured ones, so a deeper depth that might pa
 tried once and then judged on its real cost.
 
 Timings are noisy and the first decode at a new batch size pays llama.cpp's graph
-set-up, so the first sample at each size is replaced by the second, and every
-``EXPLORE_EVERY`` drafting rounds a neighbouring depth is tried again: a depth judged on
-one unlucky sample is not ruled out forever.
+set-up, so the first sample at each size is replaced by the second; later samples are
+averaged, moving faster down than up (interference only ever makes a decode slower).
+Every ``EXPLORE_EVERY`` drafting rounds a neighbouring depth is tried again — down to
+K = 0 from K = 1, so plain decoding is re-measured too: a depth judged on one unlucky
+sample is not ruled out forever, and one unlucky plain sample cannot keep drafting on.
 
 When no depth beats plain decoding the policy stops drafting (the MTP context then
 costs nothing but a copied hidden row per token) and probes with one draft every
@@ -38,7 +40,8 @@ from engine.runtime.stats import RoundStats
 PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
 PRIOR_N = 1.0  # ... worth this many observations
 DECAY = 0.95  # per drafting round: the acceptance estimate follows the text (~20 rounds)
-TIME_ALPHA = 0.2  # EMA weight of a new timing
+TIME_ALPHA = 0.2  # EMA weight of a new timing ...
+TIME_ALPHA_DOWN = 0.5  # ... and of one faster than the average
 DEFAULT_SLOPE = 0.15  # assumed extra cost per verify row (x verify(1)) before measuring
 PROBE_MIN, PROBE_MAX = 16, 256
 EXPLORE_EVERY = 12  # drafting rounds between tries of a neighbouring depth
@@ -63,7 +66,8 @@ class AdaptiveDepth:
         self.off_tokens = 0  # tokens since drafting was switched off
         self.probe_gap = PROBE_MIN
         self._probing = False
-        self._drafting_rounds = 0
+        self._since_explore = 0  # rounds drafted at the chosen depth since the last exploration
+        self._explorations = 0
         self.depth_counts: Counter[int] = Counter()  # rounds per chosen depth (tests, GUI, bench)
 
     # ------------------------------------------------------------------ model
@@ -136,9 +140,13 @@ class AdaptiveDepth:
             if self.off_tokens >= self.probe_gap:
                 self._probing = True
                 k = 1
-        elif self._drafting_rounds % EXPLORE_EVERY == EXPLORE_EVERY - 1:
-            turn = (self._drafting_rounds // EXPLORE_EVERY) % 2
-            k = min(k + 1, self.max_depth) if turn == 0 else max(k - 1, 1)
+        else:
+            self._since_explore += 1
+            if self._since_explore >= EXPLORE_EVERY:
+                self._since_explore = 0
+                up = self._explorations % 2 == 0
+                self._explorations += 1
+                k = min(k + 1, self.max_depth) if up else k - 1
         self.depth_counts[k] += 1
         return k
 
@@ -149,7 +157,6 @@ class AdaptiveDepth:
         # the first sample at a new size includes graph set-up: the second replaces it
         self.t_verify[rows] = r.verify_ms if n <= 2 else _ema(self.t_verify[rows], r.verify_ms)
         if r.drafted:
-            self._drafting_rounds += 1
             if r.sync_rows <= self.max_depth + 1:  # not a lag flush after drafting was off
                 self.t_sync = _ema(self.t_sync, r.sync_ms)
             if r.drafted >= 2:
@@ -183,4 +190,6 @@ class AdaptiveDepth:
 
 
 def _ema(old: float | None, new: float) -> float:
-    return new if old is None else old + TIME_ALPHA * (new - old)
+    if old is None:
+        return new
+    return old + (TIME_ALPHA_DOWN if new < old else TIME_ALPHA) * (new - old)

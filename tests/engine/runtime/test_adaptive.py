@@ -122,6 +122,24 @@ def test_first_sample_at_a_batch_size_does_not_rule_it_out():
     assert picked[-50:].count(6) > 40
 
 
+def test_slow_early_plain_samples_do_not_keep_drafting_on():
+    """A busy machine makes the first plain decodes 6x slow: drafting looks better than
+    it is. Plain decoding must be re-measured while drafting, so a model whose drafts
+    are never accepted still ends up not drafting."""
+    plain = {"n": 0}
+
+    def verify(n):
+        if n == 1:
+            plain["n"] += 1
+            return 60.0 if plain["n"] <= 3 else 10.0
+        return 17 + 2 * n
+
+    policy = AdaptiveDepth(4)
+    picked = _simulate(policy, 600, lambda i, a: False, verify)
+    assert picked[-200:].count(0) > 190, policy.depth_counts
+    assert policy.verify_ms(1) < 11
+
+
 def test_adaptive_rejects_bad_max_depth():
     with pytest.raises(ValueError):
         AdaptiveDepth(0)
