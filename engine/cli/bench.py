@@ -25,7 +25,8 @@ def register(sub) -> None:
 
     sv = bsub.add_parser("server", help="HTTP endpoint overhead vs in-process, and concurrent throughput")
     sv.add_argument("--model", type=Path, required=True)
-    sv.add_argument("--max-tokens", type=int, default=64)
+    # long enough that a request's decode rate is not dominated by its first few rounds
+    sv.add_argument("--max-tokens", type=int, default=256)
     sv.add_argument("--requests", type=int, default=16)
     sv.add_argument("--clients", default="1,4,16")
     sv.add_argument("--ctx", type=int, default=2048)
