@@ -2,8 +2,12 @@
 
 Data moves in the kernel (``os.copy_file_range``, then ``os.sendfile``) in bounded
 chunks, so composing a multi-GB model never holds a tensor in memory and stays close
-to the speed of ``cp``. Outputs are written to a temp name beside the target, fsynced
-and renamed: a crash or cancel never leaves a half-written model under the real name.
+to the speed of ``cp``. Chunks are sized to take about ``CHUNK_SECONDS`` on this disk:
+progress and cancel stay responsive on a slow disk, and a fast one gets large calls (on
+this project's build machine, copying a 4 GiB file in 64 MiB calls took 1.3–1.8x as long
+as in the 1–2 GiB calls ``cp`` makes). Outputs are written to a temp name beside the
+target, fsynced and renamed: a crash or cancel never leaves a half-written model under
+the real name.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import Cancelled, DiskSpaceError
 
-CHUNK = 64 << 20
+CHUNK_MIN = 64 << 20
+CHUNK_MAX = 1 << 30
+CHUNK_SECONDS = 0.5  # aim: progress and a chance to cancel about this often
 _ZEROS = bytes(1 << 16)
 
 
@@ -34,6 +41,7 @@ class Copier:
         self.progress = progress
         self.cancel = cancel
         self._advised: set[int] = set()
+        self.chunk = CHUNK_MIN  # grows to what this disk copies in CHUNK_SECONDS
 
     def _tick(self, n: int) -> None:
         self.done += n
@@ -62,13 +70,20 @@ class Copier:
             os.posix_fadvise(src, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # as cp does: deeper readahead
             self._advised.add(src)
         while n > 0:
-            chunk = min(n, CHUNK)
+            chunk = min(n, self.chunk)
+            t = time.monotonic()
             done = _copy_chunk(src, offset, dst, chunk)
             if done <= 0:
                 raise OSError(f"unexpected end of input at offset {offset}")
+            self._resize(done, time.monotonic() - t)
             offset += done
             n -= done
             self._tick(done)
+
+    def _resize(self, done: int, seconds: float) -> None:
+        if done >= self.chunk // 2 and seconds > 0:  # a full call: its rate is this disk's
+            size = int(done / seconds * CHUNK_SECONDS) & ~((1 << 20) - 1)
+            self.chunk = max(CHUNK_MIN, min(CHUNK_MAX, size))
 
 
 def _copy_chunk(src: int, offset: int, dst: int, n: int) -> int:
