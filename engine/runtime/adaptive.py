@@ -5,7 +5,11 @@ tokens per millisecond, from what it measures on this machine and model:
 
 * acceptance ``p_i`` of draft position i given positions < i were accepted, as
   exponentially decayed counts (recent text matters more; the prior is optimistic so a
-  new model gets tried, and each position's prior is the estimate of the one before);
+  new model gets tried, and each position's prior is the estimate of the one before).
+  The prior fades with the evidence: a prior that kept its weight while the counts
+  decay would hold every estimate above ~3%, and where a draft costs less than that
+  (a small model on a fast machine) a head whose drafts are never accepted would be
+  drafted with forever;
 * the time of a verify batch of n rows, for each n seen (a CPU verify of 2 rows can
   cost 1.7x one row; a GPU's is nearly flat), of the MTP catch-up that yields the first
   draft, and of each further (chained) draft step.
@@ -38,7 +42,8 @@ from collections import Counter
 from engine.runtime.stats import RoundStats
 
 PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
-PRIOR_N = 1.0  # ... worth this many observations
+PRIOR_N = 1.0  # ... worth this many observations at first, fading like the counts ...
+PRIOR_FLOOR = 0.02  # ... down to this (a position never reached keeps its prior)
 DECAY = 0.95  # per drafting round: the acceptance estimate follows the text (~20 rounds)
 TIME_ALPHA = 0.2  # EMA weight of a new timing ...
 TIME_ALPHA_DOWN = 0.5  # ... and of one faster than the average
@@ -59,6 +64,7 @@ class AdaptiveDepth:
         self.max_depth = max_depth
         self.reach = [0.0] * max_depth  # decayed rounds that reached position i
         self.acc = [0.0] * max_depth  # ... and accepted it
+        self.prior_n = PRIOR_N  # weight of the prior, decayed with the counts
         self.t_verify: dict[int, float] = {}  # rows -> ms
         self.n_verify: dict[int, int] = {}  # rows -> samples
         self.t_step: float | None = None  # ms per chained draft step
@@ -77,7 +83,7 @@ class AdaptiveDepth:
         behave like its neighbour until measured (not like a fixed guess)."""
         out, prior = [], PRIOR_P
         for i in range(self.max_depth):
-            prior = (self.acc[i] + prior * PRIOR_N) / (self.reach[i] + PRIOR_N)
+            prior = (self.acc[i] + prior * self.prior_n) / (self.reach[i] + self.prior_n)
             out.append(prior)
         return out
 
@@ -164,6 +170,7 @@ class AdaptiveDepth:
             for i in range(self.max_depth):
                 self.reach[i] *= DECAY
                 self.acc[i] *= DECAY
+            self.prior_n = max(self.prior_n * DECAY, PRIOR_FLOOR)
             for i in range(min(r.drafted, r.accepted + 1)):
                 self.reach[i] += 1.0
             for i in range(r.accepted):

@@ -97,6 +97,16 @@ def test_steep_verify_at_half_acceptance_stops_drafting():
     assert picked[-100:].count(0) > 90
 
 
+def test_cheap_drafts_that_are_never_accepted_are_still_turned_off():
+    """A small model on a fast machine: a draft costs ~3% of a verify. The optimistic
+    prior must fade with the evidence, or it alone would keep the acceptance estimate
+    above the cost and drafting on forever at zero acceptance."""
+    policy = AdaptiveDepth(6)
+    picked = _simulate(policy, 1000, lambda i, a: False, lambda n: 10 + 0.1 * n, step_ms=0.1, sync_ms=0.1)
+    assert picked[-500:].count(0) > 490, policy.depth_counts
+    assert policy.acceptances()[0] < 0.02
+
+
 def test_probes_back_off_while_drafts_fail_and_recover_when_they_succeed():
     policy = AdaptiveDepth(4)
     good = {"on": False}
