@@ -6,10 +6,11 @@ tokens per millisecond, from what it measures on this machine and model:
 * acceptance ``p_i`` of draft position i given positions < i were accepted, as
   exponentially decayed counts (recent text matters more; the prior is optimistic so a
   new model gets tried, and each position's prior is the estimate of the one before).
-  The prior fades with the evidence: a prior that kept its weight while the counts
-  decay would hold every estimate above ~3%, and where a draft costs less than that
-  (a small model on a fast machine) a head whose drafts are never accepted would be
-  drafted with forever;
+  A position's prior fades while the position is being reached and comes back while it
+  is not: a prior that kept its weight against decayed counts would hold every estimate
+  above ~3%, and where a draft costs less than that (a small model on a fast machine) a
+  head whose drafts are never accepted would be drafted with forever; one that faded
+  for good would leave a position not reached for a while on stale evidence;
 * the time of a verify batch of n rows, for each n seen (a CPU verify of 2 rows can
   cost 1.7x one row; a GPU's is nearly flat), of the MTP catch-up that yields the first
   draft, and of each further (chained) draft step.
@@ -30,9 +31,13 @@ sample is not ruled out forever, and one unlucky plain sample cannot keep drafti
 
 When no depth beats plain decoding the policy stops drafting (the MTP context then
 costs nothing but a copied hidden row per token) and probes with one draft every
-``probe_gap`` tokens; the gap doubles while probes fail, so a head that never helps
-costs well under 1%, and an accepted probe is followed by more until the estimate
-decides. Output is unaffected: the decoder verifies whatever is drafted.
+``probe_gap`` tokens. A failed probe doubles the gap and an accepted one halves it and
+is followed by another at once, so a head that never helps costs well under 1% and a
+head that became good is back within a few probes. Probes weigh more than drafting
+rounds in the estimate (a window of ~5 instead of ~50), and the evidence that turned
+drafting off is cut to the weight of 5 observations, so fresh evidence soon replaces
+it: near break-even, an unlucky stretch must not keep a head that pays switched off. Output is unaffected: the decoder
+verifies whatever is drafted.
 """
 
 from __future__ import annotations
@@ -42,9 +47,12 @@ from collections import Counter
 from engine.runtime.stats import RoundStats
 
 PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
-PRIOR_N = 1.0  # ... worth this many observations at first, fading like the counts ...
-PRIOR_FLOOR = 0.02  # ... down to this (a position never reached keeps its prior)
-DECAY = 0.95  # per drafting round: the acceptance estimate follows the text (~20 rounds)
+PRIOR_N = 1.0  # ... worth this many observations, fading while a position is reached ...
+PRIOR_FLOOR = 0.02  # ... down to this, and recovering like the counts decay while it is not
+DECAY = 0.98  # per drafting round: the estimate follows the text (~50 rounds: ~20 left
+# p = 0.6 and p = 0.45 too close to tell apart, so a head just above break-even flickered off)
+PROBE_DECAY = 0.8  # per probe while drafting is off (~5 probes) ...
+OFF_EVIDENCE = 5.0  # ... and the evidence that turned drafting off is worth as many
 TIME_ALPHA = 0.2  # EMA weight of a new timing ...
 TIME_ALPHA_DOWN = 0.5  # ... and of one faster than the average
 DEFAULT_SLOPE = 0.15  # assumed extra cost per verify row (x verify(1)) before measuring
@@ -64,7 +72,7 @@ class AdaptiveDepth:
         self.max_depth = max_depth
         self.reach = [0.0] * max_depth  # decayed rounds that reached position i
         self.acc = [0.0] * max_depth  # ... and accepted it
-        self.prior_n = PRIOR_N  # weight of the prior, decayed with the counts
+        self.prior_n = [PRIOR_N] * max_depth  # weight of each position's prior
         self.t_verify: dict[int, float] = {}  # rows -> ms
         self.n_verify: dict[int, int] = {}  # rows -> samples
         self.t_step: float | None = None  # ms per chained draft step
@@ -72,6 +80,7 @@ class AdaptiveDepth:
         self.off_tokens = 0  # tokens since drafting was switched off
         self.probe_gap = PROBE_MIN
         self._probing = False
+        self._drafting = False  # the last choice was a depth > 0 (not a probe)
         self._since_explore = 0  # rounds drafted at the chosen depth since the last exploration
         self._explorations = 0
         self.depth_counts: Counter[int] = Counter()  # rounds per chosen depth (tests, GUI, bench)
@@ -83,7 +92,8 @@ class AdaptiveDepth:
         behave like its neighbour until measured (not like a fixed guess)."""
         out, prior = [], PRIOR_P
         for i in range(self.max_depth):
-            prior = (self.acc[i] + prior * self.prior_n) / (self.reach[i] + self.prior_n)
+            w = self.prior_n[i]
+            prior = (self.acc[i] + prior * w) / (self.reach[i] + w)
             out.append(prior)
         return out
 
@@ -143,10 +153,14 @@ class AdaptiveDepth:
             k = self.best_depth()
         self._probing = False
         if k == 0:
+            if self._drafting:
+                self._drafting = False
+                self._forget_down_to(OFF_EVIDENCE)
             if self.off_tokens >= self.probe_gap:
                 self._probing = True
                 k = 1
         else:
+            self._drafting = True
             self._since_explore += 1
             if self._since_explore >= EXPLORE_EVERY:
                 self._since_explore = 0
@@ -155,6 +169,13 @@ class AdaptiveDepth:
                 k = min(k + 1, self.max_depth) if up else k - 1
         self.depth_counts[k] += 1
         return k
+
+    def _forget_down_to(self, n: float) -> None:
+        """Keep each position's estimate but make it worth at most ``n`` observations."""
+        for i, reach in enumerate(self.reach):
+            if reach > n:
+                self.acc[i] *= n / reach
+                self.reach[i] = n
 
     def observe(self, r: RoundStats) -> None:
         rows = r.depth + 1
@@ -167,30 +188,27 @@ class AdaptiveDepth:
                 self.t_sync = _ema(self.t_sync, r.sync_ms)
             if r.drafted >= 2:
                 self.t_step = _ema(self.t_step, (r.draft_ms - r.sync_ms) / (r.drafted - 1))
+            decay = PROBE_DECAY if self._probing else DECAY
+            reached = min(r.drafted, r.accepted + 1)
             for i in range(self.max_depth):
-                self.reach[i] *= DECAY
-                self.acc[i] *= DECAY
-            self.prior_n = max(self.prior_n * DECAY, PRIOR_FLOOR)
-            for i in range(min(r.drafted, r.accepted + 1)):
-                self.reach[i] += 1.0
-            for i in range(r.accepted):
-                self.acc[i] += 1.0
+                self.reach[i] *= decay
+                self.acc[i] *= decay
+                w = self.prior_n[i]
+                if i < reached:
+                    self.reach[i] += 1.0
+                    self.acc[i] += 1.0 if i < r.accepted else 0.0
+                    self.prior_n[i] = max(w * decay, PRIOR_FLOOR)
+                else:
+                    self.prior_n[i] = w + (PRIOR_N - w) * (1 - decay)
         if r.depth == 0:
             self.off_tokens += r.emitted
         elif self._probing:
-            if r.accepted:
-                # Drafts may have become good: forget half the old evidence and keep
-                # probing every round until the estimate decides either way.
-                self.reach = [x * 0.5 for x in self.reach]
-                self.acc = [x * 0.5 for x in self.acc]
+            if r.accepted:  # drafts may have become good: probe again at once
+                self.probe_gap = max(self.probe_gap // 2, PROBE_MIN)
                 self.off_tokens = self.probe_gap
             else:
-                self.off_tokens = 0
-            still_off = self.best_depth() == 0
-            if not still_off:
-                self.probe_gap = PROBE_MIN
-            elif not r.accepted:
                 self.probe_gap = min(self.probe_gap * 2, PROBE_MAX)
+                self.off_tokens = 0
         else:
             self.off_tokens = 0
             self.probe_gap = PROBE_MIN

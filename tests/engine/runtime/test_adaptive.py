@@ -3,6 +3,7 @@ goes deep when it pays, and notices when drafts become good again."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,6 +106,19 @@ def test_cheap_drafts_that_are_never_accepted_are_still_turned_off():
     picked = _simulate(policy, 1000, lambda i, a: False, lambda n: 10 + 0.1 * n, step_ms=0.1, sync_ms=0.1)
     assert picked[-500:].count(0) > 490, policy.depth_counts
     assert policy.acceptances()[0] < 0.02
+
+
+def test_an_unlucky_stretch_does_not_keep_a_paying_head_switched_off():
+    """CPU-like costs at 60% acceptance: depth 2 is 13% faster than plain decoding, but
+    only just above break-even (~47%), so a run of rejections turns drafting off. The
+    evidence that did so must soon give way to what probes find."""
+    verify = {1: 10.5, 2: 15.5, 3: 16.5, 4: 20.0, 5: 21, 6: 25, 7: 26, 8: 29, 9: 31}
+    off = 0
+    for seed in range(8):
+        rng = random.Random(seed)
+        picked = _simulate(AdaptiveDepth(8), 2000, lambda i, a: rng.random() < 0.6, verify.__getitem__, 0.8, 0.9)
+        off += picked[-1000:].count(0)
+    assert off / 8000 < 0.3  # a policy that trusted the stretch: 86%
 
 
 def test_probes_back_off_while_drafts_fail_and_recover_when_they_succeed():
