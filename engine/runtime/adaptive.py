@@ -36,8 +36,8 @@ is followed by another at once, so a head that never helps costs well under 1% a
 head that became good is back within a few probes. Probes weigh more than drafting
 rounds in the estimate (a window of ~5 instead of ~50), and the evidence that turned
 drafting off is cut to the weight of 5 observations, so fresh evidence soon replaces
-it: near break-even, an unlucky stretch must not keep a head that pays switched off. Output is unaffected: the decoder
-verifies whatever is drafted.
+it: near break-even, an unlucky stretch must not keep a head that pays switched off.
+Output is unaffected: the decoder verifies whatever is drafted.
 """
 
 from __future__ import annotations
