@@ -8,8 +8,14 @@ backend build) runs in a child. In a source install the child is
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass
 
 
 def module_command(module: str, *args: str) -> list[str]:
@@ -23,3 +29,71 @@ def child_env(**extra: str) -> dict[str, str]:
     env.setdefault("GGML_NO_BACKTRACE", "1")
     env.update(extra)
     return env
+
+
+@dataclass
+class ChildOutcome:
+    """How a child run ended: its exit status, the last JSON line it printed (children
+    print one line per stage, so an abort leaves the stage it died in), and the last
+    lines of its stderr."""
+
+    returncode: int
+    last: dict
+    stderr_tail: list[str]
+    timed_out: bool = False
+
+    @property
+    def crashed(self) -> bool:
+        """Killed by a signal (SIGSEGV, SIGABRT from a failed GGML_ASSERT, ...)."""
+        return self.returncode < 0 or (os.name == "nt" and self.returncode not in (0, 1, 2))
+
+    @property
+    def signal_name(self) -> str:
+        if self.returncode >= 0:
+            return f"exit status {self.returncode}"
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+
+def run_child(
+    module: str, *args: str, timeout: float, cancel: threading.Event | None = None, env: dict | None = None
+) -> ChildOutcome:
+    """Run ``module`` in a child process and collect its outcome. Polls ``cancel`` and
+    kills the child when it is set (then raises :class:`engine.errors.Cancelled`)."""
+    from engine.errors import Cancelled
+
+    proc = subprocess.Popen(
+        module_command(module, *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env or child_env(),
+    )
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            if cancel is not None and cancel.is_set():
+                proc.kill()
+                proc.communicate()
+                raise Cancelled("child process cancelled") from None
+            if time.monotonic() > deadline:
+                proc.kill()
+                out, err = proc.communicate()
+                timed_out = True
+                break
+    last: dict = {}
+    for line in reversed(out.strip().splitlines()):
+        try:
+            last = json.loads(line)
+            break
+        except ValueError:
+            continue
+    tail = [ln for ln in err.strip().splitlines() if ln.strip()][-3:]
+    return ChildOutcome(proc.returncode, last if isinstance(last, dict) else {}, tail, timed_out)

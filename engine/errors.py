@@ -85,6 +85,20 @@ class InvalidRequestError(MtpStudioError, ValueError):
     code = "invalid_request"
 
 
+class InvalidSettingError(InvalidRequestError):
+    """A load or decode setting llama.cpp cannot work with (it would assert and end
+    the process), caught before llama.cpp sees it."""
+
+    code = "invalid_setting"
+
+
+class NativeCrashError(ModelLoadError):
+    """llama.cpp crashed or aborted on this file in a child process, and no known-safe
+    setting avoided it. The app itself did not crash."""
+
+    code = "native_crash"
+
+
 class EngineStoppedError(MtpStudioError, RuntimeError):
     code = "engine_stopped"
 

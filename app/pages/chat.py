@@ -89,6 +89,9 @@ class ChatPage(QWidget):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(6, 0, 0, 0)
         top = QHBoxLayout()
+        self.template_line = QLabel("")
+        self.template_line.setObjectName("Hint")
+        top.addWidget(self.template_line)
         top.addStretch(1)
         top.addWidget(QLabel("MTP source"))
         self.source = QComboBox()
@@ -339,4 +342,9 @@ class ChatPage(QWidget):
             self.models.reload(value)
 
     def _on_model_loaded(self, info: dict) -> None:
-        self.figures.setText(f"ready: {info.get('name')} · MTP {info.get('mtp')} · context {info.get('n_ctx')}")
+        quant = f" {info['quantization']}" if info.get("quantization") else ""
+        self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · context {info.get('n_ctx')}")
+        self.figures.setToolTip(f"Chat template: {info.get('chat_template')}")
+        self.template_line.setText(f"Chat template: {info.get('chat_template')}")
+        if info.get("fallbacks") and self.ctx.messages is not None:
+            self.ctx.messages.error("The model needed a fallback to run safely", "\n\n".join(info["fallbacks"]))

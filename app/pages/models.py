@@ -294,7 +294,7 @@ class ModelsPage(QWidget):
             self.details.setHtml("")
             return
         s = e.summary
-        rows = [("Architecture", s.get("architecture")), ("Quantization", s.get("main_quant_type")),
+        rows = [("Architecture", s.get("architecture")), ("Quantization", s.get("quantization") or s.get("main_quant_type")),
                 ("Parameters", f"{(s.get('parameters') or 0) / 1e6:.1f} M"), ("Context", s.get("context_length")),
                 ("Blocks", s.get("block_count")), ("NextN layers", s.get("nextn_layers")), ("MTP", e.mtp),
                 ("Files", "<br>".join(e.files)), ("Source", e.provenance.get("repo") or e.provenance.get("path")),

@@ -84,7 +84,10 @@ def run(args) -> int:
             return die(f"{args.chat_json} is not valid JSON: {e}", EXIT_USAGE)
     with Engine() as engine:
         try:
-            engine.submit(J.LoadModel(load_spec(args))).result()
+            info = engine.submit(J.LoadModel(load_spec(args))).result()
+            if not args.json:
+                for note in info.get("fallbacks", []):
+                    print(f"mtp-studio: note: {note}", file=sys.stderr)
             job = J.Generate(
                 prompt=args.prompt,
                 messages=messages,
@@ -96,7 +99,9 @@ def run(args) -> int:
             )
             if args.json:
                 result = engine.submit(job).result()
-                sys.stdout.write(json.dumps(result.to_json()) + "\n")
+                out = result.to_json()
+                out["model"] = {k: info.get(k) for k in ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks")}
+                sys.stdout.write(json.dumps(out) + "\n")
                 return 0
             handle = engine.submit(job)
             for ev in handle.events():

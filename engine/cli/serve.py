@@ -63,6 +63,9 @@ def run(args) -> int:
             return die(str(e), EXIT_INVALID)
         key = "API key required" if settings.api_key else "no API key"
         print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
+        print(f"chat template: {info.get('chat_template')}", flush=True)
+        for note in info.get("fallbacks", []):
+            print(f"note: {note}", file=sys.stderr, flush=True)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from engine.gguf.chatformat import header_chat_format
+from engine.gguf.filetype import header_file_type
 from engine.gguf.shards import ModelSet, open_set
 from engine.gguf.validate import MtpFacts, validate_set
 
@@ -33,6 +35,10 @@ def summarize(ms: ModelSet, facts: MtpFacts | None = None) -> dict[str, Any]:
         "parameters": params,
         "tensors": sum(len(x.tensors) for x in ms.headers),
         "quant_types": dict(types.most_common()),
+        #: the file's quantization as named by its author (general.file_type), else the
+        #: tensor type holding the most bytes
+        "quantization": header_file_type(h) or (type_bytes.most_common(1)[0][0] if type_bytes else None),
+        "quantization_source": "general.file_type" if header_file_type(h) else "largest tensor type",
         "main_quant_type": type_bytes.most_common(1)[0][0] if type_bytes else None,
         "context_length": h.get(f"{arch}.context_length"),
         "embedding_length": h.get(f"{arch}.embedding_length"),
@@ -52,6 +58,8 @@ def summarize(ms: ModelSet, facts: MtpFacts | None = None) -> dict[str, Any]:
             "bos_token_id": h.get("tokenizer.ggml.bos_token_id"),
             "eos_token_id": h.get("tokenizer.ggml.eos_token_id"),
             "chat_template": h.get("tokenizer.chat_template") is not None,
+            "chat_format": header_chat_format(h),
+            "add_bos": h.get("tokenizer.ggml.add_bos_token"),
         },
     }
 
@@ -76,6 +84,10 @@ def human_count(n: int) -> str:
     return str(n)
 
 
+def _yes_no(v) -> str:
+    return "not stated" if v is None else ("yes" if v else "no")
+
+
 def format_summary(s: dict[str, Any]) -> str:
     mtp = s["mtp"]
     mtp_line = {
@@ -90,12 +102,13 @@ def format_summary(s: dict[str, Any]) -> str:
         f"name          {s['name']}",
         f"size          {human_size(s['size_bytes'])} in {len(s['shards'])} file(s), {s['tensors']} tensors",
         f"parameters    {human_count(s['parameters'])}",
-        f"quantization  {s['main_quant_type']} (" + ", ".join(f"{k}: {v}" for k, v in s["quant_types"].items()) + ")",
+        f"quantization  {s['quantization']} (tensors: " + ", ".join(f"{k}: {v}" for k, v in s["quant_types"].items()) + ")",
         f"context       {s['context_length']}",
         f"blocks        {s['block_count']}",
         f"MTP           {mtp_line}",
         f"tokenizer     {tok['model']}/{tok['pre']}, {tok['vocab_size']} tokens, {tok['merges']} merges, "
-        f"chat template: {'yes' if tok['chat_template'] else 'no'}",
+        f"BOS on prompts: {_yes_no(tok['add_bos'])}",
+        f"chat template {tok['chat_format']}",
     ]
     if len(s["shards"]) > 1:
         lines += [f"shard         {p}" for p in s["shards"]]

@@ -190,7 +190,7 @@ def _full_probe(path: str, head: str | None, want_mtp: bool, res: ProbeResult) -
         _emit(res)
         from engine.runtime.decoder import DecodeParams, FixedDepth, generate
 
-        prompt = lm.model.tokenize("The quick brown fox jumps over the lazy dog. " * 3)
+        prompt = lm.model.prompt_tokens("The quick brown fox jumps over the lazy dog. " * 3)
         g = generate(lm.session, prompt, DecodeParams(max_tokens=32, depth=FixedDepth(1), ignore_eog=True))
         res.acceptance = g.stats.acceptance
         res.drafted = g.stats.drafted

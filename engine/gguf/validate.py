@@ -256,7 +256,56 @@ def check_arch_keys(h: GGUFHeader, report: Report) -> MtpFacts:
                 "every per-layer array must have one entry per block",
                 f,
             )
+    check_rope(h, arch, report)
     return facts
+
+
+def _first_int(kv) -> int | None:
+    """A scalar integer key, or the first entry of a per-layer array."""
+    if kv is None:
+        return None
+    if kv.type == ValueType.ARRAY:
+        try:
+            values = [int(v) for v in kv.value]
+        except (TypeError, ValueError):
+            return None
+        return max(values) if values else None
+    try:
+        return int(kv.value)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_rope(h: GGUFHeader, arch: str, report: Report) -> None:
+    """``rope.dimension_count`` must be even and at most the head size: llama.cpp
+    asserts both in the first decode (``n_dims % 2 == 0``, ``n_dims <= ne0``), long
+    after a load has succeeded."""
+    f = str(h.path)
+    n_rot = _first_int(h.kvs.get(f"{arch}.rope.dimension_count"))
+    if n_rot is None:
+        return
+    if n_rot % 2:
+        report.error(
+            "bad_rope_dims",
+            f"{arch}.rope.dimension_count is {n_rot}, an odd number; rotary embeddings rotate pairs of "
+            "dimensions, so llama.cpp would abort on the first decode. The file's metadata is damaged: "
+            "download or convert it again",
+            f,
+        )
+        return
+    head_k = _first_int(h.kvs.get(f"{arch}.attention.key_length"))
+    if head_k is None:
+        n_embd = _first_int(h.kvs.get(f"{arch}.embedding_length"))
+        n_head = _first_int(h.kvs.get(f"{arch}.attention.head_count"))
+        if n_embd and n_head:
+            head_k = n_embd // n_head
+    if head_k and n_rot > head_k:
+        report.error(
+            "bad_rope_dims",
+            f"{arch}.rope.dimension_count is {n_rot} but an attention head has only {head_k} dimensions; "
+            "llama.cpp would abort on the first decode. The file's metadata is damaged: download or convert it again",
+            f,
+        )
 
 
 def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:

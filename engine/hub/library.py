@@ -73,7 +73,7 @@ def describe(first_file: Path) -> tuple[str, str, dict]:
     if not report.valid:
         raise GGUFError(str(report.errors[0]), file=str(first_file), code=report.errors[0].code)
     s = summarize(ms, facts)
-    keep = ("architecture", "name", "parameters", "main_quant_type", "context_length", "embedding_length", "block_count",
+    keep = ("architecture", "name", "parameters", "quantization", "main_quant_type", "context_length", "embedding_length", "block_count",
             "nextn_layers", "size_bytes")  # fmt: skip
     summary = {k: s[k] for k in keep}
     summary["vocab_size"] = s["tokenizer"]["vocab_size"]

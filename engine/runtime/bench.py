@@ -152,7 +152,7 @@ def run_bench(
     deepest = max((int(a) for a in arms if a.isdigit()), default=0)
     if deepest > lm.max_draft_depth:
         raise InvalidRequestError(f"depth {deepest} exceeds the load's max draft depth {lm.max_draft_depth}")
-    tokenized = [lm.model.tokenize(p) for p in prompts]
+    tokenized = [lm.model.prompt_tokens(p) for p in prompts]
     policies: dict[str, DepthPolicy | None] = {}
     for a in arms:
         policies[a] = None if a == "0" else AdaptiveDepth(lm.max_draft_depth) if a == "auto" else FixedDepth(int(a))

@@ -49,7 +49,9 @@ class Context:
         self._ptr = ptr
         self.model = model
         self.n_ctx = int(L.llama_n_ctx(ptr))
-        self.n_batch = n_batch
+        # what llama.cpp really uses: it clamps the batch to the context
+        self.n_batch = int(L.llama_n_batch(ptr))
+        self.n_ubatch = int(L.llama_n_ubatch(ptr))
         self.n_rs_seq = int(L.llama_n_rs_seq(ptr))
         self.is_mtp = mtp_target is not None
         self._mem = L.llama_get_memory(ptr)

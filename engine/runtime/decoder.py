@@ -70,6 +70,8 @@ class DecodeParams:
     #: None: plain decoding; a policy: MTP speculation (greedy only)
     depth: DepthPolicy | None = None
     ignore_eog: bool = False
+    #: tokens that end the reply like end-of-generation (a chat template's turn markers)
+    end_tokens: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -106,8 +108,12 @@ def generate(
         prompt_tokens=len(prompt),
         sampled=not params.sampling.greedy,
     )
+    is_end = model.is_eog
+    if params.end_tokens:
+        ends = params.end_tokens
+        is_end = lambda t: t in ends or model.is_eog(t)  # noqa: E731
     checker = StopChecker(
-        model.piece, model.is_eog, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=params.ignore_eog
+        model.piece, is_end, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=params.ignore_eog
     )
     repairs0 = session.repairs
     t0 = time.perf_counter()

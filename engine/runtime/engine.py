@@ -29,11 +29,12 @@ from engine.errors import (
     QueueFullError,
 )
 from engine.runtime import jobs as J
-from engine.runtime.chat import PromptCache, render
+from engine.runtime.chat import PromptCache
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
 from engine.runtime.loader import LoadedModel, MtpSource, load
 from engine.runtime.sampling import SamplingParams
 from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
+from engine.runtime.templates import resolve_template, turn_ends
 
 log = logging.getLogger(__name__)
 
@@ -311,21 +312,23 @@ class Engine:
         cache = self._state.caches.setdefault(lm.name, PromptCache())
         model = lm.model
         prompt_text = None
+        end_tokens: frozenset[int] = frozenset()
+        end_strings: tuple[str, ...] = ()
         if job.messages is not None:
-            prompt_text = render(
-                model.chat_template,
+            template = lm.template or resolve_template(model)
+            prompt_text = template.render(
                 job.messages,
                 bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
                 eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
             )
-            prompt = cache.tokenize(prompt_text, model.tokenize)
-            if model.add_bos and model.bos >= 0 and prompt[:1] != [model.bos]:
-                prompt = [model.bos, *prompt]
+            # a template that writes the BOS token gets no second one
+            prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
+            end_tokens, end_strings = turn_ends(model, template)
         elif isinstance(job.prompt, str):
             prompt_text = job.prompt
-            prompt = cache.tokenize(prompt_text, model.tokenize)
+            prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
         elif isinstance(job.prompt, list):
-            if not all(isinstance(t, int) and 0 <= t < model.n_vocab for t in job.prompt):
+            if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < model.n_vocab for t in job.prompt):
                 raise InvalidRequestError(f"prompt token ids must be integers in [0, {model.n_vocab})")
             prompt = list(job.prompt)
         else:
@@ -340,7 +343,8 @@ class Engine:
         use_mtp = job.mtp != "off" and lm.source != MtpSource.OFF and sampling.greedy
         params = DecodeParams(
             max_tokens=job.max_tokens,
-            stop=tuple(job.stop),
+            stop=(*job.stop, *end_strings),
+            end_tokens=end_tokens,
             sampling=sampling,
             depth=self.depth_policy(lm, job.draft_depth) if use_mtp else None,
             ignore_eog=job.ignore_eog,

@@ -1,9 +1,11 @@
 """Loading a target model (and its MTP head) safely, with the MTP source resolved.
 
-Order matters because llama.cpp can abort the process: every file is validated
-structurally first (:mod:`engine.gguf.validate`), a head is checked against its target
-from the headers alone, risky loads are probed in a child process
-(:mod:`engine.gguf.probe`), and only then does this process call llama.cpp.
+Order matters because llama.cpp can abort the process: the settings are checked
+against what llama.cpp asserts on (:mod:`engine.runtime.limits`), every file is validated
+structurally (:mod:`engine.gguf.validate`), a head is checked against its target from the
+headers alone, the combination is loaded and decoded once in a child process
+(:mod:`engine.runtime.loadprobe`, cached), and only then does this process call llama.cpp,
+with whatever fallback the child needed.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import GGUFError, HeadMismatchError, ModelLoadError, ModelNotFoundError, MtpUnavailableError
-from engine.gguf.probe import cached_probe
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
+from engine.runtime import limits
 from engine.runtime.context import Context
+from engine.runtime.loadprobe import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.model import Model
 from engine.runtime.session import Session
+from engine.runtime.templates import ChatTemplate, resolve_template
 
 
 class MtpSource(str, enum.Enum):
@@ -46,9 +50,12 @@ class LoadSpec:
     max_draft_depth: int = 4
     n_gpu_layers: int = -1
     n_threads: int | None = None
-    #: metadata-probe files in a child process before loading them here
+    #: load and decode the combination in a child process first (cached per files,
+    #: build and settings); off only inside that child and in tools that are children
     probe: bool = True
     name: str | None = None
+    #: llama.cpp's CPU weight repacking (extra buffer types); None: as the probe found
+    extra_bufts: bool | None = None
 
 
 @dataclass
@@ -64,6 +71,7 @@ class LoadedModel:
     session: Session
     facts: MtpFacts
     info: dict = field(default_factory=dict)
+    template: ChatTemplate | None = None
 
     @property
     def max_draft_depth(self) -> int:
@@ -143,6 +151,9 @@ def load(
 ) -> LoadedModel:
     """Validate, probe and load. Raises typed errors (never aborts the process on a
     file that failed validation)."""
+    limits.check_load_settings(
+        n_ctx=spec.n_ctx, n_batch=spec.n_batch, max_draft_depth=spec.max_draft_depth, n_threads=spec.n_threads
+    )
     target_set, facts = _checked(spec.path, "The model")
     head_set = head_facts = None
     if spec.head is not None and spec.mtp != MtpSource.OFF:
@@ -162,15 +173,21 @@ def load(
         if progress is not None:
             progress(fraction, what)
 
+    verdict = LoadVerdict()
     if spec.probe:
-        report(0.0, "Checking the model file")
-        r = cached_probe(spec.path)
-        if not r.ok:
-            raise ModelLoadError(f"llama.cpp rejects {Path(spec.path).name}: {r.message}")
-        if source == MtpSource.EXTERNAL:
-            r = cached_probe(spec.head)  # type: ignore[arg-type]
-            if not r.ok:
-                raise ModelLoadError(f"llama.cpp rejects the head {Path(str(spec.head)).name}: {r.message}")
+        report(0.0, "Checking that llama.cpp runs this model (first load only)")
+        verdict = check_load(
+            ProbeRequest(
+                str(spec.path),
+                str(spec.head) if source == MtpSource.EXTERNAL else None,
+                source.value,
+                spec.n_gpu_layers,
+                spec.max_draft_depth,
+                spec.n_threads,
+            ),
+            cancel=cancel,
+        )
+    extra_bufts = verdict.use_extra_bufts if spec.extra_bufts is None else spec.extra_bufts
 
     head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
     model = Model.load(
@@ -179,6 +196,7 @@ def load(
         n_gpu_layers=spec.n_gpu_layers,
         progress=lambda f: report(f * (1 - head_share), "Loading the model"),
         cancel=cancel,
+        use_extra_bufts=extra_bufts,
     )
     head_model = None
     try:
@@ -189,6 +207,7 @@ def load(
                 n_gpu_layers=spec.n_gpu_layers,
                 progress=lambda f: report(1 - head_share + f * head_share, "Loading the MTP head"),
                 cancel=cancel,
+                use_extra_bufts=extra_bufts,
             )
             if head_model.n_embd != model.n_embd or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
@@ -199,6 +218,7 @@ def load(
         model.close()
         raise
     name = spec.name or Path(spec.path).name.removesuffix(".gguf")
+    template = resolve_template(model)
     info = {
         "path": str(spec.path),
         "head": str(spec.head) if source == MtpSource.EXTERNAL else None,
@@ -211,17 +231,27 @@ def load(
         "nextn_layers": facts.nextn_layers,
         "mtp": source.value,
         "max_draft_depth": spec.max_draft_depth,
+        "quantization": _quant_name(target_set),
+        "add_bos": model.add_bos,
+        "chat_template": template.describe(),
+        "extra_bufts": extra_bufts,
+        #: fallbacks the load probe had to take, as sentences for the user
+        "fallbacks": list(verdict.fallbacks),
     }
-    return LoadedModel(spec, name, source, model, head_model, session, facts, info)
+    return LoadedModel(spec, name, source, model, head_model, session, facts, info, template)
+
+
+def _quant_name(ms: ModelSet) -> str | None:
+    from engine.gguf.filetype import header_file_type
+
+    return header_file_type(ms.first)
 
 
 def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None) -> Session:
     use_mtp = source != MtpSource.OFF
-    n_ctx = spec.n_ctx
-    if model.n_ctx_train > 0:
-        n_ctx = min(n_ctx, model.n_ctx_train)
+    n_ctx = limits.effective_ctx(spec.n_ctx, model.n_ctx_train)
     depth = max(1, spec.max_draft_depth)
-    n_batch = max(spec.n_batch, depth + 2)
+    n_batch = limits.batch_for(spec.n_batch, depth, n_ctx)
     target = Context(
         model,
         n_ctx=n_ctx,
@@ -230,6 +260,13 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         nextn_embeddings=use_mtp,
         n_threads=spec.n_threads,
     )
+    try:
+        limits.check_context_sizes(
+            n_ubatch=target.n_ubatch, n_batch=target.n_batch, n_rs_seq=target.n_rs_seq, depth=depth if use_mtp else 0
+        )
+    except BaseException:
+        target.close()
+        raise
     draft = None
     if use_mtp:
         try:

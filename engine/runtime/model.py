@@ -49,14 +49,18 @@ class Model:
         progress: Callable[[float], None] | None = None,
         cancel: threading.Event | None = None,
         metadata_only: bool = False,
+        use_extra_bufts: bool = True,
     ) -> Model:
         """Load ``path`` (which must already be validated: llama.cpp can abort on bad
         input). Raises :class:`Cancelled` when ``cancel`` is set during the load.
-        ``metadata_only`` allocates no tensor data (a fast structural check)."""
+        ``metadata_only`` allocates no tensor data (a fast structural check);
+        ``use_extra_bufts=False`` turns off llama.cpp's CPU weight repacking (extra buffer
+        types such as AMX), the known-safe fallback when its kernels crash."""
         L = llama()
         params = L.llama_model_default_params()
         params.load_mtp = bool(load_mtp)
         params.n_gpu_layers = n_gpu_layers
+        params.use_extra_bufts = bool(use_extra_bufts)
         if metadata_only:
             params.no_alloc = True
             params.load_mode = L.LLAMA_LOAD_MODE_NONE
@@ -133,6 +137,17 @@ class Model:
             buf = (L.llama_token * cap)()
             n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
         return list(buf[:n])
+
+    def prompt_tokens(self, text: str) -> list[int]:
+        """Tokens of a raw prompt as the model expects it: with the BOS token first when
+        the vocabulary asks for one (Gemma and Llama do; without it Gemma degenerates
+        into repetition at once), and never two of them."""
+        return self.with_bos(self.tokenize(text))
+
+    def with_bos(self, tokens: list[int]) -> list[int]:
+        if self.add_bos and self.bos >= 0 and tokens[:1] != [self.bos]:
+            return [self.bos, *tokens]
+        return tokens
 
     def piece(self, token: int) -> bytes:
         """Bytes of one token as it appears in generated text (control tokens render empty)."""

@@ -31,7 +31,7 @@ def test_json_tokens_identical_with_mtp_off_and_on(unseen, name):
     fx = unseen[name]
     args = ["generate", "--prompt", "Tell me a story about a cat.", "--max-tokens", "40"]
     off = mtp_json(*args, "--model", str(fx.path), "--mtp", "off")
-    assert set(off) == {"tokens", "text", "stats"}
+    assert set(off) == {"tokens", "text", "stats", "model"}
     assert off["stats"]["mtp"] == "off" and off["stats"]["drafted"] == 0 and len(off["tokens"]) == 40
     for extra in (
         ["--model", str(fx.path), "--mtp", "integrated", "--draft-depth", "1"],

@@ -1,0 +1,216 @@
+"""Proving a model runs before this process decodes it: a child loads and decodes first.
+
+llama.cpp can end the process on files that load fine: the AMX weight-repack kernels
+crash with SIGSEGV on the first decode of quantized models on some Xeons
+(ggml-org/llama.cpp#20824), and a ``GGML_ASSERT`` aborts on metadata no validator
+checks. The engine is in-process, so that would close the app. Before a (model files,
+llama.cpp build, load settings) combination is first decoded here, a child process
+(:mod:`engine.runtime.loadprobe_child`) loads it and decodes a few tokens, plain and with
+MTP when there is a draft source. When the child crashes, it is diagnosed and the
+known-safe fallback is tried (CPU weight repacking, llama.cpp's "extra buffer types",
+off); what worked is cached, so later loads are instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from engine.childproc import ChildOutcome, run_child
+from engine.errors import ModelLoadError, NativeCrashError
+
+PROBE_VERSION = 2
+CHILD_MODULE = "engine.runtime.loadprobe_child"
+#: test seam: make the child crash like the AMX kernels do ("extra-bufts": only with
+#: extra buffer types on; "always"), on machines whose CPU does not crash by itself
+CRASH_ENV = "MTP_STUDIO_PROBE_CRASH"
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    path: str
+    head: str | None
+    mtp: str  # resolved source: off | integrated | external
+    n_gpu_layers: int
+    max_draft_depth: int
+    n_threads: int | None = None
+
+
+@dataclass
+class LoadVerdict:
+    """What the probe established: the settings to load with, and what it had to do."""
+
+    use_extra_bufts: bool = True
+    #: user-facing sentences, one per fallback taken (empty when none was needed)
+    fallbacks: list[str] = field(default_factory=list)
+    cached: bool = False
+    seconds: float = 0.0
+
+
+def cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "amx_int8" in line.split() or "amx_tile" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+# ------------------------------------------------------------------------ cache
+def _identity(path: str | None) -> list[str]:
+    if path is None:
+        return ["-"]
+    p = Path(path)
+    st = p.stat()
+    return [str(p.resolve()), str(st.st_size), str(st.st_mtime_ns)]
+
+
+def build_identity() -> list[str]:
+    """Which llama.cpp library a child (and this process) loads: the selected backend
+    build (``LLAMA_CPP_LIB_PATH``) or the one installed with llama-cpp-python."""
+    lib = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if not lib:
+        spec = importlib.util.find_spec("llama_cpp")
+        lib = str(Path(spec.origin).parent / "lib") if spec and spec.origin else "?"
+    out = [lib]
+    p = Path(lib)
+    if p.is_dir():
+        for f in sorted(p.glob("*llama*")) + sorted(p.glob("*ggml*")):
+            st = f.stat()
+            out += [f.name, str(st.st_size), str(st.st_mtime_ns)]
+    return out
+
+
+def _key(req: ProbeRequest) -> str:
+    parts = [str(PROBE_VERSION), *_identity(req.path), *_identity(req.head), *build_identity()]
+    parts += [req.mtp, str(req.n_gpu_layers), str(req.max_draft_depth), os.environ.get(CRASH_ENV, "")]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _cache_file() -> Path:
+    from engine.paths import cache_dir
+
+    return cache_dir() / "load-probe.json"
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember(key: str, verdict: LoadVerdict) -> None:
+    cache = _read_cache()
+    cache[key] = {"use_extra_bufts": verdict.use_extra_bufts, "fallbacks": verdict.fallbacks}
+    path = _cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(cache))
+    tmp.replace(path)
+
+
+def _cached(key: str) -> LoadVerdict | None:
+    entry = _read_cache().get(key)
+    if not isinstance(entry, dict) or not isinstance(entry.get("use_extra_bufts"), bool):
+        return None
+    fallbacks = entry.get("fallbacks")
+    if not isinstance(fallbacks, list) or not all(isinstance(x, str) for x in fallbacks):
+        return None
+    return LoadVerdict(entry["use_extra_bufts"], fallbacks, cached=True)
+
+
+# ----------------------------------------------------------------------- parent
+def _run(req: ProbeRequest, extra_bufts: bool, timeout: float, cancel: threading.Event | None) -> ChildOutcome:
+    args = [req.path, "--mtp", req.mtp, "--gpu-layers", str(req.n_gpu_layers), "--depth", str(req.max_draft_depth)]
+    if req.head:
+        args += ["--head", req.head]
+    if req.n_threads:
+        args += ["--threads", str(req.n_threads)]
+    if not extra_bufts:
+        args.append("--no-extra-bufts")
+    return run_child(CHILD_MODULE, *args, timeout=timeout, cancel=cancel)
+
+
+def _describe_crash(o: ChildOutcome) -> str:
+    stage = o.last.get("stage") or "start"
+    if o.timed_out:
+        return f"llama.cpp did not finish (stage: {stage}) within the time allowed"
+    if o.signal_name == "SIGABRT":
+        what = "llama.cpp aborted (SIGABRT: one of its internal checks failed)"
+    elif o.crashed:
+        what = f"llama.cpp crashed ({o.signal_name})"
+    else:
+        what = f"the check ended with {o.signal_name}"
+    msg = f"{what} while {_STAGES.get(stage, stage)}"
+    if o.stderr_tail:
+        msg += ": " + " | ".join(o.stderr_tail)
+    return msg
+
+
+_STAGES = {
+    "start": "starting",
+    "load": "loading the model",
+    "context": "creating its contexts",
+    "decode": "decoding the first tokens",
+    "mtp": "drafting with MTP",
+}
+
+
+def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.Event | None = None) -> LoadVerdict:
+    """Probe ``req`` in a child process (once per files, build and settings) and return
+    the settings that work. Raises :class:`NativeCrashError` when llama.cpp crashes
+    even with the fallback, :class:`ModelLoadError` when it refuses the model, and
+    :class:`~engine.errors.Cancelled` when ``cancel`` is set."""
+    import time
+
+    key = _key(req)
+    hit = _cached(key)
+    if hit is not None:
+        return hit
+    t0 = time.perf_counter()
+    first = _run(req, True, timeout, cancel)
+    if first.returncode == 0 and first.last.get("ok"):
+        verdict = LoadVerdict(True, [])
+    elif first.returncode == 0 and first.last.get("error"):
+        raise ModelLoadError(f"llama.cpp rejects {Path(req.path).name}: {first.last['error']}")
+    elif first.last.get("stage") in ("load", "start", None) or first.timed_out:
+        # the repack kernels run on decode: a crash before it has no known-safe fallback
+        raise NativeCrashError(
+            f"{_describe_crash(first)}. MTP Studio kept running; {Path(req.path).name} cannot be used with this "
+            "llama.cpp build. Check it with `mtp-studio validate --probe`, or try another file or backend build."
+        )
+    else:
+        crash = _describe_crash(first)
+        second = _run(req, False, timeout, cancel)
+        if second.returncode == 0 and second.last.get("ok"):
+            amx = " (this CPU has AMX, whose repack kernels are known to crash: ggml-org/llama.cpp#20824)" if cpu_has_amx() else ""
+            verdict = LoadVerdict(
+                False,
+                [
+                    f"{crash}. With CPU weight repacking (llama.cpp's extra buffer types) off it runs, so this "
+                    f"model is loaded with repacking off{amx}. Prompt processing may be slower."
+                ],
+            )
+        elif second.returncode == 0 and second.last.get("error"):
+            raise ModelLoadError(f"llama.cpp rejects {Path(req.path).name}: {second.last['error']}")
+        else:
+            raise NativeCrashError(
+                f"{crash}. It also failed with CPU weight repacking off ({_describe_crash(second)}). "
+                f"MTP Studio kept running; {Path(req.path).name} cannot be used with this llama.cpp build. "
+                "Try another quantization of the model or another backend build."
+            )
+    verdict.seconds = time.perf_counter() - t0
+    _remember(key, verdict)
+    return verdict
+
+
+__all__ = ["CRASH_ENV", "LoadVerdict", "ProbeRequest", "asdict", "check_load", "cpu_has_amx"]

@@ -1,0 +1,89 @@
+"""The child side of :mod:`engine.runtime.loadprobe`: load exactly as the app will,
+decode a few tokens plain and with MTP, and print one JSON line per stage (so a crash
+leaves the stage it died in on stdout). A typed refusal is reported as
+``{"error": ...}`` with exit status 0; a crash is the parent's to diagnose.
+
+``python -m engine.runtime.loadprobe_child PATH [--head H] --mtp SOURCE ...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+
+from engine.errors import MtpStudioError
+from engine.runtime.loadprobe import CRASH_ENV
+from engine.runtime.loader import LoadSpec, MtpSource, load
+
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog. def add(a, b):\n    return a + b\n"
+
+
+def _say(**fields) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def _maybe_crash(extra_bufts: bool) -> None:
+    mode = os.environ.get(CRASH_ENV, "")
+    if mode == "always" or (mode == "extra-bufts" and extra_bufts):
+        os.kill(os.getpid(), signal.SIGSEGV)  # as ggml_backend_amx_mul_mat does on some Xeons
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="engine.runtime.loadprobe_child")
+    ap.add_argument("path")
+    ap.add_argument("--head")
+    ap.add_argument("--mtp", default="off", choices=[s.value for s in MtpSource])
+    ap.add_argument("--gpu-layers", type=int, default=-1)
+    ap.add_argument("--depth", type=int, default=1)
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--no-extra-bufts", action="store_true")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr, format="%(message)s")
+    extra = not a.no_extra_bufts
+
+    from engine.runtime.decoder import DecodeParams, FixedDepth, generate
+
+    _say(stage="load")
+    try:
+        lm = load(
+            LoadSpec(
+                a.path,
+                head=a.head,
+                mtp=MtpSource(a.mtp),
+                n_ctx=256,
+                max_draft_depth=a.depth,
+                n_gpu_layers=a.gpu_layers,
+                n_threads=a.threads,
+                probe=False,
+                extra_bufts=extra,
+            )
+        )
+    except MtpStudioError as e:
+        _say(stage="load", error=str(e))
+        return 0
+    try:
+        _say(stage="decode")
+        _maybe_crash(extra)
+        prompt = lm.model.prompt_tokens(PROBE_TEXT)
+        plain = generate(lm.session, prompt, DecodeParams(max_tokens=4, ignore_eog=True))
+        drafted = None
+        if lm.session.draft is not None:
+            _say(stage="mtp")
+            depth = max(1, lm.max_draft_depth)
+            spec = generate(lm.session, prompt, DecodeParams(max_tokens=depth + 3, depth=FixedDepth(depth), ignore_eog=True))
+            drafted = spec.stats.drafted
+        _say(stage="done", ok=True, tokens=len(plain.tokens), drafted=drafted)
+    except MtpStudioError as e:
+        _say(stage="decode", error=str(e))
+    finally:
+        lm.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""Which chat template a model is talked to with, and saying so.
+
+1. The file's own ``tokenizer.chat_template`` (Jinja, rendered by :mod:`engine.runtime.chat`).
+2. Else one of llama.cpp's built-in templates (rendered by llama.cpp itself through
+   ``llama_chat_apply_template``), chosen by :mod:`engine.gguf.chatformat` from the turn
+   markers the vocabulary holds as special tokens. A base model (no template) is then
+   addressed in its family's format, not in markup it never saw.
+3. Else ChatML, labelled as a default.
+
+Every template comes with the markers that end a turn: they stop generation (as tokens
+and as text), so no template markup ever reaches a reply.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from engine.errors import InvalidRequestError
+from engine.gguf.chatformat import ALL_END_MARKERS, BUILTINS, detect_builtin
+from engine.runtime import chat
+from engine.runtime.lib import llama
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    kind: str  # "file" | "builtin" | "default"
+    name: str  # "tokenizer.chat_template" or a llama.cpp built-in name
+    #: Jinja source for file templates
+    source: str | None = None
+    #: text markers that end a turn (stop strings, and stop tokens where they are one token)
+    end_markers: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "file":
+            return "the model's own (tokenizer.chat_template)"
+        if self.kind == "builtin":
+            return f"llama.cpp built-in '{self.name}' (the file has none; chosen from its vocabulary)"
+        return "ChatML (default: the file has no template and its vocabulary matches no built-in)"
+
+    def render(self, messages: list[dict], *, add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "") -> str:
+        if self.source is not None:
+            return chat.render(
+                self.source, messages, add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token
+            )
+        return apply_builtin(self.name, chat.validate_messages(messages), add_generation_prompt)
+
+
+def apply_builtin(name: str, messages: list[dict], add_generation_prompt: bool) -> str:
+    """Render ``messages`` with llama.cpp's built-in template ``name``."""
+    L = llama()
+    keep = [(m["role"].encode("utf-8"), m["content"].encode("utf-8", "surrogatepass")) for m in messages]
+    arr = (L.llama_chat_message * len(keep))()
+    for i, (role, content) in enumerate(keep):
+        arr[i].role = role
+        arr[i].content = content
+    size = 2 * sum(len(c) + len(r) for r, c in keep) + 256
+    for _ in range(2):
+        buf = ctypes.create_string_buffer(size)
+        n = L.llama_chat_apply_template(name.encode(), arr, len(keep), add_generation_prompt, buf, size)
+        if n < 0:
+            raise InvalidRequestError(f"llama.cpp's '{name}' chat template cannot render these messages")
+        if n <= size:
+            return buf.raw[:n].decode("utf-8", "replace")
+        size = n + 1
+    raise InvalidRequestError(f"llama.cpp's '{name}' chat template output did not fit")  # pragma: no cover
+
+
+def builtin_names() -> set[str]:
+    L = llama()
+    arr = (ctypes.c_char_p * 256)()
+    n = L.llama_chat_builtin_templates(arr, 256)
+    return {arr[i].decode() for i in range(min(n, 256))}
+
+
+def is_special_token(model, text: str) -> bool:
+    """The vocabulary holds ``text`` as one special (control) token."""
+    ids = model.tokenize(text, add_special=False, parse_special=True)
+    return len(ids) == 1 and model.tokenize(text, add_special=False, parse_special=False) != ids
+
+
+def resolve_template(model) -> ChatTemplate:
+    """The template to chat with ``model`` (a :class:`~engine.runtime.model.Model`)."""
+    own = model.chat_template
+    if own:
+        return ChatTemplate("file", "tokenizer.chat_template", own, tuple(m for m in ALL_END_MARKERS if m in own))
+    name = detect_builtin(lambda t: is_special_token(model, t))
+    if name is not None and name in builtin_names():
+        return ChatTemplate("builtin", name, None, BUILTINS[name][1])
+    return ChatTemplate("default", "chatml", chat.CHATML, BUILTINS["chatml"][1])
+
+
+def turn_ends(model, template: ChatTemplate) -> tuple[frozenset[int], tuple[str, ...]]:
+    """How a reply's turn end is recognised: the end markers that are single special
+    tokens (as token ids: they render as no text) and the others (as stop strings)."""
+    tokens, strings = set(), []
+    for m in template.end_markers:
+        if is_special_token(model, m):
+            tokens.add(model.tokenize(m, add_special=False, parse_special=True)[0])
+        else:
+            strings.append(m)
+    return frozenset(tokens), tuple(strings)
