@@ -33,6 +33,38 @@ def register(sub) -> None:
     sv.add_argument("--json", action="store_true")
     sv.set_defaults(func=_server)
 
+    v = bsub.add_parser("versus", help="plain greedy decode tokens/s: this engine vs llama-cpp-python's Llama class")
+    v.add_argument("--model", type=Path, required=True)
+    v.add_argument("--tokens", type=int, default=128)
+    v.add_argument("--runs", type=int, default=5, help="measured runs of each (plus one warm-up)")
+    v.add_argument("--ctx", type=int, default=2048)
+    v.add_argument("--threads", type=int, default=None)
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=_versus)
+
+
+def _versus(args) -> int:
+    import json
+
+    from engine.cli import EXIT_INVALID, die
+    from engine.errors import MtpStudioError
+    from engine.runtime.versus import run_versus
+
+    try:
+        r = run_versus(args.model, tokens=args.tokens, runs=args.runs, n_ctx=args.ctx, threads=args.threads)
+    except MtpStudioError as e:
+        return die(str(e), EXIT_INVALID)
+    body = r.to_json()
+    if args.json:
+        print(json.dumps(body))
+    else:
+        print(
+            f"{body['model']}: {args.tokens} tokens, {r.threads} threads, median of {args.runs}: "
+            f"ours {body['ours_tokens_per_second']:.1f} tok/s, llama-cpp-python {body['llama_cpp_python_tokens_per_second']:.1f} "
+            f"tok/s, ratio {r.ratio:.3f}, same tokens: {'yes' if r.same_tokens else 'NO'}"
+        )
+    return 0 if r.same_tokens else EXIT_INVALID
+
 
 def _compose(args) -> int:
     from engine.gguf.bench import run

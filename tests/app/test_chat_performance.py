@@ -106,3 +106,29 @@ def test_bench_from_the_performance_page(qtbot, window, fixtures):
     assert [a["depth"] for a in perf.last_bench["arms"]] == ["0", "1", "2", "3", "auto"]
     perf._redraw()
     assert perf.onoff_chart.labels()[0] == "MTP off" and len(perf.onoff_chart.values()) == 2
+
+
+def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
+    """Gemma 3 270M Q4_K_M through the real widgets: the page says which chat template
+    is in use, the reply streams in with no template markup, and a crash the load probe
+    had to work around is told to the user (forced at the probe's seam)."""
+    from engine.runtime.loadprobe import CRASH_ENV
+
+    monkeypatch.setenv(CRASH_ENV, "extra-bufts")
+    info = load(qtbot, window, gemma)
+    chat = window.pages["chat"]
+    assert info["quantization"] == "Q4_K_M" and info["extra_bufts"] is False
+    assert "Chat template: llama.cpp built-in 'gemma'" in chat.template_line.text()
+    assert "Q4_K_M" in chat.figures.text()
+    dialogs = window.ctx.messages.open_dialogs
+    assert dialogs and "SIGSEGV" in dialogs[-1].text() and "repacking" in dialogs[-1].text()
+    for d in dialogs:
+        d.close()
+    window.ctx.settings.chat.max_tokens = 24
+    chat.input.setPlainText("Write one sentence about the sea.")
+    chat.send()
+    wait_idle(qtbot, chat, timeout=60000)
+    reply = chat.conv.messages[-1]["content"]
+    assert reply.strip()
+    for marker in ("<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>"):
+        assert marker not in reply and marker not in chat.transcript.toPlainText()

@@ -108,7 +108,7 @@ def test_frozen_self_test_passes_and_writes_only_to_the_user_folders(package, tm
     assert "greedy == MTP: True" in line and "frozen True" in line, line
     assert snapshot(package.folder) == before, "the frozen app wrote inside its own folder"
     # the probe's cache went where a source install keeps it
-    assert (tmp_path / "cache" / "mtp-studio" / "probe-cache.json").is_file()
+    assert (tmp_path / "cache" / "mtp-studio" / "load-probe.json").is_file()
 
 
 def test_frozen_and_source_installs_use_the_same_paths(package, tmp_path):

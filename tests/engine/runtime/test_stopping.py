@@ -90,3 +90,49 @@ def test_stop_checker_holds_back_partial_stop_strings_and_utf8():
     assert r.stop == "stop_string" and c.text == "Hell"
     c2 = StopChecker(pieces.__getitem__, lambda t: False, max_tokens=10)
     assert c2.push(5).text == "" and c2.push(6).text == "é"  # a character split across tokens
+
+
+# ------------------------------------------------------------------- sampler
+def _reference(logits, temperature, top_k, top_p):
+    """The textbook definition: full sort, truncate, renormalise."""
+    import numpy as np
+
+    x = logits.astype(np.float64) / temperature
+    idx = np.argsort(-x, kind="stable")
+    if top_k > 0:
+        idx = idx[:top_k]
+    probs = np.exp(x[idx] - x[idx][0])
+    probs /= probs.sum()
+    if top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(probs), top_p)) + 1
+        idx, probs = idx[:keep], probs[:keep] / probs[:keep].sum()
+    return dict(zip(idx.tolist(), probs.tolist()))
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (40, 1.0), (0, 0.9), (0, 0.999), (50, 0.8), (1, 1.0)])
+def test_sampler_distribution_equals_the_full_sort_definition(top_k, top_p):
+    import numpy as np
+
+    from engine.runtime.sampling import Sampler, SamplingParams
+
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal(262_144) * 3).astype(np.float32)  # a Gemma-sized vocabulary
+    got_idx, got_p = Sampler(SamplingParams(0.7, top_p, top_k, seed=1)).distribution(logits)
+    want = _reference(logits, 0.7, top_k, top_p)
+    assert set(got_idx.tolist()) == set(want)
+    got = dict(zip(got_idx.tolist(), got_p.tolist()))
+    assert max(abs(got[t] - want[t]) for t in want) < 1e-12
+
+
+def test_sampler_draws_follow_its_distribution_and_the_seed():
+    import numpy as np
+
+    from engine.runtime.sampling import Sampler, SamplingParams
+
+    logits = np.log(np.array([0.5, 0.3, 0.2, 1e-9], dtype=np.float64)).astype(np.float32)
+    s = Sampler(SamplingParams(1.0, seed=7))
+    draws = [s.sample(logits) for _ in range(20000)]
+    freq = np.bincount(draws, minlength=4) / len(draws)
+    assert np.allclose(freq[:3], [0.5, 0.3, 0.2], atol=0.015) and freq[3] == 0
+    again = Sampler(SamplingParams(1.0, seed=7))
+    assert [again.sample(logits) for _ in range(200)] == draws[:200]
