@@ -1,14 +1,63 @@
 """Chat history that survives a restart: one JSON file per conversation, written
-atomically in the platformdirs data folder. Plain Python (no Qt)."""
+atomically in the platformdirs data folder. Plain Python (no Qt).
+
+A conversation's id names its file, so ids are generated here and checked on every read
+and write, never trusted as paths. A file that does not hold a well-formed conversation
+is renamed ``<name>.bad`` (kept, not deleted) and the others load as usual."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
+import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_ID = re.compile(r"^[0-9a-f]{12}$")
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class BadConversation(ValueError):
+    pass
+
+
+def check_id(conv_id: object) -> str:
+    if not isinstance(conv_id, str) or not _ID.match(conv_id):
+        raise BadConversation(f"{conv_id!r} is not a conversation id")
+    return conv_id
+
+
+def _from_json(data: object) -> Conversation:
+    """A conversation from a file's JSON, or :class:`BadConversation` saying why not."""
+    if not isinstance(data, dict):
+        raise BadConversation("not a JSON object")
+    known = {"id", "title", "system", "messages", "created", "updated", "model"}
+    kw = {k: v for k, v in data.items() if k in known}
+    check_id(kw.get("id"))
+    for key in ("title", "system"):
+        if key in kw and not isinstance(kw[key], str):
+            raise BadConversation(f"{key} is not text")
+    for key in ("created", "updated"):
+        v = kw.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise BadConversation(f"{key} is not a time")
+    if kw.get("model") is not None and not isinstance(kw["model"], str):
+        raise BadConversation("model is not text")
+    messages = kw.get("messages", [])
+    if not isinstance(messages, list):
+        raise BadConversation("messages is not a list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise BadConversation(f"message {i} is not a {{role, content}} object")
+        if "stats" in m and not isinstance(m["stats"], dict):
+            raise BadConversation(f"message {i} has stats that are not an object")
+    return Conversation(**kw)
 
 
 @dataclass
@@ -34,19 +83,43 @@ class ChatStore:
 
             folder = data_dir() / "chats"
         self.folder = folder
+        #: files set aside by the last :meth:`all`
+        self.quarantined: list[str] = []
 
     def new(self, system: str = "") -> Conversation:
         return Conversation(id=uuid.uuid4().hex[:12], system=system)
 
     def all(self) -> list[Conversation]:
+        """Every readable conversation, newest first; damaged files are set aside."""
         out = []
+        self.quarantined: list[str] = []
         if self.folder.is_dir():
             for p in self.folder.glob("*.json"):
+                if p.is_symlink() or not p.is_file():
+                    continue
                 try:
-                    out.append(Conversation(**json.loads(p.read_text(encoding="utf-8"))))
-                except (OSError, ValueError, TypeError):
-                    continue  # a damaged file is skipped, not fatal
+                    conv = _from_json(json.loads(p.read_text(encoding="utf-8")))
+                    if conv.id != p.stem:
+                        raise BadConversation(f"its id {conv.id!r} does not match its file name")
+                except OSError:
+                    continue
+                except (ValueError, RecursionError) as e:  # BadConversation, bad JSON
+                    self._quarantine(p, e)
+                    continue
+                out.append(conv)
         return sorted(out, key=lambda c: c.updated, reverse=True)
+
+    def _quarantine(self, p: Path, why: Exception) -> None:
+        bad = p.with_name(p.name + ".bad")
+        log.warning("chat history %s is damaged (%s); kept as %s", p.name, why, bad.name)
+        try:
+            p.replace(bad)
+            self.quarantined.append(p.name)
+        except OSError:
+            pass
+
+    def _path(self, conv_id: str) -> Path:
+        return self.folder / f"{check_id(conv_id)}.json"
 
     def save(self, conv: Conversation) -> None:
         conv.updated = time.time()
@@ -55,10 +128,10 @@ class ChatStore:
             if first.strip():
                 conv.title = " ".join(first.split())[:60]
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{conv.id}.json"
+        path = self._path(conv.id)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(asdict(conv), indent=1), encoding="utf-8")
         tmp.replace(path)
 
     def delete(self, conv_id: str) -> None:
-        (self.folder / f"{conv_id}.json").unlink(missing_ok=True)
+        self._path(conv_id).unlink(missing_ok=True)

@@ -46,12 +46,14 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     app.setOrganizationName("MTP Studio")
     app.setWindowIcon(app_icon())
     app.setStyleSheet(style_sheet())
-    settings = settings_mod.load(settings_path)
+    settings, problems = settings_mod.load_checked(settings_path)
     if engine is None:
         engine = Engine(EngineDefaults(draft_depth="auto")).start()
     limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None
     ctx = AppContext(settings, EngineBridge(engine), Library(limit_bytes=limit), ChatStore(), settings_path=settings_path)
     window = MainWindow(ctx)
+    if problems and ctx.messages is not None:
+        ctx.messages.error("Some settings could not be used", "\n".join(f"• {p}" for p in problems))
     return app, window, ctx
 
 

@@ -2,14 +2,18 @@
 
 Plain dataclasses (no Qt): the GUI edits them, the engine is handed the values it
 needs. The file lives in the platformdirs config folder, is written atomically with
-owner-only permissions (it may hold a Hugging Face token), and a damaged file is kept
-aside as ``settings.json.bad`` instead of being lost.
+owner-only permissions (it may hold a Hugging Face token). A file that is not JSON, or
+JSON of the wrong shape, is moved aside as ``settings.json.bad`` and the app starts from
+defaults; values of the wrong type or out of range are reset one by one (the original
+file is copied aside first). Either way :func:`load_checked` says what it did, so the
+app can tell the user: a bad file never stops the app from starting.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -86,36 +90,92 @@ MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}
 
 
 def migrate(d: dict) -> dict:
-    version = int(d.get("schema_version", 1))
+    if not isinstance(d, dict):
+        raise BadSettingsFile(f"expected a JSON object, found {type(d).__name__}")
+    version = d.get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise BadSettingsFile(f"schema_version must be a positive whole number, found {version!r}")
     if version > SCHEMA_VERSION:
         log.warning("settings are from a newer version (%s); unknown fields are ignored", version)
         return d
     while version < SCHEMA_VERSION:
-        d = MIGRATIONS[version](d)
+        try:
+            d = MIGRATIONS[version](d)
+        except (AttributeError, TypeError, ValueError) as e:
+            raise BadSettingsFile(f"cannot migrate version {version} settings: {e}") from None
         version += 1
     d["schema_version"] = SCHEMA_VERSION
     return d
 
 
-def _build(cls, data: Any):
-    """A dataclass from a dict, ignoring unknown keys and wrong-typed values."""
-    if not isinstance(data, dict):
-        return cls()
-    kwargs = {}
+class BadSettingsFile(ValueError):
+    """The settings file cannot be used at all (not JSON, or JSON of the wrong shape)."""
+
+
+#: allowed values of the string settings that name a choice
+CHOICES: dict[str, tuple[str, ...]] = {
+    "mtp.source": ("off", "integrated", "external", "auto"),
+    "mtp.depth": ("auto", *(str(k) for k in range(1, 17))),
+}
+#: (low, high) of the numeric settings (None: unbounded)
+RANGES: dict[str, tuple[float, float | None]] = {
+    "n_ctx": (64, 1 << 22),
+    "max_draft_depth": (0, 16),
+    "chat.max_tokens": (1, 1 << 20),
+    "chat.temperature": (0.0, 2.0),
+    "server.port": (0, 65535),
+    "library_limit_gb": (0.0, None),
+}
+#: settings that may be None besides their default's type
+OPTIONAL = {"last_model", "last_head"}
+
+
+def _type_ok(current: Any, value: Any, key: str) -> bool:
+    if current is None or key in OPTIONAL:
+        return value is None or isinstance(value, str)
+    if isinstance(current, bool) or isinstance(value, bool):
+        return isinstance(current, bool) and isinstance(value, bool)
+    if isinstance(current, float):
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    if isinstance(current, list):
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    return isinstance(value, type(current))
+
+
+def _build(cls, data: Any, problems: list[str], prefix: str = ""):
+    """A dataclass from a dict: unknown keys ignored, values of the wrong type or out
+    of range replaced by the default (each noted in ``problems``)."""
     defaults = cls()
+    if not isinstance(data, dict):
+        if prefix:
+            problems.append(f"{prefix.rstrip('.')} was not a section; using the defaults")
+        return defaults
+    kwargs = {}
     for f in fields(cls):
         if f.name not in data:
             continue
+        key = prefix + f.name
         value = data[f.name]
         current = getattr(defaults, f.name)
         if is_dataclass(current):
-            kwargs[f.name] = _build(type(current), value)
-        elif current is None or value is None or isinstance(value, type(current)) or (
-            isinstance(current, float) and isinstance(value, int)
-        ):
-            kwargs[f.name] = value
-        else:
-            log.warning("settings: ignoring %s (expected %s)", f.name, type(current).__name__)
+            kwargs[f.name] = _build(type(current), value, problems, key + ".")
+            continue
+        if key == "schema_version":
+            continue
+        if not _type_ok(current, value, key):
+            problems.append(f"{key} = {value!r} is not a {type(current).__name__}; using {current!r}")
+            continue
+        if isinstance(current, float) and isinstance(value, int):
+            value = float(value)
+        if key in CHOICES and value not in CHOICES[key]:
+            problems.append(f"{key} = {value!r} is not one of {', '.join(CHOICES[key])}; using {current!r}")
+            continue
+        if key in RANGES:
+            low, high = RANGES[key]
+            if value < low or (high is not None and value > high):
+                problems.append(f"{key} = {value!r} is out of range; using {current!r}")
+                continue
+        kwargs[f.name] = value
     return cls(**kwargs)
 
 
@@ -126,19 +186,44 @@ def settings_path() -> Path:
 
 
 def load(path: Path | None = None) -> Settings:
+    return load_checked(path)[0]
+
+
+def load_checked(path: Path | None = None) -> tuple[Settings, list[str]]:
+    """The settings, and what was wrong with the file (empty when nothing was)."""
     path = path or settings_path()
+    bad = path.with_name(path.name + ".bad")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return Settings()
-    except (OSError, ValueError) as e:
-        log.warning("settings file %s is damaged (%s); starting from defaults, keeping it as .bad", path, e)
+        return Settings(), []
+    except OSError as e:
+        return Settings(), [f"{path} cannot be read ({e.strerror}); using the default settings"]
+    try:
+        problems: list[str] = []
+        settings = _build(Settings, migrate(json.loads(text)), problems)
+    except (ValueError, RecursionError) as e:  # not JSON, or JSON of the wrong shape
+        log.warning("settings file %s is unusable (%s); starting from defaults, keeping it as %s", path, e, bad.name)
         try:
-            path.replace(path.with_suffix(".json.bad"))
+            path.replace(bad)
         except OSError:
             pass
-        return Settings()
-    return _build(Settings, migrate(raw))
+        return Settings(), [f"{path.name} could not be used ({e}); it was kept as {bad.name} and the defaults are in use"]
+    if problems:
+        log.warning("settings file %s: %s", path, "; ".join(problems))
+        try:
+            _copy_aside(path, bad)
+            problems.append(f"the original file was kept as {bad.name}")
+        except OSError:
+            pass
+    return settings, problems
+
+
+def _copy_aside(path: Path, bad: Path) -> None:
+    tmp = bad.with_name(f".{bad.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(path.read_bytes())
+    os.chmod(tmp, 0o600)
+    tmp.replace(bad)
 
 
 def save(settings: Settings, path: Path | None = None) -> None:

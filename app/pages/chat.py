@@ -179,6 +179,14 @@ class ChatPage(QWidget):
             self.history.addItem(item)
         self.history.blockSignals(False)
         self.no_history.setVisible(self.history.count() == 0)
+        if self.ctx.chats.quarantined and self.ctx.messages is not None:
+            names = ", ".join(self.ctx.chats.quarantined)
+            self.ctx.messages.error(
+                "Some saved chats could not be read",
+                f"{names} {'was' if len(self.ctx.chats.quarantined) == 1 else 'were'} damaged and kept beside the "
+                f"others with a .bad suffix in {self.ctx.chats.folder}. Your other chats are unaffected.",
+            )
+            self.ctx.chats.quarantined = []
 
     def _on_history_pick(self, item: QListWidgetItem | None, _prev=None) -> None:
         if item is None or self.job is not None:

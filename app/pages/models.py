@@ -185,8 +185,8 @@ class ModelsPage(QWidget):
 
         lib_box = QGroupBox("Library")
         ll = QVBoxLayout(lib_box)
-        self.table = QTableWidget(0, 5)
-        self.table.setHorizontalHeaderLabels(["Model", "MTP", "Size", "Source", "Paired with"])
+        self.table = QTableWidget(0, 6)
+        self.table.setHorizontalHeaderLabels(["Model", "Quantization", "MTP", "Size", "Source", "Paired with"])
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -271,7 +271,8 @@ class ModelsPage(QWidget):
         for r, e in enumerate(entries):
             src = e.provenance.get("repo") or Path(e.provenance.get("path", "")).name or e.provenance.get("source", "")
             pair = e.pair or ""
-            for c, text in enumerate([e.name, e.mtp, human_size(e.size), src, pair]):
+            quant = e.summary.get("quantization") or e.summary.get("main_quant_type") or ""
+            for c, text in enumerate([e.name, quant, e.mtp, human_size(e.size), src, pair]):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, e.id)
                 self.table.setItem(r, c, item)

@@ -6,6 +6,7 @@ Exit status: 0 valid / done, 1 invalid input, 2 usage error.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 import time
@@ -95,6 +96,10 @@ def run_compose(args) -> int:
             last[0] = now
             print(f"\rcomposing: {100 * done / max(total, 1):5.1f}%", end="", file=sys.stderr, flush=True)
 
+    def on_term(_sig, _frame) -> None:
+        raise KeyboardInterrupt  # unwinds through compose, which removes its temp files
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         result = compose(args.target, args.head, args.out, set_kv=args.set_kv, overwrite=args.force, progress=progress)
     except KeyboardInterrupt:
@@ -106,6 +111,8 @@ def run_compose(args) -> int:
         if args.json:
             print(json.dumps({"ok": False, "error": {"code": e.code, "message": str(e)}}))
         return die(str(e), EXIT_INVALID)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(result.to_json()))
     else:

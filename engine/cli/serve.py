@@ -25,6 +25,12 @@ def register(sub) -> None:
         "environment variable: a command line is visible to every user of the machine",
     )
     p.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        help="also answer requests whose Host header names this host (repeatable; loopback names always work)",
+    )
     p.add_argument("--draft-depth", type=depth_arg, default=None, help="default draft depth, or 'auto'")
     p.add_argument("--max-pending", type=int, default=16, help="requests queued or running before 429")
     p.set_defaults(func=run)
@@ -42,6 +48,7 @@ def run(args) -> int:
         port=args.port,
         api_key=args.api_key,
         cors_origins=tuple(args.cors_origin),
+        allowed_hosts=tuple(h.lower() for h in args.allow_host),
         max_pending=args.max_pending,
         draft_depth=args.draft_depth,
     )

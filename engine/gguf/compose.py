@@ -30,7 +30,7 @@ from engine.gguf.constants import (
     pad,
     shard_name,
 )
-from engine.gguf.filecopy import Copier, check_space, commit, discard, temp_path
+from engine.gguf.filecopy import Copier, check_space, commit, discard, sweep_stale_partials, temp_path
 from engine.gguf.reader import KV, GGUFHeader, TensorInfo
 from engine.gguf.shards import ModelSet, open_set, parse_shard_name
 from engine.gguf.validate import MTP_ARCHITECTURES, PER_LAYER_KEYS, Report, block_index, validate_set
@@ -261,10 +261,14 @@ def _check_outputs(outs: list[Path], inputs: list[Path], overwrite: bool) -> Non
             raise ComposeError(f"--out {o} is one of the inputs; inputs are never overwritten", code="out_is_input")
         if any(r.is_relative_to(i) for i in resolved_inputs):
             raise ComposeError(f"--out {o} is inside an input", code="out_is_input")
+        if o.is_dir():
+            raise ComposeError(f"--out {o} is a folder; give a file name such as {o / 'model.gguf'}", code="bad_out")
         if o.exists() and not overwrite:
             raise ComposeError(f"{o} already exists (pass --force to replace it)", code="out_exists")
         if not o.parent.is_dir():
             raise ComposeError(f"The output folder {o.parent} does not exist", code="bad_out")
+        if not os.access(o.parent, os.W_OK | os.X_OK):
+            raise ComposeError(f"The output folder {o.parent} is not writable; choose another --out", code="bad_out")
 
 
 def _apply_set_kv(kvs: dict[str, bytes], order: list[str], existing: dict[str, KV], set_kv: Sequence[str]) -> None:
@@ -397,6 +401,8 @@ def compose(
     """Compose and validate. Raises :class:`ComposeError` (nothing written),
     :class:`~engine.errors.DiskSpaceError`, or :class:`Cancelled` (temp files removed)."""
     p = plan(target_path, head_path, out, set_kv=set_kv, overwrite=overwrite)
+    for o in p.outputs:
+        sweep_stale_partials(o)
     check_space(p.outputs[0].parent, p.total_bytes)
     temps = [temp_path(o) for o in p.outputs]
     copier = Copier(p.total_bytes, progress, cancel)
@@ -408,6 +414,10 @@ def compose(
         finally:
             os.close(head_fd)
         commit(temps, p.outputs)
+    except OSError as e:
+        discard(temps)
+        raise ComposeError(f"Writing {e.filename or p.outputs[0]} failed: {e.strerror or e}. Nothing was written.",
+                           code="write_failed") from None  # fmt: skip
     except BaseException:
         discard(temps)
         raise

@@ -106,6 +106,44 @@ def temp_path(final: Path) -> Path:
     return final.with_name(f".{final.name}.partial-{os.getpid()}")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    except OSError:
+        return True
+    return True
+
+
+def sweep_stale_partials(final: Path) -> list[Path]:
+    """Delete temp files of ``final`` left by processes that no longer run (killed
+    before they could clean up); a live writer's temp file is left alone."""
+    removed = []
+    prefix = f".{final.name}.partial-"
+    try:
+        candidates = list(final.parent.glob(f".{glob_escape(final.name)}.partial-*"))
+    except OSError:
+        return removed
+    for p in candidates:
+        pid = p.name[len(prefix) :]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and p.is_file() and not p.is_symlink():
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError:
+                pass
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
 def commit(temps: list[Path], finals: list[Path]) -> None:
     """fsync every temp file and its folder, then rename each into place."""
     for t in temps:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -81,9 +82,47 @@ class _Sidecar:
     sha256: str | None
 
 
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+class UnsafePathError(HubError):
+    """A Hub listing named a file, repo or revision that would leave its folder."""
+
+    code = "unsafe_remote_path"
+
+
+def check_remote_path(path: str) -> str:
+    """A file path from a Hub listing, if it is a plain relative path (no ``..``, no
+    absolute or drive path, no backslash or control characters); else a clear error."""
+    parts = path.split("/")
+    if (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or ":" in parts[0]
+        or any(c < " " for c in path)
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise UnsafePathError(f"The Hub listed a file path that is not safe to use: {path!r}. Nothing was downloaded.")
+    return path
+
+
+def check_target(t: Target) -> None:
+    if not _REPO_ID.match(t.repo_id) or ".." in t.repo_id:
+        raise UnsafePathError(f"The repository name {t.repo_id!r} is not a Hugging Face repo id (owner/name).")
+    if not _COMMIT.match(t.revision):
+        raise UnsafePathError(f"The Hub answered with a revision that is not a commit hash: {t.revision!r}.")
+    check_remote_path(t.path)
+
+
 def partial_paths(folder: Path, t: Target) -> tuple[Path, Path]:
-    safe = t.repo_id.replace("/", "__")
-    base = folder / safe / t.revision / t.path
+    """Where ``t``'s partial file and its sidecar live; always inside ``folder``."""
+    check_target(t)
+    base = folder / t.repo_id.replace("/", "__") / t.revision / t.path
+    root = folder.resolve()
+    if not base.resolve().is_relative_to(root):  # e.g. a symlinked folder inside
+        raise UnsafePathError(f"{t.path} would be written outside the download folder {folder}.")
     return base.with_name(base.name + ".part"), base.with_name(base.name + ".part.json")
 
 

@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from engine.errors import GGUFError, MtpStudioError
@@ -51,6 +51,35 @@ class Entry:
 
     def path(self, root: Path) -> Path:
         return root / self.id / self.files[0]
+
+
+KINDS = ("model", "head", "composite")
+
+
+def _entry_from(d: object, folder_name: str | None = None) -> Entry:
+    """An :class:`Entry` from JSON, checked field by field (``ValueError`` if not one)."""
+    if not isinstance(d, dict):
+        raise ValueError("not an object")
+    known = {f.name for f in fields(Entry)}
+    kw = {k: v for k, v in d.items() if k in known}
+    e = Entry(**kw)  # TypeError when a required field is missing
+    checks = (
+        isinstance(e.id, str) and bool(e.id) and "/" not in e.id and e.id not in (".", "..")
+        and (folder_name is None or e.id == folder_name),
+        isinstance(e.name, str),
+        isinstance(e.files, list) and bool(e.files)
+        and all(isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..") for f in e.files),
+        e.kind in KINDS,
+        isinstance(e.mtp, str),
+        isinstance(e.size, int) and not isinstance(e.size, bool) and e.size >= 0,
+        isinstance(e.provenance, dict),
+        isinstance(e.summary, dict),
+        e.pair is None or isinstance(e.pair, str),
+        isinstance(e.added, (int, float)) and not isinstance(e.added, bool),
+    )  # fmt: skip
+    if not all(checks):
+        raise ValueError("a field has the wrong type or value")
+    return e
 
 
 def _slug(text: str) -> str:
@@ -106,19 +135,23 @@ class Library:
         with self._lock:
             try:
                 raw = json.loads(self._index.read_text())
-                entries = [Entry(**e) for e in raw["entries"]]
-                if all((self.root / e.id).is_dir() for e in entries):
+                entries = [_entry_from(e) for e in raw["entries"]]
+                if all(self._entry_dir_ok(self.root / e.id) for e in entries):
                     return entries
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
+                pass  # a damaged or foreign index is rebuilt from the entry folders
             return self.rebuild()
+
+    def _entry_dir_ok(self, folder: Path) -> bool:
+        """An entry folder is a real folder inside the library (never a link out of it)."""
+        return folder.is_dir() and not folder.is_symlink() and folder.resolve().parent == self.root.resolve()
 
     def rebuild(self) -> list[Entry]:
         """Rebuild the index from the entry folders (their records, else their headers)."""
         with self._lock:
             entries = []
             if self.root.is_dir():
-                for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                for folder in sorted(p for p in self.root.iterdir() if self._entry_dir_ok(p) and not p.name.startswith(".")):
                     e = self._read_entry(folder)
                     if e is not None:
                         entries.append(e)
@@ -126,11 +159,31 @@ class Library:
             return entries
 
     def _read_entry(self, folder: Path) -> Entry | None:
-        try:
-            return Entry(**json.loads((folder / "entry.json").read_text()))
-        except (OSError, ValueError, TypeError):
-            pass
-        ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+        record = folder / "entry.json"
+        if record.is_symlink():
+            return None  # never read or write through a link
+        recovered: dict = {}
+        damaged = False
+        if record.exists():
+            try:
+                raw = json.loads(record.read_text())
+            except (OSError, ValueError, RecursionError):
+                raw = None
+            try:
+                return _entry_from(raw, folder.name)
+            except (ValueError, TypeError):
+                pass
+            # a damaged record: keep it aside and recover what can be recovered from it
+            damaged = True
+            if isinstance(raw, dict):
+                for key in ("provenance", "pair", "added", "name"):
+                    if key in raw:
+                        recovered[key] = raw[key]
+            try:
+                record.replace(folder / "entry.json.bad")
+            except OSError:
+                pass
+        ggufs = sorted(p.name for p in folder.glob("*.gguf") if not p.is_symlink())
         if not ggufs:
             return None
         first = next((g for g in ggufs if "-00001-of-" in g), ggufs[0])
@@ -140,8 +193,18 @@ class Library:
             return None
         files = [first] + [g for g in ggufs if g != first and g.startswith(first.split("-00001-of-")[0])]
         size = sum((folder / f).stat().st_size for f in files)
-        e = Entry(folder.name, summary.get("name") or folder.name, files, kind, mtp, size, {"source": "found"}, summary,
-                  added=folder.stat().st_mtime)  # fmt: skip
+        provenance = {"source": "found"}
+        if isinstance(recovered.get("provenance"), dict):
+            provenance = dict(recovered["provenance"], recovered_from="entry.json.bad")
+        elif damaged:
+            provenance["recovered_from"] = "entry.json.bad"
+        name = recovered.get("name") if isinstance(recovered.get("name"), str) else None
+        pair = recovered.get("pair") if isinstance(recovered.get("pair"), str) else None
+        added = recovered.get("added")
+        if isinstance(added, bool) or not isinstance(added, (int, float)):
+            added = folder.stat().st_mtime
+        e = Entry(folder.name, name or summary.get("name") or folder.name, files, kind, mtp, size, provenance, summary,
+                  pair=pair, added=added)  # fmt: skip
         _atomic_json(folder / "entry.json", asdict(e))
         return e
 

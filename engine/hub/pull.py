@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.errors import HeadMismatchError
-from engine.hub.download import FileProgress, Target, check_space, download, partial_size
+from engine.hub.download import FileProgress, Target, check_space, check_target, download, partial_size
 from engine.hub.files import FileGroup
 from engine.hub.library import Entry, Library
 from engine.hub.remote import HubConfig, HubError, OfflineError, list_gguf, read_remote_header
@@ -75,7 +75,10 @@ def _targets(repo: str, rev: str, group: FileGroup) -> list[Target]:
             f"{group.name} is a set of {group.expected_shards} shards but the repo has only {len(group.files)} ({have}); "
             "nothing was downloaded."
         )
-    return [Target(repo, f.path, rev, f.size, f.sha256, f.blob_id) for f in group.files]
+    targets = [Target(repo, f.path, rev, f.size, f.sha256, f.blob_id) for f in group.files]
+    for t in targets:
+        check_target(t)  # a listing must not steer a download outside its folder
+    return targets
 
 
 def _check_pair(cfg: HubConfig, model: tuple[str, str, FileGroup], head: tuple[str, str, FileGroup]) -> None:

@@ -29,6 +29,7 @@ from engine.errors import (
     QueueFullError,
 )
 from engine.runtime import jobs as J
+from engine.runtime import limits
 from engine.runtime.chat import PromptCache
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
 from engine.runtime.loader import LoadedModel, MtpSource, load
@@ -335,15 +336,15 @@ class Engine:
             raise InvalidRequestError("give either a prompt or messages")
         if not prompt:
             raise InvalidRequestError("the prompt is empty")
-        if job.max_tokens < 0:
-            raise InvalidRequestError("max_tokens must be >= 0")
-        sampling = SamplingParams(job.temperature, job.top_p, job.top_k, job.seed)
-        if job.temperature < 0:
-            raise InvalidRequestError("temperature must be >= 0")
+        if isinstance(job.max_tokens, bool) or not isinstance(job.max_tokens, int) or job.max_tokens < 0:
+            raise InvalidRequestError("max_tokens must be an integer >= 0")
+        limits.check_sampling(temperature=job.temperature, top_p=job.top_p, top_k=job.top_k)
+        sampling = SamplingParams(float(job.temperature), float(job.top_p), job.top_k, limits.check_seed(job.seed))
+        stop = limits.check_stop(job.stop)
         use_mtp = job.mtp != "off" and lm.source != MtpSource.OFF and sampling.greedy
         params = DecodeParams(
             max_tokens=job.max_tokens,
-            stop=(*job.stop, *end_strings),
+            stop=(*stop, *end_strings),
             end_tokens=end_tokens,
             sampling=sampling,
             depth=self.depth_policy(lm, job.draft_depth) if use_mtp else None,

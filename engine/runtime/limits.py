@@ -19,6 +19,12 @@ MIN_CTX = 64
 MAX_DRAFT_DEPTH = 16
 #: largest batch a context is created with (llama.cpp clamps it to the context anyway)
 MAX_BATCH = 8192
+#: stop strings per request (OpenAI allows 4) and characters in one: every generated
+#: token is checked against each, on the one engine thread
+MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 256
+#: a seed is an unsigned 64-bit number; -1 means "no seed" (llama.cpp's convention)
+MAX_SEED = 2**64 - 1
 
 
 def check_int(name: str, value: object, low: int, high: int | None = None, *, hint: str = "") -> int:
@@ -70,3 +76,37 @@ def check_context_sizes(*, n_ubatch: int, n_batch: int, n_rs_seq: int, depth: in
             f"llama.cpp uses batches of {n_ubatch} tokens here, but draft depth {depth} needs {need}. "
             "Use a larger context or a smaller draft depth."
         )
+
+
+def check_stop(stop: object) -> tuple[str, ...]:
+    """Stop strings within :data:`MAX_STOP_STRINGS` and :data:`MAX_STOP_CHARS`."""
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+        raise InvalidSettingError("stop must be a string or a list of strings")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise InvalidSettingError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stop)}")
+    for s in stop:
+        if len(s) > MAX_STOP_CHARS:
+            raise InvalidSettingError(f"a stop string may be at most {MAX_STOP_CHARS} characters, got one of {len(s)}")
+    return tuple(stop)
+
+
+def check_seed(seed: object) -> int | None:
+    """A seed in ``[0, 2**64)``; ``None`` or ``-1`` for none."""
+    if seed is None or (seed == -1 and not isinstance(seed, bool)):
+        return None
+    return check_int("seed", seed, 0, MAX_SEED, hint=" Use -1 or leave it out for a random seed.")
+
+
+def check_sampling(*, temperature: object, top_p: object, top_k: object) -> None:
+    import math
+
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidSettingError(f"{name} must be a finite number, got {value!r}")
+    if not 0.0 <= temperature <= 2.0:  # type: ignore[operator]
+        raise InvalidSettingError(f"temperature must be between 0 and 2, got {temperature}")
+    if not 0.0 < top_p <= 1.0:  # type: ignore[operator]
+        raise InvalidSettingError(f"top_p must be in (0, 1], got {top_p}")
+    check_int("top_k", top_k, 0, hint=" 0 means no top-k limit.")

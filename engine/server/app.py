@@ -3,12 +3,15 @@
 Stack: Starlette (the ASGI core FastAPI stands on) served by uvicorn; see the README
 for why not FastAPI itself. Routes live one per module in ``routes/``; state lives on
 ``app.state``. Middleware, outermost first: request log (method, path, status, time —
-never headers or bodies, so no key is ever logged), CORS (off unless an explicit
-allowlist is set), body size limit, API key.
+never headers or bodies, so no key is ever logged), request guard (``Host`` allowlist
+against DNS rebinding, foreign ``Origin`` refused, JSON-only POSTs so a web page cannot
+send a CORS-free "simple" request), CORS (off unless an explicit allowlist is set), body
+size limit and read deadline, API key.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -98,10 +101,54 @@ class RefusePreflight:
         return await self.app(scope, receive, send)
 
 
+class RequestGuard:
+    """Refuses what a web page could send: a ``Host`` this endpoint does not answer to
+    (DNS rebinding), an ``Origin`` not allowed by CORS, a POST that is not JSON."""
+
+    def __init__(self, app, settings: ServerSettings):
+        self.app = app
+        self.settings = settings
+        self.origins = set(settings.cors_origins)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k: v for k, v in scope["headers"]}
+        err = None
+        host = headers.get(b"host", b"").decode("latin-1")
+        origin = headers.get(b"origin")
+        if not self.settings.host_allowed(host):
+            err = E.HTTPError(
+                400,
+                f"This endpoint does not answer to the host name {host!r}. Use 127.0.0.1 or localhost, "
+                "or add the name to the endpoint's allowed hosts.",
+                code="invalid_host",
+            )
+        elif origin is not None and origin.decode("latin-1") not in self.origins:
+            err = E.HTTPError(
+                403,
+                f"Requests from the web origin {origin.decode('latin-1')!r} are not allowed; "
+                "add it to the endpoint's CORS origins to allow it.",
+                code="origin_not_allowed",
+            )
+        elif scope["method"] == "POST":
+            ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if ctype != b"application/json":
+                err = E.HTTPError(
+                    415, "Send the request body as JSON with 'Content-Type: application/json'.", code="unsupported_media_type"
+                )
+        if err is not None:
+            return await _send_error(err)(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 class BodyLimit:
-    def __init__(self, app, limit: int):
+    """Caps the body size and how long a client may take to send each part of it."""
+
+    def __init__(self, app, limit: int, timeout: float = 30.0):
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -113,23 +160,38 @@ class BodyLimit:
             if k == b"content-length" and v.isdigit() and int(v) > self.limit:
                 return await too_big(scope, receive, send)
         seen = 0
+        body_done = False
 
         async def limited():
-            nonlocal seen
-            msg = await receive()
+            nonlocal seen, body_done
+            if body_done:  # afterwards the app waits for a disconnect: no deadline
+                return await receive()
+            try:
+                msg = await asyncio.wait_for(receive(), self.timeout)
+            except asyncio.TimeoutError:
+                raise _TooSlow() from None
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.limit:
                     raise _TooLarge()
+                body_done = not msg.get("more_body", False)
             return msg
 
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
             await too_big(scope, receive, send)
+        except _TooSlow:
+            await _send_error(
+                E.HTTPError(408, f"The request body did not arrive within {self.timeout:g} s.", code="request_timeout")
+            )(scope, receive, send)
 
 
 class _TooLarge(Exception):
+    pass
+
+
+class _TooSlow(Exception):
     pass
 
 
@@ -190,7 +252,11 @@ def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestL
         )
     else:
         middleware.append(Middleware(RefusePreflight))
-    middleware += [Middleware(BodyLimit, limit=settings.max_body_bytes), Middleware(ApiKey, key=settings.api_key)]
+    middleware.insert(0, Middleware(RequestGuard, settings=settings))
+    middleware += [
+        Middleware(BodyLimit, limit=settings.max_body_bytes, timeout=settings.body_timeout_s),
+        Middleware(ApiKey, key=settings.api_key),
+    ]
     app = Starlette(
         routes=[r for m in ROUTE_MODULES for r in m.routes],
         middleware=middleware,

@@ -55,12 +55,17 @@ class ServerThread:
         sock.listen(128)
         self.port = sock.getsockname()[1]
         self.socket = sock
+        from engine.server.protocol import protocol_with_head_deadline
+
         config = uvicorn.Config(
             app,
+            http=protocol_with_head_deadline(self.settings.header_timeout_s),
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=3,
+            timeout_keep_alive=5,
+            limit_concurrency=self.settings.max_connections,
             server_header=False,
         )
         self._server = uvicorn.Server(config)

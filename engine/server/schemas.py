@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
+from engine.runtime import limits
 from engine.server.errors import HTTPError
 
 
@@ -65,15 +67,10 @@ def _common(body: dict, models: dict[str, dict], default_depth: int | str | None
         max_tokens = 512
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise _bad("'max_tokens' must be an integer >= 1", "max_tokens")
-    stop = body.get("stop")
-    if stop is None:
-        stop = ()
-    elif isinstance(stop, str):
-        stop = (stop,)
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        stop = tuple(stop)
-    else:
-        raise _bad("'stop' must be a string or a list of strings", "stop")
+    try:
+        stop = limits.check_stop(body.get("stop") or ())
+    except InvalidRequestError as e:
+        raise _bad(str(e), "stop") from None
     temperature = float(_get(body, "temperature", (int, float), 0.0))
     if not 0.0 <= temperature <= 2.0:
         raise _bad("'temperature' must be between 0 and 2", "temperature")
@@ -81,7 +78,12 @@ def _common(body: dict, models: dict[str, dict], default_depth: int | str | None
     if not 0.0 < top_p <= 1.0:
         raise _bad("'top_p' must be in (0, 1]", "top_p")
     top_k = _get(body, "top_k", (int,), 0)
-    seed = _get(body, "seed", (int,), None)
+    if top_k < 0:
+        raise _bad("'top_k' must be >= 0 (0: no limit)", "top_k")
+    try:
+        seed = limits.check_seed(_get(body, "seed", (int,), None))
+    except InvalidRequestError as e:
+        raise _bad(str(e), "seed") from None
     stream = bool(_get(body, "stream", (bool,), False))
     opts = _get(body, "stream_options", (dict,), {}) or {}
     include_usage = bool(opts.get("include_usage", False))

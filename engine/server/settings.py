@@ -20,6 +20,15 @@ class ServerSettings:
     retry_after_s: int = 2
     #: draft depth for greedy requests that do not ask for one (None: the engine's)
     draft_depth: int | str | None = None
+    #: host names accepted in the ``Host`` header besides loopback names (DNS-rebinding
+    #: guard); bound to a non-loopback address with this empty, any host is accepted
+    allowed_hosts: tuple[str, ...] = field(default=())
+    #: a client must send a complete request head within this, and each part of its body
+    #: within ``body_timeout_s`` (slow clients cannot hold connections open)
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    #: open connections at once; beyond this, new requests get 503
+    max_connections: int = 64
 
     def check(self) -> None:
         """Raise ValueError when the settings would expose the endpoint unsafely."""
@@ -30,8 +39,46 @@ class ServerSettings:
             )
         if "*" in self.cors_origins:
             raise ValueError("CORS needs an explicit list of origins; '*' is not allowed.")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port {self.port} is out of range")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port {self.port!r} is out of range (0-65535)")
+        if "*" in self.allowed_hosts:
+            raise ValueError("allowed hosts need explicit names; '*' is not allowed.")
+        for name in ("header_timeout_s", "body_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name} must be a positive number of seconds")
+        if isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int) or self.max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+
+    def host_allowed(self, host_header: str) -> bool:
+        """Whether a request's ``Host`` may reach this endpoint. Bound to loopback, only
+        loopback names (and ``allowed_hosts``): a web page whose name was rebound to
+        127.0.0.1 sends its own name and is refused."""
+        name = _host_name(host_header)
+        if name is None:
+            return False
+        if name in LOOPBACK_NAMES or is_loopback(name) or name in self.allowed_hosts:
+            return True
+        if is_loopback(self.host):
+            return False
+        return not self.allowed_hosts or name == self.host
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def _host_name(host_header: str) -> str | None:
+    """The name part of a ``Host`` header (``[::1]:8080`` -> ``::1``), lower-cased."""
+    h = host_header.strip().lower()
+    if not h:
+        return None
+    if h.startswith("["):
+        end = h.find("]")
+        return h[1:end] if end > 0 else None
+    name, _, port = h.partition(":")
+    if port and not port.isdigit():
+        return None
+    return name.rstrip(".") or None
 
 
 def is_loopback(host: str) -> bool:

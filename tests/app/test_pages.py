@@ -90,7 +90,9 @@ def test_models_page_search_pull_with_progress_pause_resume(qtbot, window, fixtu
     entries = window.ctx.library.entries()
     assert {e.kind for e in entries} == {"model", "head"}
     assert page.table.rowCount() == 2 and not page.empty.isVisible()
-    page.table.selectRow([i for i in range(2) if page.table.item(i, 1).text() == "none"][0])
+    page.table.selectRow([i for i in range(2) if page.table.item(i, 2).text() == "none"][0])
+    # the library shows the file's own quantization label (general.file_type of the fixture: F32)
+    assert {page.table.item(i, 1).text() for i in range(2)} <= {"F32", "F16", "Q8_0"}
     assert "qwen35" in page.details.toHtml() and page.load_btn.isEnabled()
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         qtbot.mouseClick(page.load_btn, Qt.MouseButton.LeftButton)

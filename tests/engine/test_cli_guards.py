@@ -1,0 +1,38 @@
+"""The command line refuses what llama.cpp would abort on, and turns bad numbers into
+messages (exit 1), never a crash or a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.cli_helpers import mtp_json, mtp_studio
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--ctx", "1"], "at least 64"),
+        (["--ctx", "5"], "at least 64"),
+        (["--ctx", "64", "--draft-depth", "100"], "maximum draft depth must be between 0 and 16"),
+        (["--temperature", "nan"], "temperature must be a finite number"),
+        (["--temperature", "-1"], "temperature must be between 0 and 2"),
+        (["--seed", "-5"], "seed must be between 0"),
+        (["--stop", "a", "--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e"], "at most 4 stop strings"),
+        (["--stop", "x" * 300], "at most 256 characters"),
+    ],
+)
+def test_bad_settings_are_messages_not_crashes(fixtures, args, message):
+    r = mtp_studio("generate", "--model", str(fixtures["partial"].path), "--prompt", "hi", "--max-tokens", "4", *args)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert message in r.stderr and "Traceback" not in r.stderr and "GGML_ASSERT" not in r.stderr
+
+
+def test_seed_minus_one_means_random(fixtures):
+    out = mtp_json("generate", "--model", str(fixtures["partial"].path), "--prompt", "hi", "--max-tokens", "4",
+                   "--temperature", "0.7", "--seed", "-1")  # fmt: skip
+    assert len(out["tokens"]) == 4
+
+
+def test_serve_refuses_a_tiny_context_at_start(fixtures):
+    r = mtp_studio("serve", "--model", str(fixtures["partial"].path), "--ctx", "4", "--port", "0", timeout=60)
+    assert r.returncode == 1 and "at least 64" in r.stderr
