@@ -14,6 +14,7 @@ from app.history import ChatStore
 from app.messages import Messages
 from engine import settings as settings_mod
 from engine.hub.library import Library
+from engine.runtime import exact as exact_mod
 from engine.runtime import jobs as J
 from engine.runtime.loader import LoadSpec, MtpSource
 from engine.settings import Settings
@@ -75,6 +76,8 @@ class ModelController(QObject):
             mtp=MtpSource(source),
             n_ctx=s.n_ctx,
             max_draft_depth=max(s.max_draft_depth, int(s.mtp.depth) if s.mtp.depth.isdigit() else 1),
+            # exact mode applies once the process started with it (the Backend page says so)
+            exact=s.exact and exact_mod.tiled_off(),
         )
         self.path, self.head = str(path), str(head) if head else None
         self._job = self.ctx.bridge.submit(J.LoadModel(spec)).id

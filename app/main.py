@@ -47,6 +47,13 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     app.setWindowIcon(app_icon())
     app.setStyleSheet(style_sheet())
     settings, problems = settings_mod.load_checked(settings_path)
+    if settings.exact:  # before llama.cpp is loaded: its kernels are chosen once per process
+        import os
+
+        from engine.runtime import exact as exact_mod
+
+        os.environ[exact_mod.EXACT_ENV] = "1"
+        exact_mod.prepare_environment()
     if engine is None:
         engine = Engine(EngineDefaults(draft_depth="auto")).start()
     limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None

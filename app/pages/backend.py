@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -63,6 +64,21 @@ class BackendPage(QWidget):
         pll.addWidget(self.plan_view)
         top.addWidget(pl, 1)
         lay.addLayout(top, 1)
+        self.exact = QCheckBox("Exact arithmetic: speculation bit-identical to one-token-at-a-time decoding (slower)")
+        self.exact.setToolTip(
+            "llama.cpp's fastest CPU kernels give a row slightly different logits inside a batch than alone, so "
+            "at near-ties an MTP verify batch can pick another token than plain decoding would. Exact mode turns "
+            "those kernels off (weight repacking, the tiled K-quant matmul, split-KV attention). It is chosen "
+            "before llama.cpp starts: it takes effect after a restart."
+        )
+        self.exact.setChecked(ctx.settings.exact)
+        self.exact_note = QLabel("")
+        self.exact_note.setObjectName("Hint")
+        er = QHBoxLayout()
+        er.addWidget(self.exact)
+        er.addWidget(self.exact_note, 1)
+        lay.addLayout(er)
+        self.exact.toggled.connect(self._on_exact)
         builds = QGroupBox("Builds")
         bl = QVBoxLayout(builds)
         self.table = QTableWidget(0, 4)
@@ -188,6 +204,18 @@ class BackendPage(QWidget):
     def _built(self, value) -> None:
         b, report = value
         self.status.setText(f"{b.name}: smoke test {'passed' if report['ok'] else 'FAILED'}: {report['message']}")
+
+    def _on_exact(self, on: bool) -> None:
+        from engine.runtime import exact as exact_mod
+
+        self.ctx.settings.exact = on
+        self.ctx.save_settings()
+        if on and not exact_mod.tiled_off():
+            self.exact_note.setText("takes effect after MTP Studio restarts")
+        elif not on and exact_mod.tiled_off():
+            self.exact_note.setText("off from the next restart; models load without it now")
+        else:
+            self.exact_note.setText("")
 
     def _build_finished(self) -> None:
         self.task = None

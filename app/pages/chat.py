@@ -354,5 +354,6 @@ class ChatPage(QWidget):
         self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · context {info.get('n_ctx')}")
         self.figures.setToolTip(f"Chat template: {info.get('chat_template')}")
         self.template_line.setText(f"Chat template: {info.get('chat_template')}")
+        self.template_line.setToolTip(f"Speculation: {info.get('identity')}")
         if info.get("fallbacks") and self.ctx.messages is not None:
             self.ctx.messages.error("The model needed a fallback to run safely", "\n\n".join(info["fallbacks"]))

@@ -120,6 +120,8 @@ def build_name(plan: Plan) -> str:
     digest = hashlib.sha256(plan.cmake_args.encode()).hexdigest()[:8]
     if plan.backend == "cuda":
         return f"cuda-sm{'-'.join(plan.cuda_architectures)}-{digest}"
+    if "-DGGML_LLAMAFILE=OFF" in plan.cmake_args:
+        return f"{plan.backend}-exact-{digest}"
     return f"{plan.backend}-{digest}"
 
 

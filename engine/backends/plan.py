@@ -35,9 +35,33 @@ class Plan:
         return asdict(self)
 
 
-def make_plan(d: Detection, *, backend: str | None = None, portable: bool = False) -> Plan:
+#: CMAKE_ARGS of the "exact" CPU build: no llamafile sgemm, whose batched F16/F32
+#: matmuls differ from one-row ones (engine.runtime.exact)
+EXACT_CPU_ARGS = "-DGGML_LLAMAFILE=OFF"
+
+
+def make_plan(d: Detection, *, backend: str | None = None, portable: bool = False, exact: bool = False) -> Plan:
     """Plan for ``d``. ``backend`` forces a kind (errors say why it cannot work);
-    ``portable`` adds the toolkit's default architectures to the detected ones."""
+    ``portable`` adds the toolkit's default architectures to the detected ones;
+    ``exact`` plans the batch-invariant CPU build (exact mode for F16/F32 models)."""
+    if exact:
+        plan = _plan(d, backend="cpu", portable=False)
+        plan.cmake_args = " ".join(x for x in (plan.cmake_args, EXACT_CPU_ARGS) if x)
+        plan.reasons.append(
+            "Exact: llamafile's sgemm off, so F16/F32 weights multiply the same way in a batch as alone; with exact "
+            "mode (--exact) greedy MTP output is bit-identical to one-token-at-a-time decoding. Prompt processing of "
+            "F16/F32 models is slower; quantized models run as in the default build."
+        )
+        if backend not in (None, "cpu") or d.gpus or (d.apple_silicon and d.metal):
+            plan.problems.append(
+                "Exact mode is measured on the CPU backend only: GPU kernels also choose algorithms by batch size, "
+                "and no batch-invariant configuration of them has been verified here. This plan builds for the CPU."
+            )
+        return plan
+    return _plan(d, backend=backend, portable=portable)
+
+
+def _plan(d: Detection, *, backend: str | None = None, portable: bool = False) -> Plan:
     gpus = [{"name": g.name, "compute_capability": g.compute_capability} for g in d.gpus]
     toolkit = {"version": d.toolkit.version, "source": d.toolkit.source}
     want = backend or ("metal" if d.apple_silicon and d.metal else "cuda" if d.gpus else "cpu")
@@ -126,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engine.backends.plan")
     ap.add_argument("--cmake-args", action="store_true", help="print only CMAKE_ARGS")
     ap.add_argument("--backend", choices=["metal", "cuda", "cpu"])
+    ap.add_argument("--exact", action="store_true")
     a = ap.parse_args(argv)
-    plan = make_plan(detect(), backend=a.backend)
+    plan = make_plan(detect(), backend=a.backend, exact=a.exact)
     if a.cmake_args:
         print(plan.cmake_args)
     else:

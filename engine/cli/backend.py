@@ -19,12 +19,14 @@ def register(sub) -> None:
     pl = bsub.add_parser("plan", help="which build to use, why, and its CMAKE_ARGS")
     pl.add_argument("--backend", choices=["metal", "cuda", "cpu"])
     pl.add_argument("--portable", action="store_true", help="CUDA: also the toolkit's default architectures")
+    pl.add_argument("--exact", action="store_true", help="the batch-invariant CPU build (exact mode for F16/F32 models)")
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(func=run_plan)
 
     b = bsub.add_parser("build", help="build llama-cpp-python for this machine into its own folder")
     b.add_argument("--backend", choices=["metal", "cuda", "cpu"])
     b.add_argument("--portable", action="store_true")
+    b.add_argument("--exact", action="store_true", help="the batch-invariant CPU build (exact mode for F16/F32 models)")
     b.add_argument("--name")
     b.add_argument("--no-use", action="store_true", help="do not select the build after its smoke test passes")
     b.set_defaults(func=run_build)
@@ -93,7 +95,7 @@ def run_plan(args) -> int:
     from engine.backends.detect import detect
     from engine.backends.plan import make_plan
 
-    plan = make_plan(detect(), backend=args.backend, portable=args.portable)
+    plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact)
     if args.json:
         print(json.dumps(plan.to_json()))
         return EXIT_OK
@@ -113,7 +115,7 @@ def run_build(args) -> int:
     from engine.backends.smoke import run_smoke
     from engine.errors import Cancelled, MtpStudioError
 
-    plan = make_plan(detect(), backend=args.backend, portable=args.portable)
+    plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact)
     for p in plan.problems:
         print(f"PROBLEM: {p}", file=sys.stderr)
     if args.backend and plan.backend != args.backend:

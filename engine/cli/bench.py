@@ -33,6 +33,25 @@ def register(sub) -> None:
     sv.add_argument("--json", action="store_true")
     sv.set_defaults(func=_server)
 
+    i = bsub.add_parser(
+        "identity",
+        help="is a row's result independent of its batch? logit noise, argmax flips, MTP vs plain",
+        description="Decode N greedy tokens one at a time, then again in batches of 2..W rows (as speculative "
+        "verify batches are): max |logit difference|, argmax flips with the one-at-a-time top-2 margin at each, "
+        "and, where the model has MTP, whether MTP output at each depth equals plain greedy output.",
+    )
+    i.add_argument("--model", type=Path, required=True)
+    i.add_argument("--head", type=Path, help="separate MTP head GGUF")
+    i.add_argument("--tokens", type=int, default=128)
+    i.add_argument("--max-width", type=int, default=8, help="widest batch replayed (default 8: verify at depth 7)")
+    i.add_argument("--depths", default="1,2,3", help="MTP depths compared with plain greedy")
+    i.add_argument("--prompt", default="Once upon a time, in a small village by the sea, there lived")
+    i.add_argument("--prompt-repeat", type=int, default=1, help="repeat the prompt (long-context checks)")
+    i.add_argument("--ctx", type=int, default=2048)
+    i.add_argument("--exact", action="store_true", help="measure in exact mode")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_identity)
+
     v = bsub.add_parser("versus", help="plain greedy decode tokens/s: this engine vs llama-cpp-python's Llama class")
     v.add_argument("--model", type=Path, required=True)
     v.add_argument("--tokens", type=int, default=128)
@@ -41,6 +60,50 @@ def register(sub) -> None:
     v.add_argument("--threads", type=int, default=None)
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=_versus)
+
+
+def _identity(args) -> int:
+    import json
+    import os
+
+    from engine.cli import EXIT_INVALID, die
+    from engine.errors import MtpStudioError
+
+    if args.exact:
+        from engine.runtime import exact as exact_mod
+
+        os.environ[exact_mod.EXACT_ENV] = "1"
+        exact_mod.prepare_environment()
+    from engine.runtime.identity import measure
+    from engine.runtime.loader import LoadSpec, MtpSource, load
+
+    try:
+        depths = [int(x) for x in args.depths.split(",") if x.strip()]
+        lm = load(LoadSpec(args.model, head=args.head, mtp=MtpSource.AUTO, n_ctx=args.ctx,
+                           max_draft_depth=max(depths + [1]), exact=args.exact))  # fmt: skip
+    except (MtpStudioError, ValueError) as e:
+        return die(str(e), EXIT_INVALID)
+    try:
+        prompt = lm.model.prompt_tokens(" ".join([args.prompt] * args.prompt_repeat))
+        r = measure(lm, prompt, tokens=args.tokens, max_width=args.max_width, depths=depths)
+        body = dict(r.to_json(), prompt_tokens=len(prompt), exact_mode=args.exact, identity=lm.info["identity"])
+    finally:
+        lm.close()
+    if args.json:
+        print(json.dumps(body))
+        return 0
+    print(f"{body['model']}: {args.tokens} greedy tokens after a {len(prompt)}-token prompt, exact mode {'on' if args.exact else 'off'}")
+    print(f"{'width':>6} {'max |dlogit|':>13} {'flips':>6} {'per 1000':>9}  margins at flips")
+    for w in body["widths"]:
+        margins = ", ".join(f"{m:.3f}" for m in w["flip_margins"]) or "-"
+        print(f"{w['width']:>6} {w['max_abs_diff']:13.4f} {w['flips']:>6} {w['flips_per_1000']:9.1f}  {margins}")
+    for m in body["mtp"]:
+        what = "identical" if m["identical"] else (
+            f"differs from token {m['first_divergence']} (plain top-2 margin {m['margin_at_divergence']:.4f})"
+        )
+        print(f"MTP depth {m['depth']}: {what}")
+    print(f"noise bound {body['noise']:.4f}; {'bit-exact' if body['exact'] else 'not batch-invariant'} here; load: {body['identity']}")
+    return 0
 
 
 def _versus(args) -> int:
@@ -109,6 +172,7 @@ def _register_ab(p) -> None:
     p.add_argument("--max-depth", type=int, default=8, help="deepest draft auto may use (default 8)")
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--exact", action="store_true", help="exact mode (batch-invariant arithmetic)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", type=Path, help="write a PNG: tokens/s by arm, acceptance by draft position")
     p.set_defaults(func=_ab)
@@ -148,6 +212,13 @@ def _ab(args) -> int:
     except (MtpStudioError, OSError, ValueError) as e:
         return die(str(e), EXIT_USAGE)
     deepest = max([int(a) for a in arms if a.isdigit()] + [args.max_depth if "auto" in arms else 1])
+    if args.exact:
+        import os
+
+        from engine.runtime import exact as exact_mod
+
+        os.environ[exact_mod.EXACT_ENV] = "1"
+        exact_mod.prepare_environment()
     spec = LoadSpec(
         args.model,
         head=args.head,
@@ -155,6 +226,7 @@ def _ab(args) -> int:
         n_ctx=args.ctx,
         max_draft_depth=deepest,
         n_threads=args.threads,
+        exact=args.exact,
     )
     with Engine() as engine:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
     p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload (-1: all, 0: CPU only)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the CPUs available)")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="batch-invariant arithmetic: MTP output bit-identical to one-token-at-a-time decoding (slower; README)",
+    )
 
 
 def register(sub) -> None:
@@ -47,14 +53,29 @@ def register(sub) -> None:
     src.add_argument("--chat-json", type=Path, help="JSON file with a list of {role, content} messages")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0 samples, with MTP too")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0: no top-k limit")
+    p.add_argument("--seed", type=int, default=None, help="same seed, same text (-1: random)")
+    p.add_argument(
+        "--sampled-draft",
+        action="store_true",
+        help="while sampling, sample the drafts too (rejection sampling: higher acceptance, exact in distribution, "
+        "but not the same text as plain sampling with the same seed)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object with tokens, text and stats")
     p.set_defaults(func=run)
 
 
 def load_spec(args, max_draft_depth: int = 4):
     from engine.runtime.loader import LoadSpec, MtpSource
+
+    exact = bool(getattr(args, "exact", False))
+    if exact:  # before llama.cpp is loaded: ggml reads its switches once
+        from engine.runtime import exact as exact_mod
+
+        os.environ[exact_mod.EXACT_ENV] = "1"
+        exact_mod.prepare_environment()
 
     depth = getattr(args, "draft_depth", 1)
     if isinstance(depth, int):
@@ -67,6 +88,7 @@ def load_spec(args, max_draft_depth: int = 4):
         n_gpu_layers=args.gpu_layers,
         n_threads=args.threads,
         max_draft_depth=max_draft_depth,
+        exact=exact,
     )
 
 
@@ -94,13 +116,17 @@ def run(args) -> int:
                 max_tokens=args.max_tokens,
                 stop=tuple(args.stop),
                 temperature=args.temperature,
+                top_p=args.top_p,
+                top_k=args.top_k,
                 seed=args.seed,
                 draft_depth=args.draft_depth,
+                sampled_draft=args.sampled_draft,
             )
             if args.json:
                 result = engine.submit(job).result()
                 out = result.to_json()
-                out["model"] = {k: info.get(k) for k in ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks")}
+                keys = ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks", "exact", "identity")
+                out["model"] = {k: info.get(k) for k in keys}
                 sys.stdout.write(json.dumps(out) + "\n")
                 return 0
             handle = engine.submit(job)

@@ -42,6 +42,9 @@ class ArmResult:
     accepted_at: list[int] = field(default_factory=list)
     depth_choices: dict[int, int] = field(default_factory=dict)  # auto: rounds per depth
     mismatches: list[str] = field(default_factory=list)
+    #: plain decoding's top-2 logit margin where each mismatch began (near-ties are the
+    #: batch non-invariance of llama.cpp's kernels, not a wrong acceptance rule)
+    divergence_margins: list[float | None] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -101,6 +104,7 @@ class BenchResult:
                     "depth_choices": {str(k): v for k, v in sorted(a.depth_choices.items())},
                     "identical": not a.mismatches,
                     "mismatches": a.mismatches,
+                    "divergence_margins": a.divergence_margins,
                 }
             )
         return {
@@ -202,8 +206,24 @@ def run_bench(
                 got = outputs.pop((run, i, a))
                 if got != ref:
                     first = next((j for j, (x, y) in enumerate(zip(got, ref)) if x != y), min(len(got), len(ref)))
-                    results[a].mismatches.append(f"prompt {i}, run {run}: differs from depth 0 at token {first}")
+                    margin = margin_at(lm, tokenized[i], ref, first) if first < len(ref) else None
+                    what = f" (plain top-2 margin there {margin:.4f})" if margin is not None else ""
+                    results[a].mismatches.append(f"prompt {i}, run {run}: differs from depth 0 at token {first}{what}")
+                    results[a].divergence_margins.append(margin)
     return BenchResult(lm.name, [results[a] for a in arms], runs, max_tokens, len(prompts))
+
+
+def margin_at(lm: LoadedModel, prompt: list[int], tokens: list[int], i: int) -> float:
+    """Plain decoding's top-2 logit margin for the token at ``i`` of ``tokens``."""
+    from engine.runtime.identity import top2_margin
+
+    s = lm.session
+    s.reset()
+    s.target.set_nextn_embeddings(False)
+    s.decode_tokens([*prompt, *tokens[:i]], want_logits=True)
+    m = top2_margin(s.target.logits(-1))
+    s.reset()
+    return m
 
 
 def _add(into: list[int], values: list[int]) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from engine.errors import ContextError, DecodeError
 from engine.runtime.batch import Batch
 from engine.runtime.lib import default_threads, ext, llama
+from engine.runtime.exact import EXACT_FLASH_ATTN, EXACT_KV_TYPE
 from engine.runtime.model import Model
 
 
@@ -27,9 +28,15 @@ class Context:
         mtp_target: Context | None = None,
         nextn_embeddings: bool = False,
         n_threads: int | None = None,
+        exact: bool = False,
     ):
         L = llama()
         p = L.llama_context_default_params()
+        if exact:
+            # batch-invariant attention (engine.runtime.exact): flash attention always, and a
+            # quantized KV cache so one-token decodes never take the split-KV reduction
+            p.flash_attn_type = EXACT_FLASH_ATTN
+            p.type_k = p.type_v = EXACT_KV_TYPE
         p.n_ctx = n_ctx
         p.n_batch = n_batch
         p.n_ubatch = n_batch  # >= max(K+1, n_rs_seq+2), or every decode asserts

@@ -25,7 +25,7 @@ import numpy as np
 
 from engine.errors import Cancelled
 from engine.runtime.batch import LOGITS_ALL, LOGITS_LAST
-from engine.runtime.sampling import Sampler, SamplingParams
+from engine.runtime.sampling import ACCEPT, DRAFT, RESIDUAL, Sampler, SamplingParams
 from engine.runtime.session import Session
 from engine.runtime.stats import GenerationStats, RoundStats
 from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, Pushed, StopChecker
@@ -67,8 +67,12 @@ class DecodeParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    #: None: plain decoding; a policy: MTP speculation (greedy only)
+    #: None: plain decoding; a policy: MTP speculation (greedy or sampled)
     depth: DepthPolicy | None = None
+    #: while sampling: draft by sampling the MTP head and accept by rejection sampling
+    #: (exact in distribution; not token-for-token equal to plain sampling with the same
+    #: seed). Off: argmax drafts accepted while the sampled target token equals them.
+    sampled_draft: bool = False
     ignore_eog: bool = False
     #: tokens that end the reply like end-of-generation (a chat template's turn markers)
     end_tokens: frozenset[int] = frozenset()
@@ -98,15 +102,17 @@ def generate(
     on_emit: EmitFn | None = None,
     on_round: RoundFn | None = None,
 ) -> Generation:
-    """Generate after ``prompt``. Speculation is used when ``params.depth`` is set, the
-    session has an MTP context and sampling is greedy."""
+    """Generate after ``prompt``. Speculation is used when ``params.depth`` is set and
+    the session has an MTP context, greedy or sampling."""
     model = session.target.model
-    spec = params.depth is not None and session.draft is not None and params.sampling.greedy
+    spec = params.depth is not None and session.draft is not None
+    greedy = params.sampling.greedy
     stats = GenerationStats(
         mtp="on" if spec else "off",
         draft_depth=_depth_label(params.depth) if spec else 0,
         prompt_tokens=len(prompt),
-        sampled=not params.sampling.greedy,
+        sampled=not greedy,
+        sampled_draft=spec and not greedy and params.sampled_draft,
     )
     is_end = model.is_eog
     if params.end_tokens:
@@ -118,8 +124,11 @@ def generate(
     repairs0 = session.repairs
     t0 = time.perf_counter()
     run = _Run(session, params, checker, stats, cancel, on_emit, on_round)
+    if not greedy:
+        stats.seed = run.sampler.seed
+    first = None if greedy else (lambda logits: run.sampler.sample(logits, len(prompt)))
     try:
-        pf = session.prefill(prompt, speculative=spec, cancel=cancel)
+        pf = session.prefill(prompt, speculative=spec, cancel=cancel, choose_first=first)
     except Cancelled:
         stats.stop_reason = STOP_CANCELLED
         stats.prompt_ms = (time.perf_counter() - t0) * 1000
@@ -133,7 +142,7 @@ def generate(
         assert params.depth is not None
         run.speculative(pf.first_token, params.depth)
     else:
-        run.plain(pf.first_token if params.sampling.greedy else run.sampler.sample(pf.logits))
+        run.plain(pf.first_token)
     stats.generation_ms = (time.perf_counter() - run.t_gen) * 1000
     stats.rollback_repairs = session.repairs - repairs0
     stats.generated = len(checker.tokens)
@@ -210,7 +219,7 @@ class _Run:
             t = time.perf_counter()
             s.decode_target([tok], logits=LOGITS_LAST, hidden=False)
             logits = s.target.logits(-1)
-            tok = self.sampler.sample(logits)
+            tok = self.sampler.sample(logits, len(s.target_tokens))
             now = time.perf_counter()
             self.stats.target_forwards += 1
             self._round(RoundStats(index, 0, 0, 0, 1, 0.0, (now - t) * 1000, now - self.t_gen))
@@ -245,17 +254,31 @@ class _Run:
         t0 = time.perf_counter()
         drafts: list[int] = []
         sync_rows, sync_ms = 0, 0.0
+        sampled_draft = self.stats.sampled_draft
+        draft_q: list[np.ndarray] = []  # the head's sampling distribution per draft (sampled drafts)
+
+        def pick(pos: int):
+            if not sampled_draft:
+                return None  # the head's argmax
+
+            def choose(logits: np.ndarray) -> int:
+                q = self.sampler.dense(logits)
+                draft_q.append(q)
+                return self.sampler.sample_dense(q, pos, DRAFT)
+
+            return choose
+
         if k >= 1:
             s.phase("draft", self.cancel)
             sync_rows = len(s.lag.tokens)
             s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT)  # entries up to id_last; yields d1
             sync_ms = (time.perf_counter() - t0) * 1000
-            d, h = s.draft_head()
+            d, h = s.draft_head(pick(pos0 + 1))
             drafts.append(d)
             try:
-                for _ in range(1, k):
+                for j in range(1, k):
                     s.phase("draft", self.cancel)
-                    d, h = s.draft_step(d, h)
+                    d, h = s.draft_step(d, h, pick(pos0 + 1 + j))
                     drafts.append(d)
             finally:
                 s.truncate_draft(pos0 + 1)  # drop the chain; entry pos0 (id_last) stays
@@ -264,14 +287,19 @@ class _Run:
         s.phase("verify", self.cancel)
         hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=True)
         assert hv is not None
-        targets = s.target.argmax_rows(k + 1)
         self.stats.target_forwards += 1
+        if self.p.sampling.greedy:
+            targets = s.target.argmax_rows(k + 1)
+            a = 0
+            while a < k and drafts[a] == targets[a]:
+                a += 1
+            nxt = targets[a]
+        elif not sampled_draft:
+            a, nxt = self._accept_sampled(pos0, drafts)
+        else:
+            a, nxt = self._accept_rejection(pos0, drafts, draft_q)
         t2 = time.perf_counter()
-
-        a = 0
-        while a < k and drafts[a] == targets[a]:
-            a += 1
-        accepted = [*drafts[:a], targets[a]]
+        accepted = [*drafts[:a], nxt]
         try:
             s.phase("commit", self.cancel)
         except Cancelled:
@@ -297,6 +325,38 @@ class _Run:
         self._round(r)
         policy.observe(r)
         return stop
+
+    def _accept_sampled(self, pos0: int, drafts: list[int]) -> tuple[int, int]:
+        """Argmax drafts, sampled target: sample the token at each verified position (the
+        same draw plain sampling makes there) and keep the draft while they agree. This
+        accepts draft d with probability p(d) and otherwise draws from p without d: the
+        target distribution exactly (Leviathan et al. with a one-hot proposal)."""
+        rows = self.s.target
+        a = 0
+        while True:
+            t = self.sampler.sample(rows.logits(a), pos0 + 1 + a)
+            if a < len(drafts) and drafts[a] == t:
+                a += 1
+                continue
+            return a, t
+
+    def _accept_rejection(self, pos0: int, drafts: list[int], draft_q: list[np.ndarray]) -> tuple[int, int]:
+        """Sampled drafts: accept draft d (drawn from the head's distribution q) with
+        probability min(1, p(d) / q(d)); at the first rejection draw from the residual
+        max(0, p - q), normalised; after K acceptances draw the next token from p.
+        Both p and q are the truncated, renormalised distributions plain sampling uses."""
+        rows = self.s.target
+        for a, d in enumerate(drafts):
+            pos = pos0 + 1 + a
+            p = self.sampler.dense(rows.logits(a))
+            q = draft_q[a]
+            if q[d] > 0 and self.sampler.uniform(pos, ACCEPT) * q[d] < p[d]:
+                continue
+            residual = np.maximum(p - q, 0.0)
+            total = residual.sum()
+            return a, self.sampler.sample_dense(residual / total if total > 0 else p, pos, RESIDUAL)
+        k = len(drafts)
+        return k, self.sampler.sample(rows.logits(k), pos0 + 1 + k)
 
     def _settle(self, pos0: int, kept: int, accepted: list[int], hv: np.ndarray) -> None:
         """After a verify: keep ``id_last`` and the first ``kept`` drafts in the target,

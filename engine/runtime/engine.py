@@ -341,12 +341,13 @@ class Engine:
         limits.check_sampling(temperature=job.temperature, top_p=job.top_p, top_k=job.top_k)
         sampling = SamplingParams(float(job.temperature), float(job.top_p), job.top_k, limits.check_seed(job.seed))
         stop = limits.check_stop(job.stop)
-        use_mtp = job.mtp != "off" and lm.source != MtpSource.OFF and sampling.greedy
+        use_mtp = job.mtp != "off" and lm.source != MtpSource.OFF
         params = DecodeParams(
             max_tokens=job.max_tokens,
             stop=(*stop, *end_strings),
             end_tokens=end_tokens,
             sampling=sampling,
+            sampled_draft=bool(job.sampled_draft),
             depth=self.depth_policy(lm, job.draft_depth) if use_mtp else None,
             ignore_eog=job.ignore_eog,
         )

@@ -40,8 +40,11 @@ class Generate:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
-    #: "on" (use the model's MTP source), "off"; ignored for temperature > 0
+    #: "on" (use the model's MTP source), "off"
     mtp: str = "on"
+    #: while sampling, draft by sampling the MTP head (rejection sampling; exact in
+    #: distribution, not seed-for-seed equal to plain sampling)
+    sampled_draft: bool = False
     #: draft depth K >= 1, or "auto" (adaptive); None = the engine's default
     draft_depth: int | str | None = None
     ignore_eog: bool = False
@@ -124,5 +127,8 @@ class GenerateResult:
                 "rollback_repairs": s.rollback_repairs,
                 "acceptance_by_position": s.acceptance_by_position,
                 "stop_reason": s.stop_reason,
+                "sampled": s.sampled,
+                "sampled_draft": s.sampled_draft,
+                "seed": s.seed,
             },
         }

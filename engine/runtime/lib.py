@@ -15,6 +15,8 @@ import os
 import threading
 from types import ModuleType
 
+from engine.runtime.exact import note_loaded, prepare_environment
+
 log = logging.getLogger("llama.cpp")
 
 _lock = threading.Lock()
@@ -36,6 +38,7 @@ def configure_environment() -> None:
     (an explicit ``LLAMA_CPP_LIB_PATH`` wins; ``MTP_STUDIO_NO_BACKEND_SELECTION`` keeps
     the installed library, for smoke tests of exactly one build)."""
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+    prepare_environment()
     if "LLAMA_CPP_LIB_PATH" not in os.environ and not os.environ.get("MTP_STUDIO_NO_BACKEND_SELECTION"):
         from engine.backends.builds import selected_lib_dir
 
@@ -68,6 +71,7 @@ def bindings() -> tuple[ModuleType, ModuleType]:
     with _lock:
         if _modules is None:
             configure_environment()
+            note_loaded()
             import llama_cpp
             from llama_cpp import llama_cpp_ext
 

@@ -16,9 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import GGUFError, HeadMismatchError, ModelLoadError, ModelNotFoundError, MtpUnavailableError
+from engine.errors import (
+    GGUFError,
+    HeadMismatchError,
+    InvalidSettingError,
+    ModelNotFoundError,
+    MtpUnavailableError,
+)
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
+from engine.runtime import exact as exact_mod
 from engine.runtime import limits
 from engine.runtime.context import Context
 from engine.runtime.loadprobe import LoadVerdict, ProbeRequest, check_load
@@ -56,6 +63,9 @@ class LoadSpec:
     name: str | None = None
     #: llama.cpp's CPU weight repacking (extra buffer types); None: as the probe found
     extra_bufts: bool | None = None
+    #: batch-invariant arithmetic (engine.runtime.exact): MTP output bit-identical to
+    #: one-token-at-a-time decoding, at a cost in speed
+    exact: bool = False
 
 
 @dataclass
@@ -154,6 +164,11 @@ def load(
     limits.check_load_settings(
         n_ctx=spec.n_ctx, n_batch=spec.n_batch, max_draft_depth=spec.max_draft_depth, n_threads=spec.n_threads
     )
+    if spec.exact and not exact_mod.tiled_off():
+        raise InvalidSettingError(
+            "Exact mode must be chosen before llama.cpp starts: run the command with --exact "
+            f"(or set {exact_mod.EXACT_ENV}=1), or switch it on in the app and restart it."
+        )
     target_set, facts = _checked(spec.path, "The model")
     head_set = head_facts = None
     if spec.head is not None and spec.mtp != MtpSource.OFF:
@@ -184,10 +199,13 @@ def load(
                 spec.n_gpu_layers,
                 spec.max_draft_depth,
                 spec.n_threads,
+                spec.exact,
             ),
             cancel=cancel,
         )
     extra_bufts = verdict.use_extra_bufts if spec.extra_bufts is None else spec.extra_bufts
+    if spec.exact:
+        extra_bufts = False  # repacked kernels differ between one row and several
 
     head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
     model = Model.load(
@@ -237,8 +255,35 @@ def load(
         "extra_bufts": extra_bufts,
         #: fallbacks the load probe had to take, as sentences for the user
         "fallbacks": list(verdict.fallbacks),
+        "exact": spec.exact,
+        #: what the identity guarantee is for this load (README: "Speculation and identity")
+        "identity": _identity_claim(spec, target_set, source),
     }
     return LoadedModel(spec, name, source, model, head_model, session, facts, info, template)
+
+
+def _identity_claim(spec: LoadSpec, ms: ModelSet, source: MtpSource) -> str:
+    if source == MtpSource.OFF:
+        return "no speculation"
+    if not spec.exact:
+        return "argmax of each verify batch (may differ from one-at-a-time decoding at near-ties)"
+    from engine.runtime.lib import system_info
+
+    # the file's weight type (general.file_type, else the type holding the most bytes)
+    float_weights = (_quant_name(ms) or _largest_type(ms)) in exact_mod.FLOAT_WEIGHTS
+    if float_weights and exact_mod.build_uses_llamafile(system_info()):
+        return (
+            "argmax of each verify batch: this model's F16/F32 weights go through llamafile's sgemm in this build; "
+            "the exact CPU build (`backend build --exact`) makes it bit-exact"
+        )
+    return "bit-exact: identical to one-token-at-a-time greedy decoding"
+
+
+def _largest_type(ms: ModelSet) -> str | None:
+    sizes: dict[str, int] = {}
+    for _, t in ms.all_tensors():
+        sizes[t.type_name] = sizes.get(t.type_name, 0) + t.nbytes
+    return max(sizes, key=sizes.__getitem__) if sizes else None
 
 
 def _quant_name(ms: ModelSet) -> str | None:
@@ -259,6 +304,7 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         n_rs_seq=depth if use_mtp else 0,
         nextn_embeddings=use_mtp,
         n_threads=spec.n_threads,
+        exact=spec.exact,
     )
     try:
         limits.check_context_sizes(

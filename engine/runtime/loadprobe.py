@@ -39,6 +39,7 @@ class ProbeRequest:
     n_gpu_layers: int
     max_draft_depth: int
     n_threads: int | None = None
+    exact: bool = False
 
 
 @dataclass
@@ -90,7 +91,7 @@ def build_identity() -> list[str]:
 
 def _key(req: ProbeRequest) -> str:
     parts = [str(PROBE_VERSION), *_identity(req.path), *_identity(req.head), *build_identity()]
-    parts += [req.mtp, str(req.n_gpu_layers), str(req.max_draft_depth), os.environ.get(CRASH_ENV, "")]
+    parts += [req.mtp, str(req.n_gpu_layers), str(req.max_draft_depth), str(req.exact), os.environ.get(CRASH_ENV, "")]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -137,6 +138,8 @@ def _run(req: ProbeRequest, extra_bufts: bool, timeout: float, cancel: threading
         args += ["--threads", str(req.n_threads)]
     if not extra_bufts:
         args.append("--no-extra-bufts")
+    if req.exact:
+        args.append("--exact")
     return run_child(CHILD_MODULE, *args, timeout=timeout, cancel=cancel)
 
 

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--threads", type=int)
     ap.add_argument("--no-extra-bufts", action="store_true")
+    ap.add_argument("--exact", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr, format="%(message)s")
     extra = not a.no_extra_bufts
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 n_threads=a.threads,
                 probe=False,
                 extra_bufts=extra,
+                exact=a.exact,
             )
         )
     except MtpStudioError as e:

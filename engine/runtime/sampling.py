@@ -1,14 +1,38 @@
-"""Ordinary (non-greedy) sampling: temperature, top-k, top-p, seeded.
+"""Sampling (temperature, top-k, top-p) with a counter-based random stream.
 
-Used when ``temperature > 0``. Speculation is off then: accepting a draft by token
-equality is only valid for greedy decoding.
+Every random number is a pure function of (seed, absolute position, stream): the token
+at position p is drawn with ``uniform(seed, p, DRAW)`` whether it is sampled after a
+one-token decode or from a row of a speculative verify batch. So speculation that samples
+the target at each verified position and keeps a draft only while the sampled token
+equals it (:mod:`engine.runtime.decoder`, argmax drafts) emits exactly the tokens plain
+sampling with the same seed emits. Sampled drafts use other streams (``DRAFT``,
+``ACCEPT``, ``RESIDUAL``) and are exact in distribution only.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
+
+_MASK = (1 << 64) - 1
+#: streams of the counter-based generator
+DRAW, DRAFT, ACCEPT, RESIDUAL = 0, 1, 2, 3
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's finaliser: a bijective 64-bit hash with full avalanche."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def uniform(seed: int, position: int, stream: int = DRAW) -> float:
+    """A uniform number in [0, 1) determined by (seed, position, stream) alone."""
+    z = _mix(_mix(_mix(seed & _MASK) ^ position) ^ (stream * 0xD1B54A32D192ED03 & _MASK))
+    return (z >> 11) * (1.0 / (1 << 53))
 
 
 @dataclass(frozen=True)
@@ -36,15 +60,35 @@ class Sampler:
 
     def __init__(self, params: SamplingParams):
         self.params = params
-        self.rng = np.random.default_rng(params.seed)
+        #: a request without a seed gets a fresh one (reported, so it can be replayed)
+        self.seed = params.seed if params.seed is not None else secrets.randbits(63)
 
-    def sample(self, logits: np.ndarray) -> int:
+    def uniform(self, position: int, stream: int = DRAW) -> float:
+        return uniform(self.seed, position, stream)
+
+    def sample(self, logits: np.ndarray, position: int, stream: int = DRAW) -> int:
+        """The token at absolute ``position`` (greedy: the argmax)."""
         if self.params.greedy:
             return int(np.argmax(logits))
         idx, weights = self._weights(logits)
         cum = np.cumsum(weights)
-        i = int(np.searchsorted(cum, self.rng.random() * cum[-1], side="right"))
+        i = int(np.searchsorted(cum, self.uniform(position, stream) * cum[-1], side="right"))
         return int(idx[min(i, len(cum) - 1)]) if idx is not None else min(i, len(cum) - 1)
+
+    def dense(self, logits: np.ndarray) -> np.ndarray:
+        """The sampling distribution as a vocabulary-sized vector (for rejection sampling)."""
+        idx, w = self._weights(logits)
+        out = np.zeros(np.asarray(logits).size, np.float64)
+        if idx is None:
+            out[:] = w
+        else:
+            out[idx] = w
+        return out / out.sum()
+
+    def sample_dense(self, probs: np.ndarray, position: int, stream: int) -> int:
+        cum = np.cumsum(probs)
+        i = int(np.searchsorted(cum, self.uniform(position, stream) * cum[-1], side="right"))
+        return min(i, probs.size - 1)
 
     def distribution(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The candidates (token ids) and their probabilities (summing to 1) after

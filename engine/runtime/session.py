@@ -30,6 +30,9 @@ from engine.runtime.context import Context
 
 HOLE = -1  # an MTP position skipped on purpose (see Session.sync_draft)
 
+#: picks a token from a logits row (sampling); the default everywhere is the argmax
+Choose = Callable[[np.ndarray], int]
+
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
@@ -55,7 +58,7 @@ class Prefill:
 
     reused: int  # prompt tokens already in the target context
     decoded: int  # prompt tokens decoded now
-    first_token: int  # greedy token after the prompt
+    first_token: int  # the token after the prompt (greedy, or as chosen)
     logits: np.ndarray  # copy of the last prompt row's logits (for sampling)
 
 
@@ -145,6 +148,11 @@ class Session:
             self.target_tokens = []
             self.last_hidden = None
 
+    def decode_tokens(self, tokens: list[int], *, want_logits: bool) -> None:
+        """Decode ``tokens`` after ``target_tokens`` in ``n_batch`` chunks, logits on the
+        last row when asked (measurement tools; generation goes through :meth:`prefill`)."""
+        self._decode_chunks(tokens, hidden=False, cancel=None, want_logits=want_logits)
+
     def _decode_chunks(
         self, tokens: list[int], *, hidden: bool, cancel: threading.Event | None, want_logits: bool
     ) -> list[np.ndarray]:
@@ -184,24 +192,29 @@ class Session:
             self.draft.decode(self.dbatch)
             self.draft_tokens.extend(chunk)
 
-    def draft_step(self, token: int, hidden: np.ndarray) -> tuple[int, np.ndarray]:
+    def draft_step(self, token: int, hidden: np.ndarray, choose: Choose | None = None) -> tuple[int, np.ndarray]:
         """One chained MTP step at the next position: (draft token, its hidden state).
-        The entry it adds must be removed later (``truncate_draft``)."""
+        The draft is the argmax of the head's logits, or ``choose(logits)`` (sampled
+        drafts). The entry it adds must be removed later (``truncate_draft``)."""
         assert self.draft is not None and self.dbatch is not None
         self.dbatch.set([token], len(self.draft_tokens), LOGITS_ALL, hidden[None, :])
         self.draft.decode(self.dbatch)
         self.draft_tokens.append(token)
-        return self.draft.argmax(0), self.draft.hidden_row(0).copy()
+        d = self.draft.argmax(0) if choose is None else choose(self.draft.logits(0))
+        return d, self.draft.hidden_row(0).copy()
 
-    def draft_head(self) -> tuple[int, np.ndarray]:
+    def draft_head(self, choose: Choose | None = None) -> tuple[int, np.ndarray]:
         """Draft token and hidden state of the last MTP entry fed with logits on."""
         assert self.draft is not None and self.dbatch is not None
-        return self.draft.argmax(-1), self.draft.hidden_row(self.dbatch.n - 1).copy()
+        d = self.draft.argmax(-1) if choose is None else choose(self.draft.logits(-1))
+        return d, self.draft.hidden_row(self.dbatch.n - 1).copy()
 
     # ---------------------------------------------------------------- prefill
-    def prefill(self, prompt: list[int], *, speculative: bool, cancel: threading.Event | None) -> Prefill:
+    def prefill(
+        self, prompt: list[int], *, speculative: bool, cancel: threading.Event | None, choose_first: Choose | None = None
+    ) -> Prefill:
         """Bring the target (and MTP) context to ``prompt``, reusing the common prefix,
-        and return the greedy token after it.
+        and return the token after it: the greedy one, or ``choose_first(logits)``.
 
         With ``speculative`` the MTP entries of the prompt are fed chunk by chunk along
         with the target (so a cancel between chunks leaves both in step), and the entry
@@ -249,7 +262,7 @@ class Session:
                 assert rows is not None
                 self._feed_prompt_entries(prompt, i, prev, rows)
         logits = self.target.logits(-1).copy()
-        first = int(np.argmax(logits))
+        first = int(np.argmax(logits)) if choose_first is None else choose_first(logits)
         if use_mtp:
             assert self.last_hidden is not None
             self.lag.append(first, self.last_hidden)

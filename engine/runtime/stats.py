@@ -52,7 +52,9 @@ class GenerationStats:
     drafted_at: list[int] = field(default_factory=list)  # per draft position
     accepted_at: list[int] = field(default_factory=list)
     accept_len_hist: list[int] = field(default_factory=list)  # rounds by accepted length
-    sampled: bool = False  # temperature > 0: ordinary sampling, no speculation
+    sampled: bool = False  # temperature > 0
+    sampled_draft: bool = False  # drafts sampled from the MTP head, rejection-sampled
+    seed: int | None = None  # the seed sampling used (given or drawn), to replay it
 
     @property
     def rejected(self) -> int:

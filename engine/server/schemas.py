@@ -91,6 +91,7 @@ def _common(body: dict, models: dict[str, dict], default_depth: int | str | None
     if mtp not in ("on", "off"):
         raise _bad("'mtp' must be 'on' or 'off'", "mtp")
     ignore_eos = bool(_get(body, "ignore_eos", (bool,), False))  # llama-server's extension
+    sampled_draft = bool(_get(body, "sampled_draft", (bool,), False))  # MTP Studio's extension
     depth = body.get("draft_depth", default_depth)
     if depth is not None and depth != "auto" and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
         raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth")
@@ -107,6 +108,7 @@ def _common(body: dict, models: dict[str, dict], default_depth: int | str | None
         "mtp": mtp,
         "draft_depth": depth,
         "ignore_eos": ignore_eos,
+        "sampled_draft": sampled_draft,
     }
 
 
@@ -122,6 +124,7 @@ def _job(c: dict[str, Any], **prompt: Any) -> J.Generate:
         mtp=c["mtp"],
         draft_depth=c["draft_depth"],
         ignore_eog=c["ignore_eos"],
+        sampled_draft=c["sampled_draft"],
         **prompt,
     )
 

@@ -72,16 +72,22 @@ def test_timings_in_llama_server_shape(client):
     assert t["draft_n"] > 0 and 0 <= t["draft_n_accepted"] <= t["draft_n"]
 
 
-def test_sampling_with_a_seed_is_reproducible_and_not_speculative(client):
-    def once():
+def test_sampling_with_a_seed_is_reproducible_speculative_and_equal_to_plain_sampling(client):
+    def once(**extra):
         r = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0.9, seed=42
+            model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0.9, seed=42, extra_body=extra or None
         )
         return json.loads(r.text)
 
     a, b = once(), once()
     assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
-    assert a["timings"]["sampling"] == "sampled" and a["timings"]["speculative"] is False and a["timings"]["draft_n"] == 0
+    assert a["timings"]["sampling"] == "sampled" and a["timings"]["speculative"] is True and a["timings"]["draft_n"] > 0
+    plain = once(mtp="off")
+    assert plain["timings"]["speculative"] is False and plain["timings"]["draft_n"] == 0
+    # argmax drafts + sample-and-compare: the same seed gives plain sampling's text
+    assert plain["choices"][0]["message"]["content"] == a["choices"][0]["message"]["content"]
+    sampled = once(sampled_draft=True)
+    assert sampled["timings"]["draft_n"] > 0
     greedy = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24)
     assert greedy.choices[0].message.content != a["choices"][0]["message"]["content"]
 

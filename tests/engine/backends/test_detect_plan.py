@@ -175,3 +175,20 @@ def test_makefile_planner_prints_only_cmake_args(tmp_path):
         check=True,
     ).stdout
     assert out.strip() == f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER={bin_dir / 'nvcc'}"
+
+
+def test_exact_plans_the_cpu_build_without_llamafile_and_says_what_gpus_lack(tmp_path):
+    from engine.backends.builds import build_name
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    plan = make_plan(detect(env=env_with(empty)), exact=True)
+    assert plan.backend == "cpu" and plan.cmake_args == "-DGGML_LLAMAFILE=OFF" and plan.problems == []
+    assert any("bit-identical" in r for r in plan.reasons)
+    assert build_name(plan).startswith("cpu-exact-")
+    bin_dir = tmp_path / "bin"
+    nvcc(bin_dir, "12.8")
+    nvidia_smi(bin_dir, [GPUS["9.0"]])
+    gpu = make_plan(detect(env=env_with(bin_dir)), exact=True)
+    assert gpu.backend == "cpu" and "GGML_CUDA" not in gpu.cmake_args
+    assert len(gpu.problems) == 1 and "CPU backend only" in gpu.problems[0]

@@ -131,8 +131,22 @@ def test_sampler_draws_follow_its_distribution_and_the_seed():
 
     logits = np.log(np.array([0.5, 0.3, 0.2, 1e-9], dtype=np.float64)).astype(np.float32)
     s = Sampler(SamplingParams(1.0, seed=7))
-    draws = [s.sample(logits) for _ in range(20000)]
+    draws = [s.sample(logits, pos) for pos in range(20000)]  # one counter-based draw per position
     freq = np.bincount(draws, minlength=4) / len(draws)
     assert np.allclose(freq[:3], [0.5, 0.3, 0.2], atol=0.015) and freq[3] == 0
     again = Sampler(SamplingParams(1.0, seed=7))
-    assert [again.sample(logits) for _ in range(200)] == draws[:200]
+    assert [again.sample(logits, pos) for pos in range(200)] == draws[:200]
+    other = Sampler(SamplingParams(1.0, seed=8))
+    assert [other.sample(logits, pos) for pos in range(200)] != draws[:200]
+
+
+def test_counter_based_draws_are_uniform_and_depend_on_seed_position_and_stream():
+    import numpy as np
+
+    from engine.runtime.sampling import uniform
+
+    u = np.array([uniform(42, p) for p in range(20000)])
+    assert 0.0 <= u.min() and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.003
+    assert np.histogram(u, bins=10, range=(0, 1))[0].min() > 1850
+    assert uniform(42, 7) == uniform(42, 7) != uniform(42, 8)
+    assert uniform(42, 7, 0) != uniform(42, 7, 1) and uniform(42, 7) != uniform(43, 7)
