@@ -37,7 +37,7 @@ def _from_json(data: object) -> Conversation:
     """A conversation from a file's JSON, or :class:`BadConversation` saying why not."""
     if not isinstance(data, dict):
         raise BadConversation("not a JSON object")
-    known = {"id", "title", "system", "messages", "created", "updated", "model"}
+    known = {"id", "title", "system", "messages", "created", "updated", "model", "sampling"}
     kw = {k: v for k, v in data.items() if k in known}
     check_id(kw.get("id"))
     for key in ("title", "system"):
@@ -49,6 +49,8 @@ def _from_json(data: object) -> Conversation:
             raise BadConversation(f"{key} is not a time")
     if kw.get("model") is not None and not isinstance(kw["model"], str):
         raise BadConversation("model is not text")
+    if not isinstance(kw.get("sampling", {}), dict):
+        raise BadConversation("sampling is not an object")
     messages = kw.get("messages", [])
     if not isinstance(messages, list):
         raise BadConversation("messages is not a list")
@@ -69,6 +71,8 @@ class Conversation:
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     model: str | None = None
+    #: the sampling settings last used in this chat (temperature, top_p, top_k, sampled_draft)
+    sampling: dict = field(default_factory=dict)
 
     def chat_messages(self) -> list[dict]:
         """The messages to send to the model: system prompt first, no stats."""

@@ -36,6 +36,10 @@ class ChatPrefs:
     system_prompt: str = ""
     max_tokens: int = 1024
     temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    #: while sampling, sample the drafts too (rejection sampling)
+    sampled_draft: bool = False
 
 
 @dataclass
@@ -125,6 +129,8 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "max_draft_depth": (0, 16),
     "chat.max_tokens": (1, 1 << 20),
     "chat.temperature": (0.0, 2.0),
+    "chat.top_p": (0.01, 1.0),
+    "chat.top_k": (0, 100_000),
     "server.port": (0, 65535),
     "library_limit_gb": (0.0, None),
 }

@@ -11,13 +11,16 @@ import html
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
+    QSpinBox,
     QSplitter,
     QTextBrowser,
     QVBoxLayout,
@@ -41,8 +44,8 @@ def figures_line(stats: GenerationStats | None, live_tps: float | None = None, m
     if stats is not None and stats.drafted:
         parts.append(f"acceptance {stats.acceptance:.2f}")
         parts.append(f"mean accepted {stats.mean_accept_len:.2f}")
-    elif stats is not None and stats.sampled:
-        parts.append("sampled (no speculation)")
+    if stats is not None and stats.sampled:
+        parts.append("sampled drafts" if stats.sampled_draft else "sampled")
     if stats is not None:
         parts.append(f"depth {stats.draft_depth}")
     if mtp:
@@ -104,6 +107,33 @@ class ChatPage(QWidget):
         top.addWidget(self.depth)
         rl.addLayout(top)
 
+        samp = QHBoxLayout()
+        samp.addStretch(1)
+        samp.addWidget(QLabel("Temperature"))
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.05)
+        self.temperature.setToolTip("0: greedy. Above 0 the reply is sampled, still with MTP speculation")
+        samp.addWidget(self.temperature)
+        samp.addWidget(QLabel("Top-p"))
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        samp.addWidget(self.top_p)
+        samp.addWidget(QLabel("Top-k"))
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 100_000)
+        self.top_k.setToolTip("0: no top-k limit")
+        samp.addWidget(self.top_k)
+        self.sampled_draft = QCheckBox("Sampled drafts")
+        self.sampled_draft.setToolTip(
+            "While sampling, draw the drafts from the MTP head and accept them by rejection sampling: often more "
+            "drafts accepted, the same distribution, but not the same text as without speculation for a seed"
+        )
+        samp.addWidget(self.sampled_draft)
+        rl.addLayout(samp)
+        self._show_sampling(ctx.settings.chat.__dict__)
+
         self.system = QPlainTextEdit()
         self.system.setPlaceholderText("System prompt (optional)")
         self.system.setFixedHeight(48)
@@ -158,6 +188,10 @@ class ChatPage(QWidget):
         self.new_btn.clicked.connect(self.new_chat)
         self.history.currentItemChanged.connect(self._on_history_pick)
         self.depth.currentTextChanged.connect(self._on_depth)
+        for w in (self.temperature, self.top_p):
+            w.valueChanged.connect(self._on_sampling)
+        self.top_k.valueChanged.connect(self._on_sampling)
+        self.sampled_draft.toggled.connect(self._on_sampling)
         self.source.currentIndexChanged.connect(self._on_source)
         self.system.textChanged.connect(self._on_system)
         self.models.loaded.connect(self._on_model_loaded)
@@ -188,6 +222,31 @@ class ChatPage(QWidget):
             )
             self.ctx.chats.quarantined = []
 
+    # --------------------------------------------------------------- sampling
+    SAMPLING_KEYS = ("temperature", "top_p", "top_k", "sampled_draft")
+
+    def _show_sampling(self, values: dict) -> None:
+        c = self.ctx.settings.chat
+        for w in (self.temperature, self.top_p, self.top_k, self.sampled_draft):
+            w.blockSignals(True)
+        self.temperature.setValue(float(values.get("temperature", c.temperature)))
+        self.top_p.setValue(float(values.get("top_p", c.top_p)))
+        self.top_k.setValue(int(values.get("top_k", c.top_k)))
+        self.sampled_draft.setChecked(bool(values.get("sampled_draft", c.sampled_draft)))
+        for w in (self.temperature, self.top_p, self.top_k, self.sampled_draft):
+            w.blockSignals(False)
+        self._on_sampling()
+
+    def _on_sampling(self, *_args) -> None:
+        """The controls are the chat's sampling settings, saved with it and as defaults."""
+        c = self.ctx.settings.chat
+        c.temperature = round(self.temperature.value(), 4)
+        c.top_p = round(self.top_p.value(), 4)
+        c.top_k = int(self.top_k.value())
+        c.sampled_draft = self.sampled_draft.isChecked()
+        self.sampled_draft.setEnabled(c.temperature > 0)
+        self.conv.sampling = {k: getattr(c, k) for k in self.SAMPLING_KEYS}
+
     def _on_history_pick(self, item: QListWidgetItem | None, _prev=None) -> None:
         if item is None or self.job is not None:
             return
@@ -195,6 +254,8 @@ class ChatPage(QWidget):
         conv = next((c for c in self.ctx.chats.all() if c.id == cid), None)
         if conv is not None:
             self.conv = conv
+            if conv.sampling:
+                self._show_sampling(conv.sampling)
             self.system.blockSignals(True)
             self.system.setPlainText(conv.system)
             self.system.blockSignals(False)
@@ -271,9 +332,13 @@ class ChatPage(QWidget):
             messages=self.conv.chat_messages(),
             max_tokens=s.chat.max_tokens,
             temperature=s.chat.temperature,
+            top_p=s.chat.top_p,
+            top_k=s.chat.top_k,
+            sampled_draft=s.chat.sampled_draft,
             draft_depth=int(depth) if depth.isdigit() else depth,
             mtp="off" if self.source.currentData() == "off" else "on",
         )
+        self.conv.sampling = {k: getattr(s.chat, k) for k in self.SAMPLING_KEYS}
         self.job = self.ctx.bridge.submit(job).id
         self._set_busy(True)
         self.generationStarted.emit(self.job)

@@ -173,6 +173,10 @@ def _register_ab(p) -> None:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--exact", action="store_true", help="exact mode (batch-invariant arithmetic)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sample every arm at this temperature (0: greedy)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--sampled-draft", action="store_true", help="while sampling, sample the drafts (rejection sampling)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", type=Path, help="write a PNG: tokens/s by arm, acceptance by draft position")
     p.set_defaults(func=_ab)
@@ -231,7 +235,13 @@ def _ab(args) -> int:
     with Engine() as engine:
         try:
             engine.submit(J.LoadModel(spec)).result()
-            handle = engine.submit(J.Call(bench_job(arms, prompts, args.max_tokens, args.runs), "bench"))
+            from engine.runtime import limits
+            from engine.runtime.sampling import SamplingParams
+
+            limits.check_sampling(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
+            sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
+            job = bench_job(arms, prompts, args.max_tokens, args.runs, sampling=sampling, sampled_draft=args.sampled_draft)
+            handle = engine.submit(J.Call(job, "bench"))
             for ev in handle.events():
                 if isinstance(ev, J.Progress) and not args.json:
                     print(f"\r{ev.fraction * 100:5.1f}%  {ev.message:<30}", end="", file=sys.stderr, flush=True)
@@ -253,16 +263,29 @@ def _ab(args) -> int:
             print(
                 f"{a['depth']:>6} {a['tokens_per_second_median']:9.1f} {a['tokens_per_second_min']:8.1f} "
                 f"{a['tokens_per_second_max']:8.1f} {a['speedup']:7.2f}x {a['acceptance']:7.2f} "
-                f"{a['mean_accept_len']:9.2f}  {'yes' if a['identical'] else 'NO'}"
+                f"{a['mean_accept_len']:9.2f}  {_identical(body, a)}"
             )
             if a["depth"] == "auto" and a["depth_choices"]:
                 print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in a["depth_choices"].items()))
-    if not result.identical:
+    if body.get("temperature"):
+        mode = "sampled drafts (rejection sampling)" if body["sampled_draft"] else "argmax drafts, sample-and-compare"
+        print(f"sampling at temperature {body['temperature']:g}: {mode}")
+        for a in body["arms"]:
+            if a["acceptance_by_position"]:
+                pos = ", ".join(f"{x:.2f}" for x in a["acceptance_by_position"])
+                print(f"       depth {a['depth']}: acceptance by draft position {pos}")
+    if body["identical"] is False:
         for a in body["arms"]:
             for m in a["mismatches"]:
                 print(f"mtp-studio: depth {a['depth']}: {m}", file=sys.stderr)
         return EXIT_INVALID
     return 0
+
+
+def _identical(body: dict, arm: dict) -> str:
+    if body.get("sampled_draft"):
+        return "n/a (equal in distribution)"
+    return "yes" if arm["identical"] else "NO"
 
 
 def _server(args) -> int:

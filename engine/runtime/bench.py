@@ -15,13 +15,14 @@ from __future__ import annotations
 import statistics
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.errors import Cancelled, InvalidRequestError
 from engine.runtime.adaptive import AdaptiveDepth
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, Generation, generate
 from engine.runtime.loader import LoadedModel
+from engine.runtime.sampling import SamplingParams
 
 DEFAULT_PROMPTS = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -71,6 +72,9 @@ class BenchResult:
     runs: int
     max_tokens: int
     prompts: int
+    temperature: float = 0.0
+    #: sampled drafts: outputs equal plain sampling's in distribution only (not checked)
+    sampled_draft: bool = False
 
     @property
     def identical(self) -> bool:
@@ -112,7 +116,9 @@ class BenchResult:
             "runs": self.runs,
             "max_tokens": self.max_tokens,
             "prompts": self.prompts,
-            "identical": self.identical,
+            "temperature": self.temperature,
+            "sampled_draft": self.sampled_draft,
+            "identical": self.identical if not self.sampled_draft else None,
             "arms": arms,
         }
 
@@ -149,8 +155,16 @@ def run_bench(
     cancel: threading.Event | None = None,
     progress: Callable[[float, str], None] | None = None,
     generate_fn: GenerateFn = _generate,
+    sampling: SamplingParams | None = None,
+    sampled_draft: bool = False,
 ) -> BenchResult:
-    """Interleaved A/B runs. ``generate_fn`` is a test seam (it can corrupt an arm)."""
+    """Interleaved A/B runs. ``generate_fn`` is a test seam (it can corrupt an arm).
+
+    With ``sampling`` (temperature > 0) every arm samples, each prompt of each run with
+    its own seed shared by all arms: with argmax drafts every arm must emit depth 0's
+    tokens (same seed, same text); with ``sampled_draft`` they are only equal in
+    distribution, so the identity check is skipped and the result says so."""
+    sampling = sampling or SamplingParams()
     if lm.session.draft is None and any(a != "0" for a in arms):
         raise InvalidRequestError("this model was loaded without MTP; only depth 0 can be measured")
     deepest = max((int(a) for a in arms if a.isdigit()), default=0)
@@ -178,7 +192,10 @@ def run_bench(
                 lm.session.reset()  # every arm pays the same prefill; nothing is reused
                 policy = policies[a]
                 before = policy.depth_counts.copy() if isinstance(policy, AdaptiveDepth) else None
-                g = generate_fn(lm, prompt, DecodeParams(max_tokens=max_tokens, depth=policy, ignore_eog=True), a)
+                seeded = replace(sampling, seed=run * 100_003 + i) if not sampling.greedy else sampling
+                params = DecodeParams(max_tokens=max_tokens, depth=policy, ignore_eog=True, sampling=seeded,
+                                      sampled_draft=sampled_draft)  # fmt: skip
+                g = generate_fn(lm, prompt, params, a)
                 outputs[(run, i, a)] = g.tokens
                 done += 1
                 if progress is not None:
@@ -199,8 +216,9 @@ def run_bench(
         if run > 0:
             for a in arms:
                 results[a].tokens_per_second.append(tokens[a] / (ms[a] / 1000.0) if ms[a] > 0 else 0.0)
-        # identity: every arm's tokens, for every prompt, equal plain greedy decoding's
-        for i in range(len(tokenized)):
+        # identity: every arm's tokens, for every prompt, equal plain decoding's (greedy,
+        # or sampled with the same seed); sampled drafts are equal in distribution only
+        for i in range(len(tokenized) if not (sampled_draft and not sampling.greedy) else 0):
             ref = outputs[(run, i, "0")]
             for a in arms:
                 got = outputs.pop((run, i, a))
@@ -210,7 +228,8 @@ def run_bench(
                     what = f" (plain top-2 margin there {margin:.4f})" if margin is not None else ""
                     results[a].mismatches.append(f"prompt {i}, run {run}: differs from depth 0 at token {first}{what}")
                     results[a].divergence_margins.append(margin)
-    return BenchResult(lm.name, [results[a] for a in arms], runs, max_tokens, len(prompts))
+    return BenchResult(lm.name, [results[a] for a in arms], runs, max_tokens, len(prompts),
+                       temperature=sampling.temperature, sampled_draft=sampled_draft and not sampling.greedy)  # fmt: skip
 
 
 def margin_at(lm: LoadedModel, prompt: list[int], tokens: list[int], i: int) -> float:
@@ -233,7 +252,8 @@ def _add(into: list[int], values: list[int]) -> None:
         into[i] += v
 
 
-def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generate_fn: GenerateFn = _generate):
+def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generate_fn: GenerateFn = _generate,
+              sampling: SamplingParams | None = None, sampled_draft: bool = False):  # fmt: skip
     """A function for ``jobs.Call``: runs the benchmark on the engine thread."""
     from engine.runtime import jobs as J
 
@@ -248,6 +268,8 @@ def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generat
             cancel=cancel,
             progress=lambda f, m: emit(J.Progress(f, m)),
             generate_fn=generate_fn,
+            sampling=sampling,
+            sampled_draft=sampled_draft,
         )
 
     return fn
