@@ -132,7 +132,7 @@ class ChatPage(QWidget):
         )
         samp.addWidget(self.sampled_draft)
         rl.addLayout(samp)
-        self._show_sampling(ctx.settings.chat.__dict__)
+        self._show_sampling(self.ctx.settings.chat.__dict__)
 
         self.system = QPlainTextEdit()
         self.system.setPlaceholderText("System prompt (optional)")

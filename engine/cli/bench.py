@@ -267,7 +267,7 @@ def _ab(args) -> int:
             )
             if a["depth"] == "auto" and a["depth_choices"]:
                 print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in a["depth_choices"].items()))
-    if body.get("temperature"):
+    if body.get("temperature") and not args.json:
         mode = "sampled drafts (rejection sampling)" if body["sampled_draft"] else "argmax drafts, sample-and-compare"
         print(f"sampling at temperature {body['temperature']:g}: {mode}")
         for a in body["arms"]:

@@ -132,3 +132,29 @@ def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
     assert reply.strip()
     for marker in ("<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>"):
         assert marker not in reply and marker not in chat.transcript.toPlainText()
+
+
+def test_chat_samples_with_mtp_and_keeps_sampling_per_chat(qtbot, window, fixtures):
+    load(qtbot, window, fixtures["partial"].path, "integrated")
+    chat = window.pages["chat"]
+    window.ctx.settings.chat.max_tokens = 24
+    chat.temperature.setValue(0.7)
+    chat.top_k.setValue(40)
+    assert chat.sampled_draft.isEnabled()
+    chat.input.setPlainText("Sample me")
+    chat.send()
+    wait_idle(qtbot, chat)
+    stats = chat.conv.messages[-1]["stats"]
+    assert "sampled" in chat.figures.text() and "acceptance" in chat.figures.text()
+    assert chat.conv.sampling == {"temperature": 0.7, "top_p": 1.0, "top_k": 40, "sampled_draft": False}
+    assert window.ctx.settings.chat.temperature == 0.7 and stats["tokens"] > 0
+    first = chat.conv.id
+    qtbot.keyClick(chat.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # a new chat, other settings
+    chat.temperature.setValue(0.0)
+    chat.input.setPlainText("Greedy now")
+    chat.send()
+    wait_idle(qtbot, chat)
+    assert "sampled" not in chat.figures.text() and not chat.sampled_draft.isEnabled()
+    row = next(i for i in range(chat.history.count()) if chat.history.item(i).data(Qt.ItemDataRole.UserRole) == first)
+    chat.history.setCurrentRow(row)  # back to the first chat: its sampling comes back
+    assert chat.temperature.value() == 0.7 and chat.top_k.value() == 40

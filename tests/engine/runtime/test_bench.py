@@ -91,3 +91,18 @@ def test_make_model_gives_the_chosen_acceptance(tmp_path, acceptance):
 def test_bench_spec_sizes():
     small, big = bench_spec(100, 0.5), bench_spec(400, 0.5)
     assert big.n_trunk > small.n_trunk >= 4 and small.draft_pattern == "exact"
+
+
+def test_bench_at_a_temperature_checks_seeded_identity_and_prints_one_json(fixtures):
+    """Argmax drafts while sampling: every arm must emit depth 0's tokens (same seed per
+    prompt and run); sampled drafts are equal in distribution only, and say so."""
+    from tests.engine.cli_helpers import mtp_json
+
+    common = ["bench", "--model", str(fixtures["partial"].path), "--depths", "0,2", "--runs", "1", "--max-tokens", "24",
+              "--temperature", "0.8"]  # fmt: skip
+    body = mtp_json(*common)
+    assert body["temperature"] == 0.8 and body["sampled_draft"] is False and body["identical"] is True
+    assert {a["depth"]: a["identical"] for a in body["arms"]} == {"0": True, "2": True}
+    assert next(a for a in body["arms"] if a["depth"] == "2")["acceptance_by_position"]
+    sd = mtp_json(*common, "--sampled-draft")
+    assert sd["sampled_draft"] is True and sd["identical"] is None
