@@ -264,3 +264,18 @@ def test_window_starts_quickly_and_lazily(tmp_path):
     seconds, loaded = out.stdout.strip().splitlines()
     assert loaded == "loaded=" and float(seconds) < 10  # timing goals live in `mtp-studio bench gui`; this guards laziness
 
+
+
+def test_exact_arithmetic_is_a_saved_choice_that_applies_after_a_restart(qtbot, window, settings_path):
+    """ggml reads its kernel switches once per process: the page says when the choice
+    takes effect, and the setting survives (the next start sets the switches first)."""
+    import json
+
+    page = window.pages["backend"]
+    assert not page.exact.isChecked()
+    page.exact.setChecked(True)
+    assert window.ctx.settings.exact is True
+    assert json.loads(settings_path.read_text())["exact"] is True
+    assert page.exact_note.text() == "takes effect after MTP Studio restarts"  # llama.cpp already ran here
+    page.exact.setChecked(False)
+    assert page.exact_note.text() == "" and json.loads(settings_path.read_text())["exact"] is False
