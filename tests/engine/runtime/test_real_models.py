@@ -26,13 +26,6 @@ def repeated_trigrams(tokens: list[int]) -> int:
     return repeats
 
 
-@pytest.fixture(scope="module")
-def gemma_lm(gemma):
-    lm = load(LoadSpec(gemma, n_ctx=1024))
-    yield lm
-    lm.close()
-
-
 def test_inspect_names_the_files_quantization_not_its_largest_tensor_type(gemma):
     s = inspect_path(gemma)
     assert s["quantization"] == "Q4_K_M" and s["quantization_source"] == "general.file_type"
