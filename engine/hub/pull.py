@@ -43,7 +43,7 @@ class PullResult:
     def to_json(self) -> dict:
         out = {"model": self.model.__dict__, "head": self.head.__dict__ if self.head else None, "already_local": self.already_local}
         if self.head is not None:
-            out["compose_hint"] = f"mtp-studio compose --target <model file> --head <head file> --out composite.gguf"
+            out["compose_hint"] = "mtp-studio compose --target <model file> --head <head file> --out composite.gguf"
         return out
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from engine.gguf.constants import TensorType, ValueType
 from engine.gguf.split import split_model
 from engine.gguf.validate import validate_path
 from tests.engine.cli_helpers import mtp_studio
-from tests.engine.gguf.craft import edit, f32_tensor_file, kv, write_raw
+from tests.engine.gguf.craft import edit, kv, write_raw
 
 V = ValueType
 ARCH = kv("general.architecture", V.STRING, "llama")

@@ -4,8 +4,6 @@ goes deep when it pays, and notices when drafts become good again."""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ benchmark-model generator."""
 
 from __future__ import annotations
 
-import json
 import struct
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from engine.errors import InvalidRequestError
 from engine.runtime.bench import parse_depths, run_bench
 from engine.runtime.decoder import generate
-from engine.synth.benchmodel import bench_spec, make_bench_model
+from engine.synth.benchmodel import bench_spec
 from tests.engine.cli_helpers import mtp_json, mtp_studio
 from tests.engine.runtime.helpers import load_fixture, run
 
