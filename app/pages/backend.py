@@ -47,6 +47,7 @@ class BackendPage(QWidget):
         self.ctx = ctx
         self.task: Task | None = None
         self.plan = None
+        self.detection = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(16, 12, 16, 8)
         title = QLabel("Backend")
@@ -96,7 +97,12 @@ class BackendPage(QWidget):
         self.build_btn.setObjectName("Primary")
         self.cancel_btn = QPushButton("Cancel build")
         self.cancel_btn.setEnabled(False)
-        for b in (self.refresh_btn, self.use_btn, self.cancel_btn, self.build_btn):
+        self.exact_build_btn = QPushButton("Build exact CPU")
+        self.exact_build_btn.setToolTip(
+            "A CPU build without llamafile's sgemm: with exact arithmetic on, F16/F32 models then speculate "
+            "bit-identically to one-token-at-a-time decoding (quantized models need no special build)"
+        )
+        for b in (self.refresh_btn, self.use_btn, self.cancel_btn, self.exact_build_btn, self.build_btn):
             row.addWidget(b)
         bl.addLayout(row)
         self.bar = QProgressBar()
@@ -109,7 +115,8 @@ class BackendPage(QWidget):
         bl.addWidget(self.log)
         lay.addWidget(builds, 1)
         self.refresh_btn.clicked.connect(self.detect)
-        self.build_btn.clicked.connect(self.build)
+        self.build_btn.clicked.connect(lambda: self.build())
+        self.exact_build_btn.clicked.connect(lambda: self.build(exact=True))
         self.cancel_btn.clicked.connect(lambda: self.task.cancel() if self.task else None)
         self.use_btn.clicked.connect(self.use_selected)
         self._detected = False
@@ -131,6 +138,7 @@ class BackendPage(QWidget):
     def _show(self, value) -> None:
         d, plan, devices, lib, manifest = value
         self.plan = plan
+        self.detection = d
         rows = [("OS", f"{d.os} {d.arch}"), ("CPU", f"{d.cpu} ({', '.join(d.cpu_features) or 'no SIMD detected'})")]
         if d.memory_bytes:
             rows.append(("Memory", f"{d.memory_bytes / 2**30:.1f} GiB"))
@@ -166,13 +174,21 @@ class BackendPage(QWidget):
                 self.table.setItem(r, c, QTableWidgetItem(text))
         self.build_btn.setText(f"Build {plan.backend.upper()} for this machine")
 
-    def build(self) -> Task | None:
+    def plan_for(self, exact: bool):
+        """The build the buttons make: the recommended plan, or the exact CPU build."""
+        from engine.backends.plan import make_plan
+
+        if self.plan is None:
+            return None
+        return make_plan(self.detection, exact=True) if exact else self.plan
+
+    def build(self, exact: bool = False) -> Task | None:
         from engine.backends import builds
         from engine.backends.smoke import run_smoke
 
         if self.plan is None or self.task is not None:
             return None
-        plan = self.plan
+        plan = self.plan_for(exact)
 
         def work(report, cancel):
             b = builds.build(plan, log=lambda line: report(("log", line)), progress=lambda f, m: report(("progress", f)), cancel=cancel)
@@ -191,6 +207,7 @@ class BackendPage(QWidget):
         self.bar.setVisible(True)
         self.bar.setValue(0)
         self.build_btn.setEnabled(False)
+        self.exact_build_btn.setEnabled(False)
         self.cancel_btn.setEnabled(True)
         return self.task.start()
 
@@ -221,6 +238,7 @@ class BackendPage(QWidget):
         self.task = None
         self.bar.setVisible(False)
         self.build_btn.setEnabled(True)
+        self.exact_build_btn.setEnabled(True)
         self.cancel_btn.setEnabled(False)
         self.detect()
 

@@ -119,7 +119,10 @@ class ServerPage(QWidget):
             if self.ctx.messages is not None:
                 self.ctx.messages.error("Cannot start the server", e)
             return False
-        self.state.setText(f"running at {self.server.url}/v1  ·  API key {'required' if settings.api_key else 'off'}")
+        state = f"running at {self.server.url}/v1  ·  API key {'required' if settings.api_key else 'off'}"
+        for name, info in self.ctx.bridge.engine.models().items():
+            state += f"\n{name}: chat template {info.get('chat_template')}"
+        self.state.setText(state)
         self.toggle.setText("Stop")
         for w in (self.host, self.port, self.key, self.cors, self.gen_key):
             w.setEnabled(False)

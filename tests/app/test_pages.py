@@ -129,6 +129,7 @@ def test_server_page_start_request_log_stop(qtbot, window, fixtures):
     page.host.setText("127.0.0.1")
     page.port.setValue(_free_port())
     assert page.start()
+    assert "full: chat template the model's own (tokenizer.chat_template)" in page.state.text()
     url = page.server.url
     r = httpx2.post(url + "/v1/completions", json={"model": "full", "prompt": "Hi", "max_tokens": 4})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
@@ -148,6 +149,16 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_backend_page_offers_the_exact_build(qtbot, window):
+    page = window.pages["backend"]
+    window.show_page("backend")  # detection runs when the page is first shown
+    qtbot.waitUntil(lambda: page.plan is not None, timeout=20000)
+    exact = page.plan_for(exact=True)
+    assert exact.backend == "cpu" and exact.cmake_args.endswith("-DGGML_LLAMAFILE=OFF")
+    assert page.plan_for(exact=False) is page.plan and "LLAMAFILE" not in page.plan.cmake_args
+    assert page.exact_build_btn.isEnabled() and "bit-identically" in page.exact_build_btn.toolTip()
 
 
 def test_backend_page_shows_what_is_in_use(qtbot, window):
