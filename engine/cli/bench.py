@@ -102,6 +102,7 @@ def _identity(args) -> int:
             f"differs from token {m['first_divergence']} (plain top-2 margin {m['margin_at_divergence']:.4f})"
         )
         print(f"MTP depth {m['depth']}: {what}")
+    print(f"prompt decoded whole vs in two parts: last row differs by {body['prefill_split_diff']:.4f}")
     print(f"noise bound {body['noise']:.4f}; {'bit-exact' if body['exact'] else 'not batch-invariant'} here; load: {body['identity']}")
     return 0
 

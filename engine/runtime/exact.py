@@ -11,7 +11,11 @@ things make a row depend on the batch it is decoded in, and each has a switch:
 * **attention**: without flash attention the batched path differs at every width; with
   it, a one-token decode over 512 or more cached positions splits the KV range across
   threads and reduces partial sums (``use_split_kv_path``), which batches never do ->
-  flash attention on and a Q8_0 KV cache (the split path only takes F16/F32 caches);
+  flash attention on and a Q8_0 KV cache. The split path only takes F16/F32 caches, and so
+  does the tiled kernel that batches of 64 rows or more would take (``GGML_FA_TILE_Q``),
+  which would give a prompt's rows other values when it is split differently (a reused
+  prefix): the quantized cache keeps every batch on one kernel (measured:
+  ``prefill_split_diff`` 0 at 512-row batches);
 * **llamafile's sgemm** for F16/F32 weights in batches -> a build with
   ``-DGGML_LLAMAFILE=OFF`` (the backend picker's "exact" CPU build). Quantized weights
   never take it here.

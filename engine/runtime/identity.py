@@ -58,6 +58,9 @@ class IdentityReport:
     tokens: int
     widths: list[WidthReport]
     mtp: list[MtpReport]
+    #: the prompt's last row when the prompt is decoded in one call vs in two (a reused
+    #: prefix): max |logit difference|
+    prefill_split_diff: float = 0.0
 
     @property
     def noise(self) -> float:
@@ -66,13 +69,14 @@ class IdentityReport:
 
     @property
     def exact(self) -> bool:
-        return self.noise == 0.0 and all(m.identical for m in self.mtp)
+        return self.noise == 0.0 and self.prefill_split_diff == 0.0 and all(m.identical for m in self.mtp)
 
     def to_json(self) -> dict:
         return {
             "model": self.model,
             "tokens": self.tokens,
             "noise": self.noise,
+            "prefill_split_diff": self.prefill_split_diff,
             "exact": self.exact,
             "widths": [
                 {k: v for k, v in asdict(w).items() if k != "batch_tokens"} | {"flips_per_1000": w.flips_per_1000}
@@ -151,7 +155,23 @@ def measure(lm: LoadedModel, prompt: list[int], *, tokens: int = 128, max_width:
     mtp = []
     if lm.session.draft is not None:
         mtp = mtp_runs(lm, prompt, seq, ref, depths or [1, 2, 3])
-    return IdentityReport(lm.name, tokens, widths, mtp)
+    return IdentityReport(lm.name, tokens, widths, mtp, prefill_split(lm, prompt))
+
+
+def prefill_split(lm: LoadedModel, prompt: list[int]) -> float:
+    """Decode ``prompt`` in one call, then as two parts (as a reused prefix is); the max
+    |difference| of the last row's logits."""
+    s = lm.session
+    rows = []
+    for cut in (0, len(prompt) // 2):
+        s.reset()
+        s.target.set_nextn_embeddings(False)
+        if cut:
+            s.decode_tokens(prompt[:cut], want_logits=False)
+        s.decode_tokens(prompt[cut:], want_logits=True)
+        rows.append(s.target.logits(-1).copy())
+    s.reset()
+    return float(np.max(np.abs(rows[0] - rows[1])))
 
 
 def check_within_noise(lm: LoadedModel, prompt: list[int], emitted: list[int], bound: float) -> list[tuple[int, float]]:

@@ -65,7 +65,7 @@ def test_mtp_output_on_quantized_models_passes_the_noise_check_and_a_wrong_token
 # ---------------------------------------------------------------- exact mode (child)
 def test_exact_mode_makes_gemma_bit_exact_at_every_verify_width(gemma):
     out = mtp_json("bench", "identity", "--model", str(gemma), "--tokens", "40", "--max-width", "9", "--exact")
-    assert out["exact_mode"] is True and out["noise"] == 0.0
+    assert out["exact_mode"] is True and out["noise"] == 0.0 and out["prefill_split_diff"] == 0.0
     assert [w["width"] for w in out["widths"]] == list(range(2, 10))
     assert all(w["flips"] == 0 and w["max_abs_diff"] == 0.0 for w in out["widths"])
 
@@ -76,6 +76,8 @@ def test_exact_mode_holds_past_512_positions(gemma):
     out = mtp_json("bench", "identity", "--model", str(gemma), "--tokens", "12", "--max-width", "4", "--exact",
                    "--prompt", "Item one is on the shelf and item two is on the floor.", "--prompt-repeat", "40")  # fmt: skip
     assert out["prompt_tokens"] > 512 and out["noise"] == 0.0
+    # a prompt decoded whole or as a reused prefix plus the rest: the same last row
+    assert out["prefill_split_diff"] == 0.0
 
 
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
