@@ -42,6 +42,7 @@ Output is unaffected: the decoder verifies whatever is drafted.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from engine.runtime.stats import RoundStats
@@ -212,6 +213,43 @@ class AdaptiveDepth:
         else:
             self.off_tokens = 0
             self.probe_gap = PROBE_MIN
+
+
+    # ------------------------------------------------------------- persistence
+    #: what is learned (the rest is per-generation bookkeeping)
+    _LEARNED = ("reach", "acc", "prior_n", "t_step", "t_sync", "off_tokens", "probe_gap", "_drafting")
+
+    def state(self) -> dict:
+        """What this policy has learned, as plain JSON (engine.runtime.policystore)."""
+        out = {k: getattr(self, k) for k in self._LEARNED}
+        out["max_depth"] = self.max_depth
+        out["t_verify"] = {str(k): v for k, v in self.t_verify.items()}
+        out["n_verify"] = {str(k): v for k, v in self.n_verify.items()}
+        return out
+
+    @classmethod
+    def from_state(cls, max_depth: int, state: object) -> AdaptiveDepth:
+        """A policy that starts from ``state``; a fresh one when it does not fit."""
+        policy = cls(max_depth)
+        try:
+            if not isinstance(state, dict) or state.get("max_depth") != max_depth:
+                return policy
+            for key in ("reach", "acc", "prior_n"):
+                values = [float(x) for x in state[key]]
+                if len(values) != max_depth or not all(math.isfinite(x) and x >= 0 for x in values):
+                    return policy
+                setattr(policy, key, values)
+            policy.t_verify = {int(k): float(v) for k, v in state["t_verify"].items() if float(v) > 0}
+            policy.n_verify = {int(k): int(v) for k, v in state["n_verify"].items()}
+            for key in ("t_step", "t_sync"):
+                v = state.get(key)
+                setattr(policy, key, None if v is None else float(v))
+            policy.off_tokens = int(state["off_tokens"])
+            policy.probe_gap = min(max(int(state["probe_gap"]), PROBE_MIN), PROBE_MAX)
+            policy._drafting = bool(state["_drafting"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return cls(max_depth)
+        return policy
 
 
 def _ema(old: float | None, new: float) -> float:

@@ -33,6 +33,7 @@ from engine.runtime import limits
 from engine.runtime.chat import PromptCache
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
 from engine.runtime.loader import LoadedModel, MtpSource, load
+from engine.runtime.policystore import load_policy, save_policy
 from engine.runtime.sampling import SamplingParams
 from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
 from engine.runtime.templates import resolve_template, turn_ends
@@ -292,11 +293,11 @@ class Engine:
     def depth_policy(self, lm: LoadedModel, depth: int | str | None) -> DepthPolicy:
         depth = self.defaults.draft_depth if depth is None else depth
         if depth == "auto":
-            if self.defaults.auto_policy is None:
-                from engine.runtime.adaptive import AdaptiveDepth
-
-                return AdaptiveDepth(max_depth=lm.max_draft_depth)
-            return self.defaults.auto_policy(lm)
+            if self.defaults.auto_policy is not None:
+                return self.defaults.auto_policy(lm)
+            if lm.auto_policy is None:  # one per loaded model, starting from what was learned
+                lm.auto_policy = load_policy(lm)
+            return lm.auto_policy
         if isinstance(depth, str) and depth.isdigit():
             depth = int(depth)
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
@@ -363,6 +364,8 @@ class Engine:
             )
         finally:
             lm.session.phase_hook = None
+            if params.depth is not None and params.depth is lm.auto_policy:
+                save_policy(lm, lm.auto_policy)
         if prompt_text is not None:
             reply_bytes = b"".join(model.piece(t) for t in g.tokens)
             cache.remember(prompt_text, prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)

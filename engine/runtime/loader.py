@@ -14,6 +14,7 @@ import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from engine.errors import (
@@ -82,6 +83,8 @@ class LoadedModel:
     facts: MtpFacts
     info: dict = field(default_factory=dict)
     template: ChatTemplate | None = None
+    #: the adaptive-depth policy of this model, kept across requests (engine.runtime.policystore)
+    auto_policy: Any = None
 
     @property
     def max_draft_depth(self) -> int:

@@ -3,6 +3,7 @@ goes deep when it pays, and notices when drafts become good again."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -167,12 +168,54 @@ def test_adaptive_rejects_bad_max_depth():
         AdaptiveDepth(0)
 
 
-def test_engine_keeps_one_auto_policy_per_model(fixtures):
+def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtures, tmp_path, monkeypatch):
+    """What auto learns carries over: a second request at 0% acceptance does not re-learn
+    that drafting does not pay, nor does the first request after a restart; a changed file
+    starts afresh. Output is plain greedy throughout."""
+    import os
+    import shutil
+
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine
+    from engine.runtime.policystore import load_policy
 
+    monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
+    model = tmp_path / "random.gguf"
+    shutil.copyfile(fixtures["random"].path, model)
+    job = J.Generate(prompt="Hello there, how are", max_tokens=64, draft_depth="auto", ignore_eog=True)
     with Engine() as eng:
-        eng.submit(J.LoadModel(LoadSpec(fixtures["full"].path, max_draft_depth=4))).result(60)
-        r1 = eng.submit(J.Generate(prompt="Hello", max_tokens=40, draft_depth="auto")).result(60)
-        r2 = eng.submit(J.Generate(prompt="Hello", max_tokens=40, draft_depth="auto", mtp="off")).result(60)
-        assert r1.tokens == r2.tokens and r1.stats.draft_depth == "auto" and r1.stats.drafted > 0
+        eng.submit(J.LoadModel(LoadSpec(model, max_draft_depth=4))).result(60)
+        plain = eng.submit(J.Generate(prompt=job.prompt, max_tokens=64, mtp="off", ignore_eog=True)).result(60)
+        first = eng.submit(job).result(60)
+        policy = eng.submit(J.Call(lambda st, c, e: st.get(None).auto_policy)).result(10)
+        second = eng.submit(job).result(60)
+        assert eng.submit(J.Call(lambda st, c, e: st.get(None).auto_policy)).result(10) is policy  # one per model
+    assert first.tokens == second.tokens == plain.tokens
+    assert first.stats.drafted > 0 and second.stats.drafted < first.stats.drafted
+    with Engine() as eng:  # a restart: the saved policy is the starting point
+        eng.submit(J.LoadModel(LoadSpec(model, max_draft_depth=4))).result(60)
+        restarted = eng.submit(J.Call(lambda st, c, e: st.get(None))).result(10)
+        loaded = eng.submit(J.Call(lambda st, c, e: load_policy(st.get(None)))).result(10)
+        assert loaded.t_verify and loaded.reach == policy.reach and loaded.t_verify == policy.t_verify
+        after = eng.submit(job).result(60)
+        assert after.tokens == plain.tokens and after.stats.drafted < first.stats.drafted
+        os.utime(model, ns=(1, 1))  # a changed file: nothing learned applies
+        assert eng.submit(J.Call(lambda st, c, e: load_policy(st.get(None)).t_verify)).result(10) == {}
+    assert restarted.name == "random"
+
+@pytest.mark.parametrize(
+    "state",
+    [None, [], {"max_depth": 3}, {"max_depth": 4, "reach": [1, 2]}, {"max_depth": 4, "reach": ["x"] * 4},
+     {"max_depth": 4, "reach": [float("nan")] * 4, "acc": [0] * 4, "prior_n": [1] * 4}],
+)  # fmt: skip
+def test_a_saved_policy_that_does_not_fit_gives_a_fresh_one(state):
+    fresh = AdaptiveDepth(4)
+    got = AdaptiveDepth.from_state(4, state)
+    assert got.state() == fresh.state()
+
+
+def test_a_policy_round_trips_through_its_state():
+    p = AdaptiveDepth(4)
+    _simulate(p, 60, lambda i, a: i < 2, lambda n: 10 + 2 * n)
+    q = AdaptiveDepth.from_state(4, json.loads(json.dumps(p.state())))
+    assert q.state() == p.state() and q.best_depth() == p.best_depth()
