@@ -21,6 +21,7 @@ from typing import Any
 from engine.errors import Cancelled, InvalidRequestError
 from engine.runtime.adaptive import AdaptiveDepth
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, Generation, generate
+from engine.runtime.identity import top2_margin
 from engine.runtime.loader import LoadedModel
 from engine.runtime.sampling import SamplingParams
 
@@ -234,8 +235,6 @@ def run_bench(
 
 def margin_at(lm: LoadedModel, prompt: list[int], tokens: list[int], i: int) -> float:
     """Plain decoding's top-2 logit margin for the token at ``i`` of ``tokens``."""
-    from engine.runtime.identity import top2_margin
-
     s = lm.session
     s.reset()
     s.target.set_nextn_embeddings(False)

@@ -24,11 +24,13 @@ from engine.errors import (
     ModelNotFoundError,
     MtpUnavailableError,
 )
+from engine.gguf.filetype import header_file_type
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
 from engine.runtime import exact as exact_mod
 from engine.runtime import limits
 from engine.runtime.context import Context
+from engine.runtime.lib import system_info
 from engine.runtime.loadprobe import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.model import Model
 from engine.runtime.session import Session
@@ -270,8 +272,6 @@ def _identity_claim(spec: LoadSpec, ms: ModelSet, source: MtpSource) -> str:
         return "no speculation"
     if not spec.exact:
         return "argmax of each verify batch (may differ from one-at-a-time decoding at near-ties)"
-    from engine.runtime.lib import system_info
-
     # the file's weight type (general.file_type, else the type holding the most bytes)
     float_weights = (_quant_name(ms) or _largest_type(ms)) in exact_mod.FLOAT_WEIGHTS
     if float_weights and exact_mod.build_uses_llamafile(system_info()):
@@ -290,8 +290,6 @@ def _largest_type(ms: ModelSet) -> str | None:
 
 
 def _quant_name(ms: ModelSet) -> str | None:
-    from engine.gguf.filetype import header_file_type
-
     return header_file_type(ms.first)
 
 

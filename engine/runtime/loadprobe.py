@@ -18,7 +18,8 @@ import importlib.util
 import json
 import os
 import threading
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.childproc import ChildOutcome, run_child
@@ -173,8 +174,6 @@ def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.E
     the settings that work. Raises :class:`NativeCrashError` when llama.cpp crashes
     even with the fallback, :class:`ModelLoadError` when it refuses the model, and
     :class:`~engine.errors.Cancelled` when ``cancel`` is set."""
-    import time
-
     key = _key(req)
     hit = _cached(key)
     if hit is not None:
@@ -215,5 +214,3 @@ def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.E
     _remember(key, verdict)
     return verdict
 
-
-__all__ = ["CRASH_ENV", "LoadVerdict", "ProbeRequest", "asdict", "check_load", "cpu_has_amx"]
