@@ -150,6 +150,10 @@ class AdaptiveDepth:
     def next_depth(self) -> int:
         if 1 not in self.t_verify and self.t_verify:
             k = 0  # measure plain decoding once: every ratio is relative to it
+        elif not self._drafting and self.depth_counts and self.off_tokens < self.probe_gap:
+            # drafting is off and no probe is due: only a probe brings news about the
+            # drafts, so the choice is made again then (this round costs no estimate)
+            k = 0
         else:
             k = self.best_depth()
         self._probing = False
