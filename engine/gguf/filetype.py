@@ -8,7 +8,10 @@ F32 tensors; its largest tensor type is not its name.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from engine.gguf.reader import GGUFHeader
+from engine.gguf.shards import ModelSet
 
 #: llama_ftype -> the name users know (``Q4_K_M``)
 FILE_TYPES: dict[int, str] = {
@@ -66,3 +69,21 @@ def file_type_name(value: object) -> str | None:
 
 def header_file_type(h: GGUFHeader) -> str | None:
     return file_type_name(h.get("general.file_type"))
+
+
+
+def largest_tensor_type(ms: ModelSet) -> str | None:
+    """The tensor type holding the most bytes of a model set."""
+    sizes: Counter[str] = Counter()
+    for _, t in ms.all_tensors():
+        sizes[t.type_name] += t.nbytes
+    return sizes.most_common(1)[0][0] if sizes else None
+
+
+def quantization(h: GGUFHeader, largest: str | None) -> tuple[str | None, str]:
+    """The quantization to show and where it comes from: the author's name for it
+    (``general.file_type``), else the largest tensor type."""
+    named = header_file_type(h)
+    if named is not None:
+        return named, "general.file_type"
+    return largest, "largest tensor type"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.gguf.chatformat import header_chat_format
-from engine.gguf.filetype import header_file_type
+from engine.gguf.filetype import quantization
 from engine.gguf.shards import ModelSet, open_set
 from engine.gguf.validate import MtpFacts, validate_set
 
@@ -27,6 +27,8 @@ def summarize(ms: ModelSet, facts: MtpFacts | None = None) -> dict[str, Any]:
     tokens = h.kvs.get("tokenizer.ggml.tokens")
     merges = h.kvs.get("tokenizer.ggml.merges")
     mtp_kind = facts.kind
+    largest = type_bytes.most_common(1)[0][0] if type_bytes else None
+    quant, quant_source = quantization(h, largest)
     return {
         "path": str(h.path),
         "architecture": arch,
@@ -35,11 +37,9 @@ def summarize(ms: ModelSet, facts: MtpFacts | None = None) -> dict[str, Any]:
         "parameters": params,
         "tensors": sum(len(x.tensors) for x in ms.headers),
         "quant_types": dict(types.most_common()),
-        #: the file's quantization as named by its author (general.file_type), else the
-        #: tensor type holding the most bytes
-        "quantization": header_file_type(h) or (type_bytes.most_common(1)[0][0] if type_bytes else None),
-        "quantization_source": "general.file_type" if header_file_type(h) else "largest tensor type",
-        "main_quant_type": type_bytes.most_common(1)[0][0] if type_bytes else None,
+        "quantization": quant,
+        "quantization_source": quant_source,
+        "main_quant_type": largest,
         "context_length": h.get(f"{arch}.context_length"),
         "embedding_length": h.get(f"{arch}.embedding_length"),
         "block_count": facts.block_count,

@@ -14,19 +14,13 @@ one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.childproc import child_env, module_command
-
-PROBE_VERSION = 1
+from engine.childproc import run_child
 
 
 @dataclass
@@ -49,74 +43,21 @@ def probe(path: str | Path, *, head: str | Path | None = None, full: bool = Fals
         args += ["--head", str(head)]
     if full:
         args.append("--full")
-    cmd = module_command("engine.gguf.probe", *args)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env())
-    except subprocess.TimeoutExpired:
+    o = run_child("engine.gguf.probe", *args, timeout=timeout)
+    if o.timed_out:
         return ProbeResult(False, "timeout", f"llama.cpp did not finish probing within {timeout:.0f} s")
-    out = proc.stdout.strip().splitlines()
-    if proc.returncode == 0 and out:
+    if o.returncode == 0 and o.last:
         try:
-            return ProbeResult(**json.loads(out[-1]))
-        except (TypeError, ValueError):
+            return ProbeResult(**o.last)
+        except TypeError:
             pass
-    tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-3:]
-    if proc.returncode < 0:
-        try:
-            sig = signal.Signals(-proc.returncode).name
-        except ValueError:
-            sig = str(-proc.returncode)
-        msg = f"llama.cpp aborted ({sig}) while checking this file"
+    if o.crashed:
+        msg = f"llama.cpp aborted ({o.signal_name}) while checking this file"
     else:
-        msg = f"the probe exited with status {proc.returncode}"
-    if tail:
-        msg += ": " + " | ".join(tail)
-    stage = ""
-    if out:
-        try:
-            stage = json.loads(out[-1]).get("stage", "")
-        except ValueError:
-            pass
-    return ProbeResult(False, stage or "crash", msg)
-
-
-# ------------------------------------------------------------------ probe cache
-def _cache_file() -> Path:
-    from engine.paths import cache_dir
-
-    return cache_dir() / "probe-cache.json"
-
-
-def _key(path: Path, head: Path | None) -> str:
-    parts = [str(PROBE_VERSION)]
-    for p in (path, head):
-        if p is None:
-            parts.append("-")
-            continue
-        st = p.stat()
-        parts += [str(p.resolve()), str(st.st_size), str(st.st_mtime_ns)]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def cached_probe(path: str | Path, *, head: str | Path | None = None) -> ProbeResult:
-    """Metadata probe, remembered per file identity (path, size, mtime)."""
-    p, h = Path(path), (Path(head) if head is not None else None)
-    key = _key(p, h)
-    cache_path = _cache_file()
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    if key in cache:
-        return ProbeResult(**cache[key])
-    result = probe(p, head=h)
-    if result.ok:
-        cache[key] = asdict(result)
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        tmp.replace(cache_path)
-    return result
+        msg = f"the probe exited with {o.signal_name}"
+    if o.stderr_tail:
+        msg += ": " + " | ".join(o.stderr_tail)
+    return ProbeResult(False, o.last.get("stage") or "crash", msg)
 
 
 # ----------------------------------------------------------------------- child

@@ -236,9 +236,7 @@ def run_bench(
 def margin_at(lm: LoadedModel, prompt: list[int], tokens: list[int], i: int) -> float:
     """Plain decoding's top-2 logit margin for the token at ``i`` of ``tokens``."""
     s = lm.session
-    s.reset()
-    s.target.set_nextn_embeddings(False)
-    s.decode_tokens([*prompt, *tokens[:i]], want_logits=True)
+    s.decode_tokens([*prompt, *tokens[:i]], want_logits=True, fresh=True)
     m = top2_margin(s.target.logits(-1))
     s.reset()
     return m

@@ -33,10 +33,9 @@ from engine.runtime import limits
 from engine.runtime.chat import PromptCache
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
 from engine.runtime.loader import LoadedModel, MtpSource, load
-from engine.runtime.policystore import load_policy, save_policy
+from engine.runtime.policystore import load_policy, policy_path, save_policy
 from engine.runtime.sampling import SamplingParams
 from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
-from engine.runtime.templates import resolve_template, turn_ends
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +295,8 @@ class Engine:
             if self.defaults.auto_policy is not None:
                 return self.defaults.auto_policy(lm)
             if lm.auto_policy is None:  # one per loaded model, starting from what was learned
-                lm.auto_policy = load_policy(lm)
+                lm.auto_policy_path = policy_path(lm)
+                lm.auto_policy = load_policy(lm.auto_policy_path, lm.max_draft_depth)
             return lm.auto_policy
         if isinstance(depth, str) and depth.isdigit():
             depth = int(depth)
@@ -317,7 +317,7 @@ class Engine:
         end_tokens: frozenset[int] = frozenset()
         end_strings: tuple[str, ...] = ()
         if job.messages is not None:
-            template = lm.template or resolve_template(model)
+            template = lm.template
             prompt_text = template.render(
                 job.messages,
                 bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
@@ -325,7 +325,7 @@ class Engine:
             )
             # a template that writes the BOS token gets no second one
             prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
-            end_tokens, end_strings = turn_ends(model, template)
+            end_tokens, end_strings = template.end_tokens, template.end_strings
         elif isinstance(job.prompt, str):
             prompt_text = job.prompt
             prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
@@ -365,7 +365,7 @@ class Engine:
         finally:
             lm.session.phase_hook = None
             if params.depth is not None and params.depth is lm.auto_policy:
-                save_policy(lm, lm.auto_policy)
+                save_policy(lm.auto_policy_path, lm.auto_policy)
         if prompt_text is not None:
             reply_bytes = b"".join(model.piece(t) for t in g.tokens)
             cache.remember(prompt_text, prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)

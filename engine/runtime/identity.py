@@ -95,9 +95,7 @@ def reference(lm: LoadedModel, prompt: list[int], n: int) -> tuple[list[int], np
     """Greedy tokens decoded one at a time after ``prompt``, and the logits row that
     chose each (row i chose token i)."""
     s = lm.session
-    s.reset()
-    s.target.set_nextn_embeddings(False)
-    s.decode_tokens(prompt, want_logits=True)
+    s.decode_tokens(prompt, want_logits=True, fresh=True)
     rows = np.empty((n, lm.model.n_vocab), np.float32)
     tokens: list[int] = []
     for i in range(n):
@@ -113,10 +111,7 @@ def replay(lm: LoadedModel, prompt: list[int], tokens: list[int], ref: np.ndarra
     """Decode ``prompt[-1:] + tokens`` again in batches of ``width`` rows and compare each
     row with the one-at-a-time reference."""
     s = lm.session
-    s.reset()
-    s.target.set_nextn_embeddings(False)
-    if len(prompt) > 1:
-        s.decode_tokens(prompt[:-1], want_logits=False)
+    s.decode_tokens(prompt[:-1], want_logits=False, fresh=True)
     seq = [prompt[-1], *tokens[:-1]]  # row j of the replay predicts tokens[j]
     diff, flips, margins, emitted = 0.0, 0, [], []
     for start in range(0, len(seq), width):
@@ -164,10 +159,7 @@ def prefill_split(lm: LoadedModel, prompt: list[int]) -> float:
     s = lm.session
     rows = []
     for cut in (0, len(prompt) // 2):
-        s.reset()
-        s.target.set_nextn_embeddings(False)
-        if cut:
-            s.decode_tokens(prompt[:cut], want_logits=False)
+        s.decode_tokens(prompt[:cut], want_logits=False, fresh=True)
         s.decode_tokens(prompt[cut:], want_logits=True)
         rows.append(s.target.logits(-1).copy())
     s.reset()
@@ -179,9 +171,7 @@ def check_within_noise(lm: LoadedModel, prompt: list[int], emitted: list[int], b
     the positions (and shortfalls) where its logit is more than ``bound`` below the row's
     maximum. Empty: every token is the target's argmax up to the noise bound."""
     s = lm.session
-    s.reset()
-    s.target.set_nextn_embeddings(False)
-    s.decode_tokens(prompt, want_logits=True)
+    s.decode_tokens(prompt, want_logits=True, fresh=True)
     bad = []
     for i, tok in enumerate(emitted):
         row = s.target.logits(-1)

@@ -24,7 +24,7 @@ from engine.errors import (
     ModelNotFoundError,
     MtpUnavailableError,
 )
-from engine.gguf.filetype import header_file_type
+from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
 from engine.runtime import exact as exact_mod
@@ -84,9 +84,11 @@ class LoadedModel:
     session: Session
     facts: MtpFacts
     info: dict = field(default_factory=dict)
-    template: ChatTemplate | None = None
-    #: the adaptive-depth policy of this model, kept across requests (engine.runtime.policystore)
+    template: ChatTemplate = field(default_factory=lambda: ChatTemplate("default", "chatml"))
+    #: the adaptive-depth policy of this model, kept across requests, and where it is saved
+    #: (engine.runtime.policystore)
     auto_policy: Any = None
+    auto_policy_path: Path | None = None
 
     @property
     def max_draft_depth(self) -> int:
@@ -242,6 +244,7 @@ def load(
         raise
     name = spec.name or Path(spec.path).name.removesuffix(".gguf")
     template = resolve_template(model)
+    quant = _quant_name(target_set)
     info = {
         "path": str(spec.path),
         "head": str(spec.head) if source == MtpSource.EXTERNAL else None,
@@ -254,7 +257,7 @@ def load(
         "nextn_layers": facts.nextn_layers,
         "mtp": source.value,
         "max_draft_depth": spec.max_draft_depth,
-        "quantization": _quant_name(target_set),
+        "quantization": quant,
         "add_bos": model.add_bos,
         "chat_template": template.describe(),
         "extra_bufts": extra_bufts,
@@ -262,18 +265,17 @@ def load(
         "fallbacks": list(verdict.fallbacks),
         "exact": spec.exact,
         #: what the identity guarantee is for this load (README: "Speculation and identity")
-        "identity": _identity_claim(spec, target_set, source),
+        "identity": _identity_claim(spec, quant, source),
     }
     return LoadedModel(spec, name, source, model, head_model, session, facts, info, template)
 
 
-def _identity_claim(spec: LoadSpec, ms: ModelSet, source: MtpSource) -> str:
+def _identity_claim(spec: LoadSpec, quant: str | None, source: MtpSource) -> str:
     if source == MtpSource.OFF:
         return "no speculation"
     if not spec.exact:
         return "argmax of each verify batch (may differ from one-at-a-time decoding at near-ties)"
-    # the file's weight type (general.file_type, else the type holding the most bytes)
-    float_weights = (_quant_name(ms) or _largest_type(ms)) in exact_mod.FLOAT_WEIGHTS
+    float_weights = quant in exact_mod.FLOAT_WEIGHTS
     if float_weights and exact_mod.build_uses_llamafile(system_info()):
         return (
             "argmax of each verify batch: this model's F16/F32 weights go through llamafile's sgemm in this build; "
@@ -282,15 +284,9 @@ def _identity_claim(spec: LoadSpec, ms: ModelSet, source: MtpSource) -> str:
     return "bit-exact: identical to one-token-at-a-time greedy decoding"
 
 
-def _largest_type(ms: ModelSet) -> str | None:
-    sizes: dict[str, int] = {}
-    for _, t in ms.all_tensors():
-        sizes[t.type_name] = sizes.get(t.type_name, 0) + t.nbytes
-    return max(sizes, key=sizes.__getitem__) if sizes else None
-
-
 def _quant_name(ms: ModelSet) -> str | None:
-    return header_file_type(ms.first)
+    """The file's quantization, by the rule inspect and the library use."""
+    return quantization(ms.first, largest_tensor_type(ms))[0]
 
 
 def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None) -> Session:

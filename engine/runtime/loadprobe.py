@@ -66,7 +66,8 @@ def cpu_has_amx() -> bool:
 
 
 # ------------------------------------------------------------------------ cache
-def _identity(path: str | None) -> list[str]:
+def file_identity(path: str | Path | None) -> list[str]:
+    """A file as a cache key sees it: where it is, its size and mtime (or ``-``)."""
     if path is None:
         return ["-"]
     p = Path(path)
@@ -91,7 +92,7 @@ def build_identity() -> list[str]:
 
 
 def _key(req: ProbeRequest) -> str:
-    parts = [str(PROBE_VERSION), *_identity(req.path), *_identity(req.head), *build_identity()]
+    parts = [str(PROBE_VERSION), *file_identity(req.path), *file_identity(req.head), *build_identity()]
     parts += [req.mtp, str(req.n_gpu_layers), str(req.max_draft_depth), str(req.exact), os.environ.get(CRASH_ENV, "")]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 

@@ -148,10 +148,15 @@ class Session:
             self.target_tokens = []
             self.last_hidden = None
 
-    def decode_tokens(self, tokens: list[int], *, want_logits: bool) -> None:
-        """Decode ``tokens`` after ``target_tokens`` in ``n_batch`` chunks, logits on the
-        last row when asked (measurement tools; generation goes through :meth:`prefill`)."""
-        self._decode_chunks(tokens, hidden=False, cancel=None, want_logits=want_logits)
+    def decode_tokens(self, tokens: list[int], *, want_logits: bool, fresh: bool = False) -> None:
+        """Decode ``tokens`` after ``target_tokens`` (``fresh``: into an emptied context,
+        without hidden states) in ``n_batch`` chunks, logits on the last row when asked.
+        For measurement tools; generation goes through :meth:`prefill`."""
+        if fresh:
+            self.reset()
+            self.target.set_nextn_embeddings(False)
+        if tokens:
+            self._decode_chunks(tokens, hidden=False, cancel=None, want_logits=want_logits)
 
     def _decode_chunks(
         self, tokens: list[int], *, hidden: bool, cancel: threading.Event | None, want_logits: bool

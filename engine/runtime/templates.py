@@ -27,8 +27,10 @@ class ChatTemplate:
     name: str  # "tokenizer.chat_template" or a llama.cpp built-in name
     #: Jinja source for file templates
     source: str | None = None
-    #: text markers that end a turn (stop strings, and stop tokens where they are one token)
-    end_markers: tuple[str, ...] = ()
+    #: what ends a reply's turn: the template's end markers that are single special tokens
+    #: (as token ids: they render as no text) and the others (as stop strings)
+    end_tokens: frozenset[int] = frozenset()
+    end_strings: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.kind == "file":
@@ -79,23 +81,22 @@ def is_special_token(model, text: str) -> bool:
 
 
 def resolve_template(model) -> ChatTemplate:
-    """The template to chat with ``model`` (a :class:`~engine.runtime.model.Model`)."""
+    """The template to chat with ``model`` (a :class:`~engine.runtime.model.Model`), with
+    its turn ends resolved against the model's vocabulary once."""
     own = model.chat_template
     if own:
-        return ChatTemplate("file", "tokenizer.chat_template", own, tuple(m for m in ALL_END_MARKERS if m in own))
+        return _with_ends(model, "file", "tokenizer.chat_template", own, tuple(m for m in ALL_END_MARKERS if m in own))
     name = detect_builtin(lambda t: is_special_token(model, t))
     if name is not None and name in builtin_names():
-        return ChatTemplate("builtin", name, None, BUILTINS[name][1])
-    return ChatTemplate("default", "chatml", chat.CHATML, BUILTINS["chatml"][1])
+        return _with_ends(model, "builtin", name, None, BUILTINS[name][1])
+    return _with_ends(model, "default", "chatml", chat.CHATML, BUILTINS["chatml"][1])
 
 
-def turn_ends(model, template: ChatTemplate) -> tuple[frozenset[int], tuple[str, ...]]:
-    """How a reply's turn end is recognised: the end markers that are single special
-    tokens (as token ids: they render as no text) and the others (as stop strings)."""
+def _with_ends(model, kind: str, name: str, source: str | None, markers: tuple[str, ...]) -> ChatTemplate:
     tokens, strings = set(), []
-    for m in template.end_markers:
+    for m in markers:
         if is_special_token(model, m):
             tokens.add(model.tokenize(m, add_special=False, parse_special=True)[0])
         else:
             strings.append(m)
-    return frozenset(tokens), tuple(strings)
+    return ChatTemplate(kind, name, source, frozenset(tokens), tuple(strings))

@@ -177,7 +177,7 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
 
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine
-    from engine.runtime.policystore import load_policy
+    from engine.runtime.policystore import load_policy, policy_path
 
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
     model = tmp_path / "random.gguf"
@@ -195,12 +195,12 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
     with Engine() as eng:  # a restart: the saved policy is the starting point
         eng.submit(J.LoadModel(LoadSpec(model, max_draft_depth=4))).result(60)
         restarted = eng.submit(J.Call(lambda st, c, e: st.get(None))).result(10)
-        loaded = eng.submit(J.Call(lambda st, c, e: load_policy(st.get(None)))).result(10)
+        loaded = eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4))).result(10)
         assert loaded.t_verify and loaded.reach == policy.reach and loaded.t_verify == policy.t_verify
         after = eng.submit(job).result(60)
         assert after.tokens == plain.tokens and after.stats.drafted < first.stats.drafted
         os.utime(model, ns=(1, 1))  # a changed file: nothing learned applies
-        assert eng.submit(J.Call(lambda st, c, e: load_policy(st.get(None)).t_verify)).result(10) == {}
+        assert eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4).t_verify)).result(10) == {}
     assert restarted.name == "random"
 
 @pytest.mark.parametrize(
