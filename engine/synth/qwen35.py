@@ -79,6 +79,12 @@ class Qwen35Spec:
     n_merges: int = 180
     chat_template: str | None = CHATML_TEMPLATE
     extra_kv: tuple[tuple[str, object], ...] = field(default=())
+    #: rotary dimensions and M-RoPE sections; None: half the head rotated (Qwen3.5's
+    #: partial rotary), sections split as the synthetic models always have been
+    n_rot: int | None = None
+    rope_sections: tuple[int, int, int, int] | None = None
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-6
 
     @property
     def n_layer_all(self) -> int:
@@ -86,7 +92,7 @@ class Qwen35Spec:
 
 
 @dataclass(frozen=True)
-class _Tensor:
+class TensorData:
     name: str
     data: np.ndarray
     dtype: DType  # storage type (1-D tensors and ssm_conv1d are always f32)
@@ -134,48 +140,48 @@ class _Builder:
         return self._rand((rows, cols), self.spec.trunk_noise / math.sqrt(cols))
 
     # ------------------------------------------------------------------ blocks
-    def trunk_block(self, il: int) -> list[_Tensor]:
+    def trunk_block(self, il: int) -> list[TensorData]:
         s, d, dt = self.spec, self.spec.n_embd, self.spec.dtype
         p = f"blk.{il}."
         out = [
-            _Tensor(p + "attn_norm.weight", self._norm(d), "f32"),
-            _Tensor(p + "post_attention_norm.weight", self._norm(d), "f32"),
+            TensorData(p + "attn_norm.weight", self._norm(d), "f32"),
+            TensorData(p + "post_attention_norm.weight", self._norm(d), "f32"),
         ]
         if (il + 1) % s.full_attention_interval != 0:
             conv_dim = 2 * self.key_dim + self.value_dim
             out += [
-                _Tensor(p + "attn_qkv.weight", self._dense(conv_dim, d), dt),
-                _Tensor(p + "attn_gate.weight", self._dense(self.value_dim, d), dt),
-                _Tensor(p + "ssm_conv1d.weight", self._rand((conv_dim, s.ssm_conv), 0.5), "f32"),
-                _Tensor(p + "ssm_dt.bias", self._rand((s.ssm_v_heads,), 0.5), "f32"),
-                _Tensor(p + "ssm_a", -np.exp(self._rand((s.ssm_v_heads,), 0.5)), "f32"),
-                _Tensor(p + "ssm_beta.weight", self._dense(s.ssm_v_heads, d), dt),
-                _Tensor(p + "ssm_alpha.weight", self._dense(s.ssm_v_heads, d), dt),
-                _Tensor(p + "ssm_norm.weight", self._norm(s.ssm_state), "f32"),
-                _Tensor(p + "ssm_out.weight", self._out_proj(d, self.value_dim), dt),
+                TensorData(p + "attn_qkv.weight", self._dense(conv_dim, d), dt),
+                TensorData(p + "attn_gate.weight", self._dense(self.value_dim, d), dt),
+                TensorData(p + "ssm_conv1d.weight", self._rand((conv_dim, s.ssm_conv), 0.5), "f32"),
+                TensorData(p + "ssm_dt.bias", self._rand((s.ssm_v_heads,), 0.5), "f32"),
+                TensorData(p + "ssm_a", -np.exp(self._rand((s.ssm_v_heads,), 0.5)), "f32"),
+                TensorData(p + "ssm_beta.weight", self._dense(s.ssm_v_heads, d), dt),
+                TensorData(p + "ssm_alpha.weight", self._dense(s.ssm_v_heads, d), dt),
+                TensorData(p + "ssm_norm.weight", self._norm(s.ssm_state), "f32"),
+                TensorData(p + "ssm_out.weight", self._out_proj(d, self.value_dim), dt),
             ]
         else:
             out += self._attention(p)
         out += self._ffn(p)
         return out
 
-    def _attention(self, p: str) -> list[_Tensor]:
+    def _attention(self, p: str) -> list[TensorData]:
         s, d, dt = self.spec, self.spec.n_embd, self.spec.dtype
         return [
-            _Tensor(p + "attn_q.weight", self._dense(s.head_dim * s.n_head * 2, d), dt),
-            _Tensor(p + "attn_k.weight", self._dense(s.head_dim * s.n_head_kv, d), dt),
-            _Tensor(p + "attn_v.weight", self._dense(s.head_dim * s.n_head_kv, d), dt),
-            _Tensor(p + "attn_output.weight", self._out_proj(d, s.head_dim * s.n_head), dt),
-            _Tensor(p + "attn_q_norm.weight", self._norm(s.head_dim), "f32"),
-            _Tensor(p + "attn_k_norm.weight", self._norm(s.head_dim), "f32"),
+            TensorData(p + "attn_q.weight", self._dense(s.head_dim * s.n_head * 2, d), dt),
+            TensorData(p + "attn_k.weight", self._dense(s.head_dim * s.n_head_kv, d), dt),
+            TensorData(p + "attn_v.weight", self._dense(s.head_dim * s.n_head_kv, d), dt),
+            TensorData(p + "attn_output.weight", self._out_proj(d, s.head_dim * s.n_head), dt),
+            TensorData(p + "attn_q_norm.weight", self._norm(s.head_dim), "f32"),
+            TensorData(p + "attn_k_norm.weight", self._norm(s.head_dim), "f32"),
         ]
 
-    def _ffn(self, p: str) -> list[_Tensor]:
+    def _ffn(self, p: str) -> list[TensorData]:
         s, d, dt = self.spec, self.spec.n_embd, self.spec.dtype
         return [
-            _Tensor(p + "ffn_gate.weight", self._dense(s.n_ff, d), dt),
-            _Tensor(p + "ffn_up.weight", self._dense(s.n_ff, d), dt),
-            _Tensor(p + "ffn_down.weight", self._out_proj(d, s.n_ff), dt),
+            TensorData(p + "ffn_gate.weight", self._dense(s.n_ff, d), dt),
+            TensorData(p + "ffn_up.weight", self._dense(s.n_ff, d), dt),
+            TensorData(p + "ffn_down.weight", self._out_proj(d, s.n_ff), dt),
         ]
 
     # --------------------------------------------------------- constructed maps
@@ -233,7 +239,7 @@ class _Builder:
         return (out / math.sqrt(self.spec.n_embd)).astype(np.float32)
 
     # -------------------------------------------------------------------- model
-    def tensors(self) -> tuple[list[_Tensor], list[_Tensor], list[_Tensor]]:
+    def tensors(self) -> tuple[list[TensorData], list[TensorData], list[TensorData]]:
         """(shared, trunk blocks, nextn block) tensors in GGUF table order."""
         s, d, dt = self.spec, self.spec.n_embd, self.spec.dtype
         emb = self.rng.standard_normal((self.n_vocab, d)).astype(np.float32)
@@ -246,9 +252,9 @@ class _Builder:
             output = self._dense(self.n_vocab, d)
             draft_head = None
         shared = [
-            _Tensor("token_embd.weight", emb, dt),
-            _Tensor("output_norm.weight", self._norm(d), "f32"),
-            _Tensor("output.weight", output, dt),
+            TensorData("token_embd.weight", emb, dt),
+            TensorData("output_norm.weight", self._norm(d), "f32"),
+            TensorData("output.weight", output, dt),
         ]
         trunk = [t for il in range(s.n_trunk) for t in self.trunk_block(il)]
 
@@ -260,24 +266,24 @@ class _Builder:
         else:
             eh = self._dense(d, 2 * d)
         nextn = [
-            _Tensor(p + "attn_norm.weight", self._norm(d), "f32"),
-            _Tensor(p + "post_attention_norm.weight", self._norm(d), "f32"),
+            TensorData(p + "attn_norm.weight", self._norm(d), "f32"),
+            TensorData(p + "post_attention_norm.weight", self._norm(d), "f32"),
             *self._attention(p),
             *self._ffn(p),
-            _Tensor(p + "nextn.eh_proj.weight", eh, dt),
-            _Tensor(p + "nextn.enorm.weight", self._norm(d), "f32"),
-            _Tensor(p + "nextn.hnorm.weight", self._norm(d), "f32"),
+            TensorData(p + "nextn.eh_proj.weight", eh, dt),
+            TensorData(p + "nextn.enorm.weight", self._norm(d), "f32"),
+            TensorData(p + "nextn.hnorm.weight", self._norm(d), "f32"),
         ]
         if draft_head is not None:
-            nextn.append(_Tensor(p + "nextn.shared_head_head.weight", draft_head, dt))
+            nextn.append(TensorData(p + "nextn.shared_head_head.weight", draft_head, dt))
         return shared, trunk, nextn
 
 
-def _write(
+def write_gguf(
     path: Path,
     spec: Qwen35Spec,
     vocab: BpeVocab,
-    tensors: list[_Tensor],
+    tensors: list[TensorData],
     *,
     block_count: int,
     nextn: int,
@@ -297,12 +303,13 @@ def _write(
     w.add_uint32(f"{a}.attention.head_count_kv", spec.n_head_kv)
     w.add_uint32(f"{a}.attention.key_length", spec.head_dim)
     w.add_uint32(f"{a}.attention.value_length", spec.head_dim)
-    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
-    w.add_float32(f"{a}.rope.freq_base", 10000.0)
-    n_rot = spec.head_dim // 2
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", spec.norm_eps)
+    w.add_float32(f"{a}.rope.freq_base", spec.rope_base)
+    n_rot = spec.n_rot or spec.head_dim // 2
     w.add_uint32(f"{a}.rope.dimension_count", n_rot)
     half = n_rot // 2
-    w.add_array(f"{a}.rope.dimension_sections", [half - 2 * (half // 4), half // 4, half // 4, 0])
+    sections = spec.rope_sections or (half - 2 * (half // 4), half // 4, half // 4, 0)
+    w.add_array(f"{a}.rope.dimension_sections", list(sections))
     w.add_uint32(f"{a}.ssm.conv_kernel", spec.ssm_conv)
     w.add_uint32(f"{a}.ssm.state_size", spec.ssm_state)
     w.add_uint32(f"{a}.ssm.group_count", spec.ssm_groups)
@@ -387,11 +394,11 @@ def build_model(
     vocab = build_vocab(spec)
     b = _Builder(spec, vocab)
     shared, trunk, nextn = b.tensors()
-    _write(out, spec, vocab, shared + trunk + nextn, block_count=spec.n_layer_all, nextn=1)
+    write_gguf(out, spec, vocab, shared + trunk + nextn, block_count=spec.n_layer_all, nextn=1)
     if trunk_path is not None:
-        _write(trunk_path, spec, vocab, shared + trunk, block_count=spec.n_trunk, nextn=0)
+        write_gguf(trunk_path, spec, vocab, shared + trunk, block_count=spec.n_trunk, nextn=0)
     if head_path is not None:
         head_spec = replace(spec, name=spec.name + " (MTP head)")
-        _write(head_path, head_spec, vocab, shared + nextn, block_count=spec.n_layer_all, nextn=1)
+        write_gguf(head_path, head_spec, vocab, shared + nextn, block_count=spec.n_layer_all, nextn=1)
     succ, draft = b.successor_maps() if spec.weights == "constructed" else (None, None)
     return BuiltModel(out, trunk_path, head_path, vocab, succ, draft)
