@@ -17,6 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from engine.errors import Cancelled
+
 
 def module_command(module: str, *args: str) -> list[str]:
     if getattr(sys, "frozen", False):
@@ -62,7 +64,6 @@ def run_child(
 ) -> ChildOutcome:
     """Run ``module`` in a child process and collect its outcome. Polls ``cancel`` and
     kills the child when it is set (then raises :class:`engine.errors.Cancelled`)."""
-    from engine.errors import Cancelled
 
     proc = subprocess.Popen(
         module_command(module, *args),

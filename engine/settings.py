@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.paths import config_dir
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
@@ -188,8 +190,6 @@ def _build(cls, data: Any, problems: list[str], prefix: str = ""):
 
 
 def settings_path() -> Path:
-    from engine.paths import config_dir
-
     return config_dir() / "settings.json"
 
 

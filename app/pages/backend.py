@@ -28,7 +28,7 @@ from app.tasks import Task
 def _detect_and_plan(report, cancel):
     from engine.backends.builds import load_manifest
     from engine.backends.detect import detect
-    from engine.backends.devices import list_devices, loaded_lib_dir
+    from engine.runtime.devices import list_devices, loaded_lib_dir
     from engine.backends.plan import make_plan
 
     d = detect()
@@ -184,7 +184,7 @@ class BackendPage(QWidget):
 
     def build(self, exact: bool = False) -> Task | None:
         from engine.backends import builds
-        from engine.backends.smoke import run_smoke
+        from engine.runtime.smoke import run_smoke
 
         if self.plan is None or self.task is not None:
             return None

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from engine.backends.plan import Plan
 from engine.errors import Cancelled, MtpStudioError
+from engine.paths import backends_dir
 
 LLAMA_CPP_VERSION = "0.3.36"
 MANIFEST_VERSION = 1
@@ -67,8 +68,6 @@ class Manifest:
 
 
 def backends_root() -> Path:
-    from engine.paths import backends_dir
-
     return backends_dir()
 
 

@@ -48,7 +48,7 @@ def register(sub) -> None:
 
 def _in_use() -> dict:
     from engine.backends.builds import load_manifest, selected_lib_dir
-    from engine.backends.devices import list_devices, loaded_lib_dir
+    from engine.runtime.devices import list_devices, loaded_lib_dir
 
     m = load_manifest()
     info = {"build": m.selected or "installed", "selected_lib_dir": selected_lib_dir()}
@@ -112,8 +112,8 @@ def run_build(args) -> int:
     from engine.backends import builds
     from engine.backends.detect import detect
     from engine.backends.plan import make_plan
-    from engine.backends.smoke import run_smoke
     from engine.errors import Cancelled, MtpStudioError
+    from engine.runtime.smoke import run_smoke
 
     plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact)
     for p in plan.problems:
@@ -175,7 +175,7 @@ def run_use(args) -> int:
 
 def run_smoke_cmd(args) -> int:
     from engine.backends import builds
-    from engine.backends.smoke import run_smoke
+    from engine.runtime.smoke import run_smoke
 
     m = builds.load_manifest()
     name = args.name or m.selected

@@ -51,8 +51,8 @@ def run_inspect(args) -> int:
 
 
 def run_validate(args) -> int:
-    from engine.gguf.probe import probe
     from engine.gguf.validate import validate_path
+    from engine.runtime.probe import probe
 
     report, facts, ms = validate_path(args.file)
     if report.valid and args.probe:

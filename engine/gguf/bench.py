@@ -20,6 +20,7 @@ from pathlib import Path
 
 from engine.gguf import codec
 from engine.gguf.constants import TensorType, ValueType, pad
+from engine.gguf.reader import read_header
 
 V = ValueType
 ARCH = "qwen35"
@@ -101,8 +102,6 @@ print(json.dumps({"seconds": dt, "peak_rss_kb": resource.getrusage(resource.RUSA
 
 
 def run(size_gb: float, folder: Path | None, runs: int, as_json: bool) -> int:
-    from engine.gguf.reader import read_header
-
     tmp = tempfile.TemporaryDirectory(dir=folder)
     d = Path(tmp.name)
     try:

@@ -31,9 +31,10 @@ from engine.gguf.constants import (
     shard_name,
 )
 from engine.gguf.filecopy import Copier, check_space, commit, discard, sweep_stale_partials, temp_path
+from engine.gguf.pairing import PairingError, Summary, check_pair
 from engine.gguf.reader import KV, GGUFHeader, TensorInfo
 from engine.gguf.shards import ModelSet, open_set, parse_shard_name
-from engine.gguf.validate import MTP_ARCHITECTURES, PER_LAYER_KEYS, Report, block_index, validate_set
+from engine.gguf.validate import PER_LAYER_KEYS, Report, block_index, validate_set
 
 SHARED_TENSORS = ("token_embd.weight", "output.weight", "output_norm.weight")
 
@@ -161,10 +162,6 @@ def check_compatible(target: ModelSet, head: ModelSet) -> tuple[str, int, int, i
     arch = t.architecture
     if arch is None:
         raise ComposeError("The target has no general.architecture", code="missing_architecture")
-    if h.architecture != arch:
-        raise ComposeError(
-            f"Architecture mismatch: the target is {arch!r}, the head {h.architecture!r}", code="architecture_mismatch"
-        )
     n = _u32(t, f"{arch}.block_count", "target")
     if _u32(t, f"{arch}.nextn_predict_layers", "target", 0):
         raise ComposeError("The target already has NextN (MTP) layers; it needs no head", code="target_has_nextn")
@@ -174,25 +171,18 @@ def check_compatible(target: ModelSet, head: ModelSet) -> tuple[str, int, int, i
             raise ComposeError(
                 f"The target already has NextN tensors ({tensor.name}); it needs no head", code="target_has_nextn"
             )
+    if h.architecture == arch:  # type checks first: the pairing rule reads these as numbers
+        _u32(h, f"{arch}.block_count", "head")
+        _u32(h, f"{arch}.nextn_predict_layers", "head", 0)
+    try:
+        pairing = check_pair(Summary.of_set(target), Summary.of_set(head))
+    except PairingError as e:
+        raise ComposeError(str(e), code=e.code) from None
     hb = _u32(h, f"{arch}.block_count", "head")
-    k = _u32(h, f"{arch}.nextn_predict_layers", "head", 0)
-    if k == 0:
-        raise ComposeError("The head has no NextN block (nextn_predict_layers is 0 or absent)", code="head_without_nextn")
-    limit = MTP_ARCHITECTURES.get(arch)
-    if arch not in MTP_ARCHITECTURES:
-        raise ComposeError(f"llama.cpp has no MTP graph for architecture {arch!r}", code="unsupported_architecture")
-    if limit is not None and k > limit:
-        raise ComposeError(f"{arch} supports {limit} NextN layer(s); the head has {k}", code="too_many_nextn")
+    k = pairing.nextn_layers
     head_trunk = hb - k
     if head_trunk != n:
         warnings.append(f"the head was made for a {head_trunk}-layer trunk; the target has {n} (renumbered)")
-
-    te, he = t.get(f"{arch}.embedding_length"), h.get(f"{arch}.embedding_length")
-    if te != he:
-        raise ComposeError(f"Hidden size mismatch: the target has {te}, the head {he}", code="hidden_size_mismatch")
-    tt, ht = t.kvs.get("tokenizer.ggml.tokens"), h.kvs.get("tokenizer.ggml.tokens")
-    if tt is not None and ht is not None and tt.count != ht.count:
-        raise ComposeError(f"Vocabulary mismatch: {tt.count} tokens in the target, {ht.count} in the head", code="vocab_mismatch")
 
     for key, tkv in t.kvs.items():
         if not (key.startswith(f"{arch}.") or key.startswith("tokenizer.")):

@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from engine.errors import GGUFError, MtpStudioError
+from engine.errors import DiskSpaceError, GGUFError, MtpStudioError
 from engine.gguf.filecopy import Copier, check_space, commit, discard, temp_path
 from engine.gguf.inspect import summarize
 from engine.gguf.shards import open_set
 from engine.gguf.validate import validate_set
+from engine.paths import models_dir
 
 INDEX_VERSION = 1
 MTP_LABELS = {"none": "none", "integrated": "integrated", "head-only": "external head"}
@@ -115,8 +116,6 @@ class Library:
 
     def __init__(self, root: Path | None = None, *, limit_bytes: int | None = None):
         if root is None:
-            from engine.paths import models_dir
-
             root = models_dir()
         self.root = root
         self.limit_bytes = limit_bytes
@@ -297,8 +296,6 @@ class Library:
         size = ms.total_size
         check_space(self.root if self.root.exists() else self.root.parent, size)
         if self.limit_bytes is not None and size > (self.space_left() or 0):
-            from engine.errors import DiskSpaceError
-
             raise DiskSpaceError(size, self.space_left() or 0, f"the library (limit {self.limit_bytes} bytes)")
         self.root.mkdir(parents=True, exist_ok=True)
         staging = self.root / ".importing"

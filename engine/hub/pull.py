@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.errors import HeadMismatchError
+from engine.gguf.pairing import Summary, check_pair
+from engine.gguf.validate import validate_path
 from engine.hub.download import FileProgress, Target, check_space, check_target, download, partial_size
 from engine.hub.files import FileGroup
 from engine.hub.library import Entry, Library
@@ -82,16 +83,10 @@ def _targets(repo: str, rev: str, group: FileGroup) -> list[Target]:
 
 
 def _check_pair(cfg: HubConfig, model: tuple[str, str, FileGroup], head: tuple[str, str, FileGroup]) -> None:
-    """Same architecture, hidden size and vocabulary, from the remote headers."""
+    """The pairing rule on the remote headers, before anything is downloaded."""
     m = read_remote_header(cfg, model[0], model[2].files[0].path, model[1])
     h = read_remote_header(cfg, head[0], head[2].files[0].path, head[1])
-    if h["nextn_layers"] == 0:
-        raise HeadMismatchError(f"{head[2].name} has no NextN (MTP) layers: it is not an MTP head.")
-    for key, label in (("architecture", "architecture"), ("embedding_length", "hidden size"), ("vocab_size", "vocabulary size")):
-        if m[key] != h[key]:
-            raise HeadMismatchError(
-                f"The head does not belong to this model: {label} is {m[key]} for the model and {h[key]} for the head."
-            )
+    check_pair(Summary.of_remote(model[2].name, m), Summary.of_remote(head[2].name, h))
 
 
 def pull(
@@ -164,14 +159,11 @@ def pull(
 
 
 def _check_local_pair(library: Library, model: Entry, head: Entry) -> None:
-    """The full check once the files are here: tokenizers byte-identical."""
-    from engine.gguf.validate import validate_path
-    from engine.runtime.loader import check_head_matches
-
+    """The pairing rule on the local files: now also the tokens, byte for byte."""
     _, _, mset = validate_path(model.path(library.root))
-    _, hfacts, hset = validate_path(head.path(library.root))
+    _, _, hset = validate_path(head.path(library.root))
     assert mset is not None and hset is not None
-    check_head_matches(mset, hset, hfacts)
+    check_pair(Summary.of_set(mset), Summary.of_set(hset))
 
 
 def _offline(library: Library, repo_id: str, file: str | None, head: str | None) -> PullResult:

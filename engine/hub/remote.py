@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from engine.errors import GGUFError, MtpStudioError
+from engine.gguf.reader import parse_buffer
 from engine.hub.files import FileGroup, RemoteFile, group_gguf_files
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -52,7 +53,11 @@ class HubConfig:
 
 def translate(e: Exception, what: str) -> HubError:
     """huggingface_hub errors -> messages that say what to do."""
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+    )
 
     if isinstance(e, GatedRepoError):
         return HubError(f"{what}: this repo is gated; accept its terms on the Hub and set a token (HF_TOKEN).")
@@ -116,9 +121,12 @@ def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *
     """Parse a remote GGUF header with ranged GETs (1 MiB, doubling as needed) and
     summarize what matters before downloading: architecture, context, NextN layers."""
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
+    from huggingface_hub.utils import (
+        build_hf_headers,
+        hf_raise_for_status,
+        http_backoff,
+    )
 
-    from engine.gguf.reader import parse_buffer
 
     cfg.api()  # offline check
     url = hf_hub_url(repo_id, path, revision=revision, endpoint=cfg.endpoint)
@@ -159,5 +167,6 @@ def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *
         "nextn_layers": nextn,
         "mtp": "none" if not nextn else ("integrated" if has_trunk else "head-only"),
         "vocab_size": keys["tokenizer.ggml.tokens"].count if "tokenizer.ggml.tokens" in keys else None,
+        "tensor_names": [t.name for t in tensors],
         "header_bytes": end,
     }

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.errors import Cancelled, InvalidRequestError
+from engine.runtime import jobs as J
 from engine.runtime.adaptive import AdaptiveDepth
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, Generation, generate
 from engine.runtime.identity import top2_margin
@@ -252,7 +253,6 @@ def _add(into: list[int], values: list[int]) -> None:
 def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generate_fn: GenerateFn = _generate,
               sampling: SamplingParams | None = None, sampled_draft: bool = False):  # fmt: skip
     """A function for ``jobs.Call``: runs the benchmark on the engine thread."""
-    from engine.runtime import jobs as J
 
     def fn(state, cancel, emit):
         lm = state.get(model)

@@ -15,6 +15,7 @@ import os
 import threading
 from types import ModuleType
 
+from engine.backends.builds import selected_lib_dir
 from engine.runtime.exact import note_loaded, prepare_environment
 
 log = logging.getLogger("llama.cpp")
@@ -40,8 +41,6 @@ def configure_environment() -> None:
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     prepare_environment()
     if "LLAMA_CPP_LIB_PATH" not in os.environ and not os.environ.get("MTP_STUDIO_NO_BACKEND_SELECTION"):
-        from engine.backends.builds import selected_lib_dir
-
         lib_path = selected_lib_dir()
         if lib_path:
             os.environ["LLAMA_CPP_LIB_PATH"] = lib_path

@@ -14,8 +14,8 @@ import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from engine.errors import (
     GGUFError,
@@ -25,6 +25,7 @@ from engine.errors import (
     MtpUnavailableError,
 )
 from engine.gguf.filetype import largest_tensor_type, quantization
+from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
 from engine.runtime import exact as exact_mod
@@ -114,28 +115,6 @@ def _checked(path: str | Path, what: str) -> tuple[ModelSet, MtpFacts]:
     return ms, facts
 
 
-def check_head_matches(target: ModelSet, head: ModelSet, head_facts: MtpFacts) -> None:
-    """A head belongs to a target when architecture, hidden size and vocabulary agree."""
-    t, h = target.first, head.first
-    if head_facts.nextn_layers == 0:
-        raise MtpUnavailableError(f"{h.path.name} has no NextN (MTP) layers, so it cannot be used as an MTP head.")
-    if t.architecture != h.architecture:
-        raise HeadMismatchError(
-            f"The head is for architecture {h.architecture!r} but the target is {t.architecture!r}. "
-            "Pick the head published with this model."
-        )
-    arch = t.architecture
-    te, he = t.get(f"{arch}.embedding_length"), h.get(f"{arch}.embedding_length")
-    if te != he:
-        raise HeadMismatchError(f"Hidden size differs: the target has {te}, the head {he}. This head is for another model.")
-    tv, hv = t.kvs.get("tokenizer.ggml.tokens"), h.kvs.get("tokenizer.ggml.tokens")
-    if tv is None or hv is None or tv.raw_value != hv.raw_value:
-        tn = tv.count if tv is not None else 0
-        hn = hv.count if hv is not None else 0
-        detail = f" ({tn} vs {hn} tokens)" if tn != hn else " (same size, different tokens)"
-        raise HeadMismatchError(f"The head's vocabulary differs from the target's{detail}. This head is for another model.")
-
-
 def resolve_source(requested: MtpSource, facts: MtpFacts, has_head: bool) -> MtpSource:
     if facts.kind == "head-only":
         raise MtpUnavailableError(
@@ -183,7 +162,7 @@ def load(
     source = resolve_source(spec.mtp, facts, head_set is not None)
     if source == MtpSource.EXTERNAL:
         assert head_set is not None and head_facts is not None
-        check_head_matches(target_set, head_set, head_facts)
+        check_pair(Summary.of_set(target_set), Summary.of_set(head_set))
     elif source == MtpSource.INTEGRATED:
         limit = MTP_ARCHITECTURES.get(facts.architecture or "")
         if limit is not None and facts.nextn_layers != limit:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from engine.childproc import ChildOutcome, run_child
 from engine.errors import ModelLoadError, NativeCrashError
+from engine.paths import cache_dir
 
 PROBE_VERSION = 2
 CHILD_MODULE = "engine.runtime.loadprobe_child"
@@ -98,8 +99,6 @@ def _key(req: ProbeRequest) -> str:
 
 
 def _cache_file() -> Path:
-    from engine.paths import cache_dir
-
     return cache_dir() / "load-probe.json"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.loader import LoadSpec
+from engine.server.runner import ServerThread
 
 PROMPTS = [
     "Write a haiku about the sea.",
@@ -69,7 +70,6 @@ def _http(client, url: str, model: str, prompt: str, max_tokens: int) -> Sample:
 def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int], ctx: int, as_json: bool) -> int:
     import httpx2 as httpx
 
-    from engine.server.runner import ServerThread
     from engine.server.settings import ServerSettings
 
     with Engine(EngineDefaults(draft_depth="auto")) as engine:

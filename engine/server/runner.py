@@ -12,6 +12,7 @@ import threading
 
 from engine.runtime.engine import Engine
 from engine.server.app import RequestLogFn, create_app
+from engine.server.protocol import protocol_with_head_deadline
 from engine.server.settings import ServerSettings
 
 log = logging.getLogger("mtp_studio.server")
@@ -55,7 +56,6 @@ class ServerThread:
         sock.listen(128)
         self.port = sock.getsockname()[1]
         self.socket = sock
-        from engine.server.protocol import protocol_with_head_deadline
 
         config = uvicorn.Config(
             app,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from engine.synth.qwen35 import Qwen35Spec, build_model
+from engine.synth.qwen35 import Qwen35Spec, build_model, build_vocab
 
 VOCAB = 8192
 
@@ -53,7 +53,6 @@ def bench_spec(size_mb: float, acceptance: float, *, seed: int = 7, dtype: str =
         trunk_noise=0.05,
         n_ctx_train=32768,
     )
-    from engine.synth.qwen35 import build_vocab
 
     base_vocab = len(build_vocab(base).tokens)
     spec = replace(base, extra_vocab=max(0, VOCAB - base_vocab))

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from engine.hub.remote import HubConfig, list_gguf
 from engine.runtime import jobs as J
 from tests.app.conftest import load, wait_idle
-from tests.engine.hub.fakehub import Fault, FakeHub, FakeHubServer
+from tests.engine.hub.fakehub import FakeHub, FakeHubServer, Fault
 
 
 # ------------------------------------------------------------------- compose
@@ -25,7 +25,7 @@ def test_compose_two_fixture_files_from_the_page(qtbot, window, fixtures, tmp_pa
     page.target.set_path(str(fixtures["partial"].trunk))
     assert not page.compose_btn.isEnabled()
     page.head.set_path(str(tmp_path / "mtp-o.gguf"))  # another model's head: refused, in plain words
-    assert "Not compatible: Vocabulary mismatch" in page.check.text() and not page.compose_btn.isEnabled()
+    assert "Not compatible: The head's vocabulary differs" in page.check.text() and not page.compose_btn.isEnabled()
     page.head.set_path(str(fixtures["partial"].head))
     assert "Compatible: qwen35, 4 trunk blocks + 1 NextN block(s)" in page.check.text()
     qtbot.mouseClick(page.compose_btn, Qt.MouseButton.LeftButton)

@@ -10,12 +10,12 @@ import ctypes
 import sys
 from pathlib import Path
 
+from engine.runtime.lib import llama
+
 DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 
 
 def loaded_lib_dir() -> Path:
-    from engine.runtime.lib import llama
-
     llama()  # bind the library (LLAMA_CPP_LIB_PATH decides which)
     import llama_cpp.llama_cpp as raw
 

@@ -7,7 +7,7 @@ catches shape, array, count and split errors in seconds) and, with ``full``, a r
 load with ``load_mtp``, the MTP context, and a short draft run reporting acceptance.
 The parent reports an abort with the child's last words instead of dying.
 
-Run as a module: ``python -m engine.gguf.probe PATH [--head PATH] [--full]``; it prints
+Run as a module: ``python -m engine.runtime.probe PATH [--head PATH] [--full]``; it prints
 one JSON object on stdout.
 """
 
@@ -21,6 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.childproc import run_child
+from engine.errors import MtpStudioError
+from engine.gguf.validate import validate_path
+from engine.runtime.decoder import DecodeParams, FixedDepth, generate
+from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.model import Model
 
 
 @dataclass
@@ -43,7 +48,7 @@ def probe(path: str | Path, *, head: str | Path | None = None, full: bool = Fals
         args += ["--head", str(head)]
     if full:
         args.append("--full")
-    o = run_child("engine.gguf.probe", *args, timeout=timeout)
+    o = run_child("engine.runtime.probe", *args, timeout=timeout)
     if o.timed_out:
         return ProbeResult(False, "timeout", f"llama.cpp did not finish probing within {timeout:.0f} s")
     if o.returncode == 0 and o.last:
@@ -68,14 +73,11 @@ def _emit(result: ProbeResult) -> None:
 
 def _child(path: str, head: str | None, full: bool) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
-    from engine.gguf.validate import validate_path
 
     report, facts, _ = validate_path(path)
     if not report.valid:
         _emit(ProbeResult(False, "validate", "; ".join(str(e) for e in report.errors[:3])))
         return 0
-    from engine.errors import MtpStudioError
-    from engine.runtime.model import Model
 
     res = ProbeResult(False, "metadata")
     want_mtp = facts.nextn_layers > 0
@@ -112,8 +114,6 @@ def _child(path: str, head: str | None, full: bool) -> int:
 
 
 def _full_probe(path: str, head: str | None, want_mtp: bool, res: ProbeResult) -> None:
-    from engine.errors import MtpStudioError
-    from engine.runtime.loader import LoadSpec, MtpSource, load
 
     res.stage = "load"
     _emit(res)
@@ -129,7 +129,6 @@ def _full_probe(path: str, head: str | None, want_mtp: bool, res: ProbeResult) -
             return
         res.stage = "draft"
         _emit(res)
-        from engine.runtime.decoder import DecodeParams, FixedDepth, generate
 
         prompt = lm.model.prompt_tokens("The quick brown fox jumps over the lazy dog. " * 3)
         g = generate(lm.session, prompt, DecodeParams(max_tokens=32, depth=FixedDepth(1), ignore_eog=True))
@@ -142,7 +141,7 @@ def _full_probe(path: str, head: str | None, want_mtp: bool, res: ProbeResult) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="engine.gguf.probe")
+    ap = argparse.ArgumentParser(prog="engine.runtime.probe")
     ap.add_argument("path")
     ap.add_argument("--head")
     ap.add_argument("--full", action="store_true")

@@ -1,0 +1,172 @@
+"""Does this MTP head fit this target? One rule, from headers alone, for every caller:
+the loader (external MTP), compose, ``pull`` (on remote headers, before downloading) and
+the GUI's compatibility line.
+
+A head fits when it has NextN layers (no more than llama.cpp's graph for the
+architecture runs), the architecture and hidden size are the target's, the vocabulary is
+the same (its size always; its tokens byte for byte where both token lists are known),
+and every tensor of its NextN block is one llama.cpp loads for that architecture — a
+stray tensor (say ``blk.N.ffn_norm.weight``) would make llama.cpp refuse the composite,
+so it is rejected here, by name. Compose adds its own structural checks on top (the
+target must not have NextN layers, per-layer arrays and shared tensors must line up).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from engine.errors import HeadMismatchError
+from engine.gguf.shards import ModelSet
+from engine.gguf.validate import MTP_ARCHITECTURES, block_index
+
+_DENSE_BLOCK = frozenset({
+    "attn_norm", "post_attention_norm", "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "attn_q_norm",
+    "attn_k_norm", "ffn_gate", "ffn_up", "ffn_down",
+})  # fmt: skip
+_MOE_BLOCK = frozenset({
+    "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps", "ffn_down_exps", "ffn_exp_probs_b",
+    "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+})  # fmt: skip
+_NEXTN = frozenset({f"nextn.{n}" for n in ("eh_proj", "enorm", "hnorm", "embed_tokens", "shared_head_head", "shared_head_norm")})
+
+#: tensors llama.cpp loads in the NextN block, per architecture (from its
+#: ``load_arch_tensors``); architectures not listed are not checked tensor by tensor
+NEXTN_BLOCK_TENSORS: dict[str, frozenset[str]] = {
+    "qwen35": _DENSE_BLOCK | _NEXTN,
+    "qwen35moe": _DENSE_BLOCK | _MOE_BLOCK | _NEXTN,
+}
+_SUFFIX = re.compile(r"\.(weight|bias|scale)$")
+
+
+class PairingError(HeadMismatchError):
+    """The head does not fit the target; ``code`` says which rule failed."""
+
+    def __init__(self, message: str, *, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What pairing needs to know of one GGUF set (local, or a remote header)."""
+
+    name: str
+    architecture: str | None
+    embedding_length: int | None
+    vocab_size: int | None
+    block_count: int | None
+    nextn_layers: int
+    #: SHA-256 of the token list; None where unknown (a remote header summary)
+    vocab_digest: str | None = None
+    #: every tensor name; None where unknown
+    tensor_names: tuple[str, ...] | None = None
+
+    @classmethod
+    def of_set(cls, ms: ModelSet) -> Summary:
+        h = ms.first
+        arch = h.architecture
+        tokens = h.kvs.get("tokenizer.ggml.tokens")
+
+        def u(key: str) -> int | None:
+            v = h.get(f"{arch}.{key}")
+            return int(v) if isinstance(v, int) else None
+
+        return cls(
+            name=ms.paths[0].name,
+            architecture=arch,
+            embedding_length=u("embedding_length"),
+            vocab_size=tokens.count if tokens is not None else None,
+            block_count=u("block_count"),
+            nextn_layers=u("nextn_predict_layers") or 0,
+            vocab_digest=hashlib.sha256(tokens.raw_value).hexdigest() if tokens is not None else None,
+            tensor_names=tuple(t.name for _, t in ms.all_tensors()),
+        )
+
+    @classmethod
+    def of_remote(cls, name: str, header: dict) -> Summary:
+        """From :func:`engine.hub.remote.read_remote_header`'s summary."""
+        return cls(
+            name=name,
+            architecture=header.get("architecture"),
+            embedding_length=header.get("embedding_length"),
+            vocab_size=header.get("vocab_size"),
+            block_count=header.get("block_count"),
+            nextn_layers=header.get("nextn_layers") or 0,
+            tensor_names=tuple(header["tensor_names"]) if header.get("tensor_names") is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class Pairing:
+    architecture: str
+    nextn_layers: int
+    #: trunk layers the head was made for (block_count - nextn), when known
+    head_trunk_layers: int | None
+
+
+def unknown_nextn_tensors(arch: str, head: Summary) -> list[str]:
+    """Tensors of the head's NextN block(s) that llama.cpp never loads for ``arch``."""
+    allowed = NEXTN_BLOCK_TENSORS.get(arch)
+    if allowed is None or head.tensor_names is None or head.block_count is None:
+        return []
+    first_nextn = head.block_count - head.nextn_layers
+    bad = []
+    for name in head.tensor_names:
+        b = block_index(name)
+        if b is None or b < first_nextn:
+            continue
+        base = _SUFFIX.sub("", name.split(".", 2)[2]) if name.count(".") >= 2 else name
+        if base not in allowed:
+            bad.append(name)
+    return bad
+
+
+def check_pair(target: Summary, head: Summary) -> Pairing:
+    """Raise :class:`PairingError` unless ``head`` is an MTP head ``target`` can use."""
+    if head.nextn_layers == 0:
+        raise PairingError(
+            f"{head.name} has no NextN (MTP) layers, so it cannot be used as an MTP head.", code="head_without_nextn"
+        )
+    arch = target.architecture
+    if arch is None:
+        raise PairingError(f"{target.name} has no general.architecture.", code="missing_architecture")
+    if head.architecture != arch:
+        raise PairingError(
+            f"The head is for architecture {head.architecture!r} but the target is {arch!r}. "
+            "Pick the head published with this model.",
+            code="architecture_mismatch",
+        )
+    if arch not in MTP_ARCHITECTURES:
+        raise PairingError(f"llama.cpp has no MTP draft graph for architecture {arch!r}.", code="unsupported_architecture")
+    limit = MTP_ARCHITECTURES[arch]
+    if limit is not None and head.nextn_layers > limit:
+        raise PairingError(f"{arch} supports {limit} NextN layer(s); the head has {head.nextn_layers}.", code="too_many_nextn")
+    if target.embedding_length != head.embedding_length:
+        raise PairingError(
+            f"Hidden size differs: the target has {target.embedding_length}, the head {head.embedding_length}. "
+            "This head is for another model.",
+            code="hidden_size_mismatch",
+        )
+    if target.vocab_size != head.vocab_size:
+        raise PairingError(
+            f"The head's vocabulary differs from the target's ({target.vocab_size} vs {head.vocab_size} tokens). "
+            "This head is for another model.",
+            code="vocab_mismatch",
+        )
+    if target.vocab_digest and head.vocab_digest and target.vocab_digest != head.vocab_digest:
+        raise PairingError(
+            "The head's vocabulary differs from the target's (same size, different tokens). This head is for another model.",
+            code="tokenizer_mismatch",
+        )
+    bad = unknown_nextn_tensors(arch, head)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise PairingError(
+            f"The head holds {bad[0]}{more}, a tensor llama.cpp's {arch} never loads in an MTP block, "
+            "so the composite would fail to load. This file is not a head llama.cpp can use.",
+            code="unknown_tensor",
+        )
+    head_trunk = head.block_count - head.nextn_layers if head.block_count is not None else None
+    return Pairing(arch, head.nextn_layers, head_trunk)
