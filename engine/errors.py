@@ -155,3 +155,58 @@ class DiskSpaceError(MtpStudioError, OSError):
             f"Not enough disk space in {where}: need {needed / 2**20:.1f} MiB, "
             f"{available / 2**20:.1f} MiB free. Free some space or choose another folder."
         )
+
+
+# ------------------------------------------------ raised by one subsystem each
+class LibraryError(MtpStudioError, LookupError):
+    """The model library (engine.hub.library) cannot do what was asked."""
+
+    code = "library_error"
+
+
+class HubError(MtpStudioError, RuntimeError):
+    """Talking to the Hugging Face Hub failed."""
+
+    code = "hub_error"
+
+
+class OfflineError(HubError):
+    """The Hub cannot be reached."""
+
+    code = "offline"
+
+
+class RepoNotFound(HubError, LookupError):
+    """No such repository (or no access to it)."""
+
+    code = "repo_not_found"
+
+
+class ChecksumError(HubError):
+    """A downloaded file does not match the Hub's checksum."""
+
+    code = "checksum_mismatch"
+
+
+class UnsafePathError(HubError):
+    """A Hub listing named a file, repo or revision that would leave its folder."""
+
+    code = "unsafe_remote_path"
+
+
+class BuildError(MtpStudioError, RuntimeError):
+    """Building a llama.cpp backend failed."""
+
+    code = "backend_build_failed"
+
+
+class BadSettingsFile(ValueError):
+    """The settings file cannot be used at all (not JSON, or JSON of the wrong shape)."""
+
+
+class PairingError(HeadMismatchError):
+    """The head does not fit the target; ``code`` says which rule failed."""
+
+    def __init__(self, message: str, *, code: str):
+        super().__init__(message)
+        self.code = code

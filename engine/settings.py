@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.errors import BadSettingsFile
 from engine.paths import config_dir
 
 log = logging.getLogger(__name__)
@@ -114,10 +115,6 @@ def migrate(d: dict) -> dict:
         version += 1
     d["schema_version"] = SCHEMA_VERSION
     return d
-
-
-class BadSettingsFile(ValueError):
-    """The settings file cannot be used at all (not JSON, or JSON of the wrong shape)."""
 
 
 #: allowed values of the string settings that name a choice

@@ -26,15 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.backends.plan import Plan
-from engine.errors import Cancelled, MtpStudioError
+from engine.errors import BuildError, Cancelled
 from engine.paths import backends_dir
 
 LLAMA_CPP_VERSION = "0.3.36"
 MANIFEST_VERSION = 1
-
-
-class BuildError(MtpStudioError, RuntimeError):
-    code = "backend_build_failed"
 
 
 @dataclass

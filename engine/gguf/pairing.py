@@ -17,7 +17,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from engine.errors import HeadMismatchError
+from engine.errors import PairingError
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, block_index
 
@@ -38,14 +38,6 @@ NEXTN_BLOCK_TENSORS: dict[str, frozenset[str]] = {
     "qwen35moe": _DENSE_BLOCK | _MOE_BLOCK | _NEXTN,
 }
 _SUFFIX = re.compile(r"\.(weight|bias|scale)$")
-
-
-class PairingError(HeadMismatchError):
-    """The head does not fit the target; ``code`` says which rule failed."""
-
-    def __init__(self, message: str, *, code: str):
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from engine.errors import Cancelled, DiskSpaceError
+from engine.errors import Cancelled, ChecksumError, DiskSpaceError, UnsafePathError
 from engine.hub.remote import HubConfig, HubError, translate
 
 #: bytes per write while streaming. huggingface_hub writes 10 MB at a time, so a dropped
@@ -38,10 +38,6 @@ RETRIES = 6
 BACKOFF_S = (0.5, 1, 2, 4, 8, 16)
 RETRY_STATUS = (429, 500, 502, 503, 504)
 HEADROOM = 64 << 20
-
-
-class ChecksumError(HubError):
-    code = "checksum_mismatch"
 
 
 @dataclass
@@ -84,12 +80,6 @@ class _Sidecar:
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-
-
-class UnsafePathError(HubError):
-    """A Hub listing named a file, repo or revision that would leave its folder."""
-
-    code = "unsafe_remote_path"
 
 
 def check_remote_path(path: str) -> str:

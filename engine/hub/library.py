@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from engine.errors import DiskSpaceError, GGUFError, MtpStudioError
+from engine.errors import DiskSpaceError, GGUFError, LibraryError, MtpStudioError
 from engine.gguf.filecopy import Copier, check_space, commit, discard, temp_path
 from engine.gguf.inspect import summarize
 from engine.gguf.shards import open_set
@@ -28,10 +28,6 @@ from engine.paths import models_dir
 
 INDEX_VERSION = 1
 MTP_LABELS = {"none": "none", "integrated": "integrated", "head-only": "external head"}
-
-
-class LibraryError(MtpStudioError, LookupError):
-    code = "library_error"
 
 
 @dataclass

@@ -10,23 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from engine.errors import GGUFError, MtpStudioError
+from engine.errors import GGUFError, HubError, OfflineError, RepoNotFound
 from engine.gguf.reader import parse_buffer
 from engine.hub.files import FileGroup, RemoteFile, group_gguf_files
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-
-
-class HubError(MtpStudioError, RuntimeError):
-    code = "hub_error"
-
-
-class OfflineError(HubError):
-    code = "offline"
-
-
-class RepoNotFound(HubError, LookupError):
-    code = "repo_not_found"
 
 
 @dataclass(frozen=True)

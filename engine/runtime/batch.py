@@ -13,14 +13,16 @@ import ctypes
 import numpy as np
 
 from engine.runtime.lib import llama
+from engine.runtime.owned import Owned
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = "none", "last", "all"
 
 
-class Batch:
+class Batch(Owned):
     """A reusable batch of up to ``capacity`` tokens for sequence 0."""
 
     def __init__(self, capacity: int, n_embd: int = 0):
+        self._own()
         L = llama()
         self.capacity = capacity
         self.n_embd = n_embd
@@ -66,15 +68,21 @@ class Batch:
         self.n = n
 
     def close(self) -> None:
-        if self._batch is not None:
-            if self._own_tokens is not None:
-                self._batch.token = ctypes.POINTER(llama().llama_token)()
-            llama().llama_batch_free(self._batch)
-            self._batch = None
-            self._own_tokens = None
+        free = self._closer()
+        self._batch = None
+        self._own_tokens = None
+        if free is not None:
+            free()
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _closer(self):
+        batch, own = getattr(self, "_batch", None), getattr(self, "_own_tokens", None)
+        if batch is None:
+            return None
+
+        def free() -> None:
+            if own is not None:  # our token array, not llama.cpp's: detach it before the free
+                batch.token = ctypes.POINTER(llama().llama_token)()
+            llama().llama_batch_free(batch)
+
+        return free
+

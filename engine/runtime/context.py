@@ -13,9 +13,10 @@ from engine.runtime.batch import Batch
 from engine.runtime.lib import default_threads, ext, llama
 from engine.runtime.exact import EXACT_FLASH_ATTN, EXACT_KV_TYPE
 from engine.runtime.model import Model
+from engine.runtime.owned import Owned
 
 
-class Context:
+class Context(Owned):
     """Owns one ``llama_context``; :meth:`close` frees it (idempotent)."""
 
     def __init__(
@@ -30,6 +31,7 @@ class Context:
         n_threads: int | None = None,
         exact: bool = False,
     ):
+        self._own()
         L = llama()
         p = L.llama_context_default_params()
         if exact:
@@ -76,11 +78,10 @@ class Context:
             llama().llama_free(self._ptr)
             self._ptr = None
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _closer(self):
+        ptr = getattr(self, "_ptr", None)
+        return None if ptr is None else (lambda: llama().llama_free(ptr))
+
 
     # ------------------------------------------------------------------ decode
     def set_nextn_embeddings(self, on: bool) -> None:

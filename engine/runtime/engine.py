@@ -29,7 +29,7 @@ from engine.errors import (
     QueueFullError,
 )
 from engine.runtime import jobs as J
-from engine.runtime import limits
+from engine.runtime import limits, owned
 from engine.runtime.chat import PromptCache
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
 from engine.runtime.loader import LoadedModel, MtpSource, load
@@ -234,9 +234,11 @@ class Engine:
             finally:
                 with self._lock:
                     self._current = None
+                owned.reap()  # llama.cpp objects collected unclosed on other threads
         for lm in self._state.models.values():
             lm.close()
         self._state.models.clear()
+        owned.reap()
         with self._lock:
             self._models_info.clear()
 

@@ -14,12 +14,16 @@ from pathlib import Path
 
 from engine.errors import Cancelled, ModelLoadError
 from engine.runtime.lib import llama
+from engine.runtime.owned import Owned
 
 
-class Model:
+class Model(Owned):
     """Owns one ``llama_model`` pointer; :meth:`close` frees it (idempotent)."""
 
+    _free_priority = 1  # after the contexts made from it
+
     def __init__(self, ptr, path: Path, load_mtp: bool):
+        self._own()
         L = llama()
         self._ptr = ptr
         self.path = path
@@ -96,11 +100,10 @@ class Model:
             llama().llama_model_free(self._ptr)
             self._ptr = None
 
-    def __del__(self):  # last resort; the engine closes models deterministically
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _closer(self):
+        ptr = getattr(self, "_ptr", None)
+        return None if ptr is None else (lambda: llama().llama_model_free(ptr))
+
 
     # --------------------------------------------------------------- metadata
     def meta(self, key: str) -> str | None:

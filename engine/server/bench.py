@@ -7,17 +7,20 @@ concurrent clients. Greedy decoding, so every path produces the same tokens.
 
 from __future__ import annotations
 
+import http.client
 import json
 import statistics
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.loader import LoadSpec
 from engine.server.runner import ServerThread
+from engine.server.settings import ServerSettings
 
 PROMPTS = [
     "Write a haiku about the sea.",
@@ -53,41 +56,59 @@ def _in_process(engine: Engine, model: str, prompt: str, max_tokens: int) -> Sam
     return Sample((first - t0) * 1000, n, end - first)
 
 
-def _http(client, url: str, model: str, prompt: str, max_tokens: int) -> Sample:
+class _Client:
+    """One keep-alive HTTP/1.1 connection (the standard library's: the bench must run in
+    an install without the test extra)."""
+
+    def __init__(self, url: str, timeout: float = 300):
+        u = urlsplit(url)
+        self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+
+    def sse_lines(self, path: str, body: dict):
+        self.conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = self.conn.getresponse()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
+        for raw in r:
+            yield raw.decode().rstrip("\r\n")
+
+    def __enter__(self) -> _Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.conn.close()
+
+
+def _http(client: _Client, model: str, prompt: str, max_tokens: int) -> Sample:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
     t0 = time.perf_counter()
     first = None
-    with client.stream("POST", url + "/v1/completions", json=body) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {") and first is None:
-                first = time.perf_counter()
-            if line.startswith("data: {"):
-                final = json.loads(line[6:])
+    for line in client.sse_lines("/v1/completions", body):
+        if line.startswith("data: {") and first is None:
+            first = time.perf_counter()
+        if line.startswith("data: {"):
+            final = json.loads(line[6:])
     end = time.perf_counter()
     return Sample((first - t0) * 1000, final["timings"]["predicted_n"], end - first)
 
 
 def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int], ctx: int, as_json: bool) -> int:
-    import httpx2 as httpx
-
-    from engine.server.settings import ServerSettings
-
     with Engine(EngineDefaults(draft_depth="auto")) as engine:
         info = engine.submit(J.LoadModel(LoadSpec(model_path, n_ctx=ctx))).result()
         model = info["name"]
         server = ServerThread(engine, ServerSettings(port=0, max_pending=256)).start()
         server.wait_ready()
         try:
-            with httpx.Client(timeout=300) as client:
+            with _Client(server.url) as client:
                 for p in PROMPTS:  # warm-up both paths
                     _in_process(engine, model, p, 8)
-                    _http(client, server.url, model, p, 8)
+                    _http(client, model, p, 8)
                 inproc, http = [], []
                 for i in range(requests):
                     # a unique start per request: neither path reuses the other's KV cache
                     p = PROMPTS[i % len(PROMPTS)]
                     inproc.append(_in_process(engine, model, f"[{i}a] {p}", max_tokens))
-                    http.append(_http(client, server.url, model, f"[{i}b] {p}", max_tokens))
+                    http.append(_http(client, model, f"[{i}b] {p}", max_tokens))
             conc = {}
             for n in clients:
                 per = max(1, requests // n)
@@ -95,9 +116,9 @@ def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int],
                 lock = threading.Lock()
 
                 def worker(k: int) -> None:
-                    with httpx.Client(timeout=300) as c:
+                    with _Client(server.url) as c:
                         for j in range(per):
-                            s = _http(c, server.url, model, PROMPTS[(k + j) % len(PROMPTS)], max_tokens)
+                            s = _http(c, model, PROMPTS[(k + j) % len(PROMPTS)], max_tokens)
                             with lock:
                                 done_tokens[0] += s.tokens
 

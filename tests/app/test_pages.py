@@ -39,17 +39,31 @@ def test_compose_two_fixture_files_from_the_page(qtbot, window, fixtures, tmp_pa
     assert window.models.current["mtp"] == "integrated"
 
 
-def test_compose_cancel_writes_nothing(qtbot, window, fixtures):
+def test_compose_cancel_writes_nothing(qtbot, window, fixtures, monkeypatch):
+    import threading
+
+    import engine.gguf.compose as compose_mod
+
+    real, started, release = compose_mod.compose, threading.Event(), threading.Event()
+
+    def held(*a, **kw):  # the work starts only after the cancel has landed
+        started.set()
+        release.wait(30)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(compose_mod, "compose", held)
     page = window.pages["compose"]
     page.target.set_path(str(fixtures["random"].trunk))
     page.head.set_path(str(fixtures["random"].head))
     task = page.compose()
-    task.cancel()
+    assert started.wait(30)
+    qtbot.mouseClick(page.cancel_btn, Qt.MouseButton.LeftButton)
+    assert task.cancel_event.is_set()
+    release.set()
     qtbot.waitUntil(lambda: page.task is None, timeout=30000)
-    text = page.report.toPlainText()
-    assert "Cancelled" in text or "Composed" in text  # a tiny file may finish before the cancel lands
-    if "Cancelled" in text:
-        assert window.ctx.library.entries() == []
+    assert "Cancelled" in page.report.toPlainText() and "Composed" not in page.report.toPlainText()
+    assert window.ctx.library.entries() == []
+    assert not any((window.ctx.library.root / ".composing").glob("*.gguf*"))
 
 
 # -------------------------------------------------------------------- models
@@ -260,24 +274,23 @@ def test_many_signals_do_not_corrupt_the_interpreter():
     assert abs(sys.getrefcount(True) - before) < 1000
 
 
-def test_window_starts_quickly_and_lazily(tmp_path):
+def test_window_starts_without_the_heavy_parts(tmp_path):
     """The window comes up without importing the heavy parts (llama.cpp, numpy-heavy
-    runtime, huggingface_hub, matplotlib); they load on the engine thread or on demand."""
+    runtime, huggingface_hub, matplotlib); they load on the engine thread or on demand.
+    (How long start-up takes is a figure: `python -m app.bench`.)"""
     import subprocess
     import sys
 
     code = (
-        "import os, sys, time; os.environ['QT_QPA_PLATFORM']='offscreen'; t=time.perf_counter()\n"
+        "import os, sys; os.environ['QT_QPA_PLATFORM']='offscreen'\n"
         "from app.main import build_app\n"
         "app, w, ctx = build_app(); w.show(); app.processEvents()\n"
-        "print(time.perf_counter()-t)\n"
         "print('loaded=' + ','.join(m for m in ('llama_cpp','huggingface_hub','matplotlib','starlette') if m in sys.modules))\n"
         "ctx.bridge.engine.stop()\n"
     )
     env = dict(__import__("os").environ, MTP_STUDIO_HOME=str(tmp_path / "h"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
-    seconds, loaded = out.stdout.strip().splitlines()
-    assert loaded == "loaded=" and float(seconds) < 10  # timing goals live in `mtp-studio bench gui`; this guards laziness
+    assert out.stdout.strip().splitlines()[-1] == "loaded="
 
 
 
