@@ -16,6 +16,7 @@ from engine import settings as settings_mod
 from engine.hub.library import Library
 from engine.runtime import exact as exact_mod
 from engine.runtime import jobs as J
+from engine.runtime.depth import DraftDepth
 from engine.runtime.loader import LoadSpec, MtpSource
 from engine.settings import Settings
 from engine.synth.demo import demo_model_path
@@ -75,7 +76,7 @@ class ModelController(QObject):
             head=Path(head) if head else None,
             mtp=MtpSource(source),
             n_ctx=s.n_ctx,
-            max_draft_depth=max(s.max_draft_depth, int(s.mtp.depth) if s.mtp.depth.isdigit() else 1),
+            max_draft_depth=max(s.max_draft_depth, DraftDepth.parse(s.mtp.depth).deepest(1)),
             # exact mode applies once the process started with it (the Backend page says so)
             exact=s.exact and exact_mod.tiled_off(),
         )

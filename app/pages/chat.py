@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext, ModelController
 from app.history import Conversation
 from engine.runtime import jobs as J
+from engine.runtime.depth import DraftDepth
 from engine.runtime.stats import GenerationStats
 
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
@@ -335,7 +336,7 @@ class ChatPage(QWidget):
             top_p=s.chat.top_p,
             top_k=s.chat.top_k,
             sampled_draft=s.chat.sampled_draft,
-            draft_depth=int(depth) if depth.isdigit() else depth,
+            draft_depth=DraftDepth.parse(depth),
             mtp="off" if self.source.currentData() == "off" else "on",
         )
         self.conv.sampling = {k: getattr(s.chat, k) for k in self.SAMPLING_KEYS}

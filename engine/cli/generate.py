@@ -9,19 +9,15 @@ import sys
 from pathlib import Path
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
-from engine.errors import MtpStudioError
+from engine.errors import InvalidRequestError, MtpStudioError
+from engine.runtime.depth import DraftDepth
 
 
-def depth_arg(value: str) -> int | str:
-    if value == "auto":
-        return value
+def depth_arg(value: str) -> DraftDepth:
     try:
-        k = int(value)
-    except ValueError:
+        return DraftDepth.parse(value)
+    except InvalidRequestError:
         raise argparse.ArgumentTypeError("must be an integer >= 1 or 'auto'") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return k
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -47,7 +43,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text from a prompt or a chat")
     add_model_args(p)
-    p.add_argument("--draft-depth", type=depth_arg, default=1, help="tokens drafted per round, or 'auto' (default 1)")
+    p.add_argument("--draft-depth", type=depth_arg, default=DraftDepth(1), help="tokens drafted per round, or 'auto' (default 1)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="raw prompt text (no chat template)")
     src.add_argument("--chat-json", type=Path, help="JSON file with a list of {role, content} messages")
@@ -77,9 +73,8 @@ def load_spec(args, max_draft_depth: int = 4):
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()
 
-    depth = getattr(args, "draft_depth", 1)
-    if isinstance(depth, int):
-        max_draft_depth = max(max_draft_depth, depth)
+    depth = DraftDepth.parse(getattr(args, "draft_depth", None) or 1)
+    max_draft_depth = max(max_draft_depth, depth.deepest(1))
     return LoadSpec(
         args.model,
         head=args.head,

@@ -9,6 +9,7 @@ import threading
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, depth_arg, load_spec
+from engine.runtime.depth import AUTO
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
 
@@ -56,7 +57,7 @@ def run(args) -> int:
         settings.check()
     except ValueError as e:
         return die(str(e), EXIT_USAGE)
-    depth = args.draft_depth if args.draft_depth is not None else "auto"
+    depth = args.draft_depth if args.draft_depth is not None else AUTO
     with Engine(EngineDefaults(draft_depth=depth)) as engine:
         try:
             info = engine.submit(J.LoadModel(load_spec(args))).result()

@@ -222,7 +222,8 @@ class _Run:
             tok = self.sampler.sample(logits, len(s.target_tokens))
             now = time.perf_counter()
             self.stats.target_forwards += 1
-            self._round(RoundStats(index, 0, 0, 0, 1, 0.0, (now - t) * 1000, now - self.t_gen))
+            self._round(RoundStats(index=index, depth=0, drafted=0, accepted=0, emitted=1, draft_ms=0.0,
+                                   verify_ms=(now - t) * 1000, t=now - self.t_gen))  # fmt: skip
             index += 1
 
     # ------------------------------------------------------------ speculative
@@ -310,17 +311,17 @@ class _Run:
         self._settle(pos0, kept, accepted, hv)
         t3 = time.perf_counter()
         r = RoundStats(
-            index,
-            k,
-            k,
-            a,
-            emitted,
-            ((t1 - t0) + (t3 - t2)) * 1000,
-            (t2 - t1) * 1000,
-            t3 - self.t_gen,
-            tuple(drafts),
-            sync_rows,
-            sync_ms,
+            index=index,
+            depth=k,
+            drafted=k,
+            accepted=a,
+            emitted=emitted,
+            draft_ms=((t1 - t0) + (t3 - t2)) * 1000,
+            verify_ms=(t2 - t1) * 1000,
+            t=t3 - self.t_gen,
+            drafts=tuple(drafts),
+            sync_rows=sync_rows,
+            sync_ms=sync_ms,
         )
         self._round(r)
         policy.observe(r)

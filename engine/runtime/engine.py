@@ -32,6 +32,7 @@ from engine.runtime import jobs as J
 from engine.runtime import limits, owned
 from engine.runtime.chat import PromptCache
 from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
+from engine.runtime.depth import DraftDepth
 from engine.runtime.loader import LoadedModel, MtpSource, load
 from engine.runtime.policystore import load_policy, policy_path, save_policy
 from engine.runtime.sampling import SamplingParams
@@ -132,7 +133,7 @@ class EngineState:
 
 @dataclass(frozen=True)
 class EngineDefaults:
-    draft_depth: int | str = 1
+    draft_depth: DraftDepth | int | str = 1
     max_queue: int = 64
     #: policy factory for draft_depth="auto" (set by engine.runtime.adaptive)
     auto_policy: Callable[[LoadedModel], DepthPolicy] | None = None
@@ -291,25 +292,22 @@ class Engine:
     def _call(self, job: J.Call, h: JobHandle) -> Any:
         return job.fn(self._state, h.cancel_event, h._emit)
 
-    def depth_policy(self, lm: LoadedModel, depth: int | str | None) -> DepthPolicy:
-        depth = self.defaults.draft_depth if depth is None else depth
-        if depth == "auto":
+    def depth_policy(self, lm: LoadedModel, depth: DraftDepth | int | str | None) -> DepthPolicy:
+        d = DraftDepth.parse(self.defaults.draft_depth if depth is None else depth)
+        if d.is_auto:
             if self.defaults.auto_policy is not None:
                 return self.defaults.auto_policy(lm)
             if lm.auto_policy is None:  # one per loaded model, starting from what was learned
                 lm.auto_policy_path = policy_path(lm)
                 lm.auto_policy = load_policy(lm.auto_policy_path, lm.max_draft_depth)
             return lm.auto_policy
-        if isinstance(depth, str) and depth.isdigit():
-            depth = int(depth)
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-            raise InvalidRequestError(f"draft depth must be an integer >= 1 or 'auto', got {depth!r}")
-        if depth > lm.max_draft_depth:
+        assert d.fixed is not None
+        if d.fixed > lm.max_draft_depth:
             raise InvalidRequestError(
-                f"draft depth {depth} exceeds this model's maximum of {lm.max_draft_depth} "
+                f"draft depth {d.fixed} exceeds this model's maximum of {lm.max_draft_depth} "
                 "(reload it with a larger max draft depth)"
             )
-        return FixedDepth(depth)
+        return FixedDepth(d.fixed)
 
     def _generate(self, job: J.Generate, h: JobHandle) -> J.GenerateResult:
         lm = self._state.get(job.model)

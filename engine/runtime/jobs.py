@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.runtime.depth import DraftDepth
 from engine.runtime.loader import LoadSpec
 from engine.runtime.stats import GenerationStats, RoundStats
 
@@ -45,8 +46,9 @@ class Generate:
     #: while sampling, draft by sampling the MTP head (rejection sampling; exact in
     #: distribution, not seed-for-seed equal to plain sampling)
     sampled_draft: bool = False
-    #: draft depth K >= 1, or "auto" (adaptive); None = the engine's default
-    draft_depth: int | str | None = None
+    #: draft depth K >= 1, or "auto" (adaptive), parsed by DraftDepth.parse; None = the
+    #: engine's default
+    draft_depth: DraftDepth | int | str | None = None
     ignore_eog: bool = False
     #: test seam: called on the engine thread at every cancellation point
     phase_hook: Any = field(default=None, compare=False, repr=False)

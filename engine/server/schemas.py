@@ -12,6 +12,7 @@ from typing import Any
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime import limits
+from engine.runtime.depth import AUTO_TEXT, DraftDepth
 from engine.server.errors import HTTPError
 
 
@@ -93,8 +94,13 @@ def _common(body: dict, models: dict[str, dict], default_depth: int | str | None
     ignore_eos = bool(_get(body, "ignore_eos", (bool,), False))  # llama-server's extension
     sampled_draft = bool(_get(body, "sampled_draft", (bool,), False))  # MTP Studio's extension
     depth = body.get("draft_depth", default_depth)
-    if depth is not None and depth != "auto" and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
-        raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth")
+    if depth is not None:
+        if isinstance(depth, str) and depth != AUTO_TEXT:  # JSON: a number or "auto", not "3"
+            raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth")
+        try:
+            depth = DraftDepth.parse(depth)
+        except InvalidRequestError:
+            raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth") from None
     return {
         "model": model,
         "max_tokens": max_tokens,

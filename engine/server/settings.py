@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from engine.runtime.depth import DraftDepth
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -19,7 +21,7 @@ class ServerSettings:
     max_pending: int = 16
     retry_after_s: int = 2
     #: draft depth for greedy requests that do not ask for one (None: the engine's)
-    draft_depth: int | str | None = None
+    draft_depth: DraftDepth | int | str | None = None
     #: host names accepted in the ``Host`` header besides loopback names (DNS-rebinding
     #: guard); bound to a non-loopback address with this empty, any host is accepted
     allowed_hosts: tuple[str, ...] = field(default=())

@@ -1,9 +1,13 @@
-"""The bundled demo model (``resources/demo.gguf``): a constructed qwen35 model that
-answers every chat with one sentence, with an integrated MTP head that drafts most of
-it correctly — enough to see speculative decoding work with nothing downloaded.
+"""The bundled demo model and its constructed stand-in.
 
-Regenerate with ``python -m engine.synth.demo resources/demo.gguf``; a test checks the
-committed file is byte-identical to what this module builds.
+``resources/demo.gguf`` is a *trained* qwen35 model with an MTP head, made by the training
+pipeline in ``training/`` (``python -m training all --out DIR``, then ``export --gguf``);
+``resources/demo.json`` records how (corpus digest, torch version, steps, figures) and the
+file's SHA-256, which a test checks.
+
+The constructed demo (:data:`CONSTRUCTED_DEMO_SPEC`) answers every chat with one fixed
+sentence and drafts most of it correctly. It was the bundled model before the trained one
+and stays as a test fixture: its output is known in advance.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ SENTENCE = (
     " Hugging", " Face", " on", " the", " Models", " page", " to", " chat", " for", " real",
 )  # fmt: skip
 
-DEMO_SPEC = Qwen35Spec(
-    name="MTP Studio demo (constructed, not a language model)",
+CONSTRUCTED_DEMO_SPEC = Qwen35Spec(
+    name="MTP Studio constructed demo (not a language model)",
     weights="constructed",
     seed=2026,
     dtype="f16",
@@ -43,9 +47,15 @@ def demo_model_path() -> Path:
     return resources_dir() / "demo.gguf"
 
 
-def build_demo(path: Path) -> None:
-    build_model(DEMO_SPEC, path)
+def demo_manifest_path() -> Path:
+    return resources_dir() / "demo.json"
+
+
+def build_constructed_demo(path: Path) -> None:
+    build_model(CONSTRUCTED_DEMO_SPEC, path)
 
 
 if __name__ == "__main__":
-    build_demo(Path(sys.argv[1] if len(sys.argv) > 1 else demo_model_path()))
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m engine.synth.demo OUT.gguf   (the constructed demo; the bundled one is trained)")
+    build_constructed_demo(Path(sys.argv[1]))

@@ -82,7 +82,9 @@ def _simulate(policy: AdaptiveDepth, rounds: int, accept, verify_ms, step_ms=0.5
         while a < k and accept(i, a):
             a += 1
         draft = 0.0 if k == 0 else sync_ms + (k - 1) * step_ms
-        policy.observe(RoundStats(i, k, k, a, a + 1, draft, verify_ms(k + 1), 0.0, (), 1 if k else 0, sync_ms if k else 0.0))
+        policy.observe(RoundStats(index=i, depth=k, drafted=k, accepted=a, emitted=a + 1, draft_ms=draft,
+                                  verify_ms=verify_ms(k + 1), t=0.0, sync_rows=1 if k else 0,
+                                  sync_ms=sync_ms if k else 0.0))  # fmt: skip
     return picked
 
 
