@@ -24,6 +24,7 @@ from app.context import AppContext, ModelController
 from app.messages import user_text
 from app.tasks import Task
 from engine.errors import MtpStudioError
+from engine.hub.library import EntryKind, MtpStatus
 
 
 class FilePicker(QWidget):
@@ -139,8 +140,8 @@ class ComposePage(QWidget):
     def refresh(self) -> None:
         lib = self.ctx.library
         entries = lib.entries()
-        self.target.fill([(e.name, str(e.path(lib.root))) for e in entries if e.kind == "model" and e.mtp == "none"])
-        self.head.fill([(e.name, str(e.path(lib.root))) for e in entries if e.kind == "head"])
+        self.target.fill([(e.name, str(e.path(lib.root))) for e in entries if e.kind == EntryKind.MODEL and e.mtp == MtpStatus.NONE])
+        self.head.fill([(e.name, str(e.path(lib.root))) for e in entries if e.kind == EntryKind.HEAD])
 
     def showEvent(self, event) -> None:
         self.refresh()
@@ -189,8 +190,8 @@ class ComposePage(QWidget):
         def work(report, cancel):
             res = compose(target, head, out, overwrite=True, progress=lambda d, total: report(d / max(total, 1)), cancel=cancel)
             entry = lib.add(res.outputs, name=name, provenance={"source": "compose", "target": str(target), "head": str(head)})
-            entry.mtp = "composite"
-            entry.kind = "composite"
+            entry.mtp = MtpStatus.COMPOSITE
+            entry.kind = EntryKind.COMPOSITE
             lib.update(entry)
             return res, entry
 

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext, ModelController
 from app.tasks import Task
+from engine.hub.library import EntryKind
 from engine.gguf.inspect import human_size
 from engine.hub.download import discard_partial
 from engine.hub.files import FileGroup
@@ -306,7 +307,7 @@ class ModelsPage(QWidget):
 
     def _update_buttons(self) -> None:
         e = self.selected()
-        self.load_btn.setEnabled(e is not None and e.kind != "head")
+        self.load_btn.setEnabled(e is not None and e.kind != EntryKind.HEAD)
         self.delete_btn.setEnabled(e is not None)
         g = self._current_group()
         self.pull_btn.setEnabled(g is not None and not g.head and g.complete)

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 
 from engine.errors import DiskSpaceError, GGUFError, LibraryError, MtpStudioError
@@ -27,7 +28,27 @@ from engine.gguf.validate import validate_set
 from engine.paths import models_dir
 
 INDEX_VERSION = 1
-MTP_LABELS = {"none": "none", "integrated": "integrated", "head-only": "external head"}
+
+
+class EntryKind(StrEnum):
+    """What a library entry is."""
+
+    MODEL = "model"  # a target, with or without NextN layers
+    HEAD = "head"  # an MTP head only (no trunk)
+    COMPOSITE = "composite"  # a target + head composed here
+
+
+class MtpStatus(StrEnum):
+    """Where an entry's MTP drafts come from (shown in the library's MTP column)."""
+
+    NONE = "none"
+    INTEGRATED = "integrated"
+    EXTERNAL_HEAD = "external head"
+    COMPOSITE = "composite"
+
+
+#: validate's MtpFacts.kind -> the entry's MTP status
+MTP_LABELS = {"none": MtpStatus.NONE, "integrated": MtpStatus.INTEGRATED, "head-only": MtpStatus.EXTERNAL_HEAD}
 
 
 @dataclass
@@ -35,8 +56,8 @@ class Entry:
     id: str
     name: str
     files: list[str]  # names inside the entry folder; files[0] is what llama.cpp opens
-    kind: str  # model | head | composite
-    mtp: str  # none | integrated | external head | composite
+    kind: EntryKind
+    mtp: MtpStatus
     size: int
     provenance: dict
     summary: dict = field(default_factory=dict)
@@ -50,7 +71,6 @@ class Entry:
         return root / self.id / self.files[0]
 
 
-KINDS = ("model", "head", "composite")
 
 
 def _entry_from(d: object, folder_name: str | None = None) -> Entry:
@@ -60,14 +80,13 @@ def _entry_from(d: object, folder_name: str | None = None) -> Entry:
     known = {f.name for f in fields(Entry)}
     kw = {k: v for k, v in d.items() if k in known}
     e = Entry(**kw)  # TypeError when a required field is missing
+    e.kind, e.mtp = EntryKind(e.kind), MtpStatus(e.mtp)  # ValueError when not one of them
     checks = (
         isinstance(e.id, str) and bool(e.id) and "/" not in e.id and e.id not in (".", "..")
         and (folder_name is None or e.id == folder_name),
         isinstance(e.name, str),
         isinstance(e.files, list) and bool(e.files)
         and all(isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..") for f in e.files),
-        e.kind in KINDS,
-        isinstance(e.mtp, str),
         isinstance(e.size, int) and not isinstance(e.size, bool) and e.size >= 0,
         isinstance(e.provenance, dict),
         isinstance(e.summary, dict),
@@ -103,7 +122,7 @@ def describe(first_file: Path) -> tuple[str, str, dict]:
             "nextn_layers", "size_bytes")  # fmt: skip
     summary = {k: s[k] for k in keep}
     summary["vocab_size"] = s["tokenizer"]["vocab_size"]
-    kind = "head" if facts.kind == "head-only" else "model"
+    kind = EntryKind.HEAD if facts.kind == "head-only" else EntryKind.MODEL
     return kind, MTP_LABELS[facts.kind], summary
 
 

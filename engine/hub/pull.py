@@ -17,7 +17,7 @@ from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.validate import validate_path
 from engine.hub.download import FileProgress, Target, check_space, check_target, download, partial_size
 from engine.hub.files import FileGroup
-from engine.hub.library import Entry, Library
+from engine.hub.library import Entry, EntryKind, Library
 from engine.hub.remote import HubConfig, HubError, OfflineError, list_gguf, read_remote_header
 
 
@@ -167,7 +167,7 @@ def _check_local_pair(library: Library, model: Entry, head: Entry) -> None:
 
 
 def _offline(library: Library, repo_id: str, file: str | None, head: str | None) -> PullResult:
-    def find(repo: str, name: str | None, kind: str) -> Entry | None:
+    def find(repo: str, name: str | None, kind: EntryKind) -> Entry | None:
         for e in library.entries():
             p = e.provenance
             if p.get("source") == "hub" and p.get("repo") == repo and e.kind == kind:
@@ -176,13 +176,13 @@ def _offline(library: Library, repo_id: str, file: str | None, head: str | None)
                     return e
         return None
 
-    model = find(repo_id, file, "model")
+    model = find(repo_id, file, EntryKind.MODEL)
     if model is None:
         raise OfflineError(f"Offline, and {repo_id} is not in the library yet.")
     head_entry = None
     if head is not None:
         hr, _, hf = head.partition(":")
-        head_entry = find(hr, hf or None, "head")
+        head_entry = find(hr, hf or None, EntryKind.HEAD)
         if head_entry is None:
             raise OfflineError(f"Offline, and the head {head} is not in the library yet.")
     return PullResult(model, head_entry, True)

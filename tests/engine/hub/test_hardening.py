@@ -97,13 +97,17 @@ def test_a_wrong_type_in_the_index_rebuilds_it(fixtures, library, index):
     assert [x.id for x in entries] == [e.id] and Library(library.root).total_size() == e.size
 
 
-def test_a_bad_field_in_an_index_entry_rebuilds_it(fixtures, library):
+@pytest.mark.parametrize("field,value", [("size", "huge"), ("kind", "weights"), ("mtp", "maybe"), ("kind", ["model"])])
+def test_a_bad_field_in_an_index_entry_rebuilds_it(fixtures, library, field, value):
+    from engine.hub.library import EntryKind, MtpStatus
+
     e = library.import_file(fixtures["partial"].path)
     raw = json.loads((library.root / "library.json").read_text())
-    raw["entries"][0]["size"] = "huge"
+    assert raw["entries"][0]["kind"] == "model" and raw["entries"][0]["mtp"] == "integrated"  # plain strings on disk
+    raw["entries"][0][field] = value
     (library.root / "library.json").write_text(json.dumps(raw))
     (again,) = Library(library.root).entries()
-    assert again.size == e.size
+    assert again.size == e.size and again.kind is EntryKind.MODEL and again.mtp is MtpStatus.INTEGRATED
 
 
 def test_rebuilding_never_writes_through_a_symlinked_entry_folder(fixtures, library, tmp_path):
