@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
@@ -32,7 +31,7 @@ from engine.runtime.engine import Engine, JobHandle
 FLUSH_MS = 16
 
 
-def _ignore(_event: Any) -> None:
+def _ignore(_event: J.Event) -> None:
     pass
 
 
@@ -50,7 +49,7 @@ class EngineBridge(QObject):
         super().__init__(parent)
         self.engine = engine
         self._lock = threading.Lock()
-        self._pending: list[tuple[JobHandle, Any]] = []
+        self._pending: list[tuple[JobHandle, J.Event]] = []
         self._scheduled = False
         self._last_flush = 0.0
         self._handles: dict[int, JobHandle] = {}
@@ -60,7 +59,7 @@ class EngineBridge(QObject):
         self._timer.timeout.connect(self._drain)
         engine.observe(self._observe)
 
-    def _observe(self, handle: JobHandle, event: Any) -> None:  # engine thread
+    def _observe(self, handle: JobHandle, event: J.Event) -> None:  # engine thread
         with self._lock:
             self._pending.append((handle, event))
             wake = not self._scheduled
@@ -69,7 +68,7 @@ class EngineBridge(QObject):
             self._wake.emit()
 
     # ------------------------------------------------------------------ submit
-    def submit(self, job: Any) -> JobHandle:
+    def submit(self, job: J.Job) -> JobHandle:
         """Queue ``job`` on the engine; its events arrive as this bridge's signals."""
         handle = self.engine.submit(job, on_event=_ignore)
         self._handles[handle.id] = handle

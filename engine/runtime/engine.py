@@ -40,14 +40,14 @@ from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG,
 
 log = logging.getLogger(__name__)
 
-EventFn = Callable[[Any], None]
+EventFn = Callable[[J.Event], None]
 _FINISH = {STOP_EOG: "stop", STOP_STRING: "stop", STOP_CANCELLED: "cancelled", STOP_CONTEXT_FULL: "length"}
 
 
 class JobHandle:
     """A submitted job. Thread-safe."""
 
-    def __init__(self, job_id: int, job: Any, on_event: EventFn | None, observers: list | None = None):
+    def __init__(self, job_id: int, job: J.Job, on_event: EventFn | None, observers: list | None = None):
         self.id = job_id
         self.job = job
         self.cancel_event = threading.Event()
@@ -65,7 +65,7 @@ class JobHandle:
     def cancelled(self) -> bool:
         return self.cancel_event.is_set()
 
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: J.Event) -> None:
         if isinstance(event, (J.Done, J.Failed)):
             self._final = event
         if self._on_event is not None:
@@ -83,7 +83,7 @@ class JobHandle:
         if self._final is event:
             self.done.set()
 
-    def events(self, timeout: float | None = None) -> Iterator[Any]:
+    def events(self, timeout: float | None = None) -> Iterator[J.Event]:
         """Yield events until the final Done/Failed (inclusive). Only for handles
         submitted without ``on_event``."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -160,9 +160,9 @@ class Engine:
             J.Call: self._call,
         }
         self.counters = {"jobs": 0, "generated_tokens": 0, "drafted": 0, "accepted": 0, "prompt_tokens": 0}
-        self._observers: list[Callable[[JobHandle, Any], None]] = []
+        self._observers: list[Callable[[JobHandle, J.Event], None]] = []
 
-    def observe(self, fn: Callable[[JobHandle, Any], None]) -> None:
+    def observe(self, fn: Callable[[JobHandle, J.Event], None]) -> None:
         """Also call ``fn(handle, event)`` for every event of every job submitted from
         now on, on the engine thread (keep it quick). The GUI sees server traffic this way."""
         self._observers.append(fn)
@@ -200,7 +200,7 @@ class Engine:
         self.stop()
 
     # ------------------------------------------------------------------ submit
-    def submit(self, job: Any, *, on_event: EventFn | None = None) -> JobHandle:
+    def submit(self, job: J.Job, *, on_event: EventFn | None = None) -> JobHandle:
         if type(job) not in self._handlers:
             raise TypeError(f"unknown job type {type(job).__name__}")
         with self._lock:

@@ -7,6 +7,8 @@ Events are immutable and cheap; a job's event stream always ends with exactly on
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +53,7 @@ class Generate:
     draft_depth: DraftDepth | int | str | None = None
     ignore_eog: bool = False
     #: test seam: called on the engine thread at every cancellation point
-    phase_hook: Any = field(default=None, compare=False, repr=False)
+    phase_hook: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class Call:
     loaded model). ``fn`` gets the :class:`~engine.runtime.engine.EngineState`, the
     cancel event and an ``emit`` function for progress events."""
 
-    fn: Any
+    fn: Callable[[Any, threading.Event, Callable[[Event], None]], Any]
     label: str = "call"
 
 
@@ -134,3 +136,9 @@ class GenerateResult:
                 "seed": s.seed,
             },
         }
+
+
+#: everything the engine thread runs
+Job = LoadModel | UnloadModel | Generate | Call
+#: everything a job reports, in order: Started, then Progress/Tokens/Round, then Done or Failed
+Event = Started | Progress | Tokens | Round | Done | Failed
