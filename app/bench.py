@@ -91,12 +91,11 @@ def worst_stall(tokens: int) -> tuple[float, float, int, float]:
 
         ticker.timeout.connect(tick)
         results = []
-        ctx.bridge.finished.connect(lambda jid, res, c: results.append(res))
         chat.input.setPlainText("Go as fast as you can")
         clock.start()
         ticker.start()
-        ctx.bridge.finished.connect(lambda jid, res, c: loop.quit())
         chat.send()
+        chat.job.finished.connect(lambda res, _cancelled: (results.append(res), loop.quit()))
         loop.exec()  # a real event loop, as in the app: idle waits do not hold the GIL
         ticker.stop()
         ctx.bridge.engine.stop()

@@ -1,21 +1,24 @@
 """The one adapter between the engine thread and the GUI.
 
-Widgets never touch engine objects: they call :meth:`EngineBridge.submit` and listen to
-the bridge's signals, which are always emitted on the GUI thread. The bridge observes
-every engine job — the GUI's own and the endpoint's — and its events are appended to a
-buffer from the engine thread; one queued wake-up drains it at most every ``FLUSH_MS``
-milliseconds, merging each job's token events into one text delta and its round
-statistics into one list, so the event loop stays responsive however fast the model
-generates.
+Widgets never touch engine objects: they call :meth:`EngineBridge.run` and listen to
+the returned :class:`JobSignals`, which carry that job's events and nothing else, always
+on the GUI thread. The bridge observes every engine job — the GUI's own and the
+endpoint's — and its events are appended to a buffer from the engine thread; one queued
+wake-up drains it at most every ``FLUSH_MS`` milliseconds, merging each job's token
+events into one text delta and its round statistics into one list, so the event loop
+stays responsive however fast the model generates.
 
-Signals (GUI thread):
-    started(job_id, job)                 job: the submitted job object
-    tokens(job_id, text, n_tokens)       text since the last flush
-    rounds(job_id, list[RoundStats])
-    progress(job_id, fraction, message)
-    failed(job_id, error)                an exception; cancellation is not a failure
-    finished(job_id, result, cancelled)
-    modelsChanged(dict)                  loaded models: name -> info
+Bridge signals (GUI thread), for observers of every job:
+    started(job_id, job)                 job: the submitted job object; a handler may
+                                         call ``bridge.follow(job_id)`` to follow it
+    modelsChanged(dict)                  loaded models (name -> info), after a load/unload
+
+JobSignals (one job's, GUI thread):
+    tokens(text, n_tokens)               text since the last flush
+    rounds(list[RoundStats])
+    progress(fraction, message)
+    failed(error)                        an exception; cancellation is not a failure
+    finished(result, cancelled)
 """
 
 from __future__ import annotations
@@ -35,13 +38,27 @@ def _ignore(_event: J.Event) -> None:
     pass
 
 
+class JobSignals(QObject):
+    """One job's events. ``id`` is the engine's job id; :meth:`cancel` cancels it."""
+
+    tokens = Signal(str, int)
+    rounds = Signal(list)
+    progress = Signal(float, str)
+    failed = Signal(object)
+    finished = Signal(object, bool)
+
+    def __init__(self, handle: JobHandle, parent: QObject | None = None):
+        super().__init__(parent)
+        self.handle = handle
+        self.id = handle.id
+        self.job = handle.job
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
 class EngineBridge(QObject):
     started = Signal(int, object)
-    tokens = Signal(int, str, int)
-    rounds = Signal(int, list)
-    progress = Signal(int, float, str)
-    failed = Signal(int, object)
-    finished = Signal(int, object, bool)
     modelsChanged = Signal(dict)
     _wake = Signal()
 
@@ -52,7 +69,8 @@ class EngineBridge(QObject):
         self._pending: list[tuple[JobHandle, J.Event]] = []
         self._scheduled = False
         self._last_flush = 0.0
-        self._handles: dict[int, JobHandle] = {}
+        self._jobs: dict[int, JobSignals] = {}
+        self._started_handle: JobHandle | None = None  # while `started` is being emitted
         self._wake.connect(self._flush_soon, Qt.ConnectionType.QueuedConnection)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -68,16 +86,23 @@ class EngineBridge(QObject):
             self._wake.emit()
 
     # ------------------------------------------------------------------ submit
-    def submit(self, job: J.Job) -> JobHandle:
-        """Queue ``job`` on the engine; its events arrive as this bridge's signals."""
+    def run(self, job: J.Job) -> JobSignals:
+        """Queue ``job`` on the engine; connect to the returned object for its events
+        (they are delivered from the next event-loop turn on, so connecting right after
+        this call misses nothing)."""
         handle = self.engine.submit(job, on_event=_ignore)
-        self._handles[handle.id] = handle
-        return handle
+        signals = JobSignals(handle, self)
+        self._jobs[handle.id] = signals
+        return signals
 
-    def cancel(self, job_id: int) -> None:
-        h = self._handles.get(job_id)
-        if h is not None:
-            h.cancel()
+    def follow(self, job_id: int) -> JobSignals | None:
+        """A running job's signals: from a ``started`` handler, also for jobs submitted
+        elsewhere (the endpoint's); None once the job has ended."""
+        js = self._jobs.get(job_id)
+        h = self._started_handle
+        if js is None and h is not None and h.id == job_id:
+            js = self._jobs[job_id] = JobSignals(h, self)
+        return js
 
     def models(self) -> dict[str, dict]:
         return self.engine.models()
@@ -100,10 +125,15 @@ class EngineBridge(QObject):
         rounds: dict[int, list] = {}
 
         def flush_job(jid: int) -> None:
+            js = self._jobs.get(jid)
             if jid in text:
-                self.tokens.emit(jid, "".join(text.pop(jid)), counts.pop(jid, 0))
+                chunk, n = "".join(text.pop(jid)), counts.pop(jid, 0)
+                if js is not None:
+                    js.tokens.emit(chunk, n)
             if jid in rounds:
-                self.rounds.emit(jid, rounds.pop(jid))
+                got = rounds.pop(jid)
+                if js is not None:
+                    js.rounds.emit(got)
 
         for handle, ev in batch:
             jid = handle.id
@@ -113,16 +143,23 @@ class EngineBridge(QObject):
             elif isinstance(ev, J.Round):
                 rounds.setdefault(jid, []).append(ev.stats)
             elif isinstance(ev, J.Started):
+                # a started handler may call follow(jid) to get this job's signals
+                self._started_handle = handle
                 self.started.emit(jid, handle.job)
+                self._started_handle = None
             elif isinstance(ev, J.Progress):
-                self.progress.emit(jid, ev.fraction, ev.message)
+                js = self._jobs.get(jid)
+                if js is not None:
+                    js.progress.emit(ev.fraction, ev.message)
             elif isinstance(ev, (J.Failed, J.Done)):
                 flush_job(jid)
-                self._handles.pop(jid, None)
-                if isinstance(ev, J.Failed):
-                    self.failed.emit(jid, ev.error)
-                else:
-                    self.finished.emit(jid, ev.result, ev.cancelled)
+                js = self._jobs.pop(jid, None)
+                if js is not None:
+                    if isinstance(ev, J.Failed):
+                        js.failed.emit(ev.error)
+                    else:
+                        js.finished.emit(ev.result, ev.cancelled)
+                    js.deleteLater()
                 if isinstance(handle.job, (J.LoadModel, J.UnloadModel)):
                     self.modelsChanged.emit(self.engine.models())
         for jid in list(text) + list(rounds):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app.bridge import EngineBridge
+from app.bridge import EngineBridge, JobSignals
 from app.history import ChatStore
 from app.messages import Messages
 from engine import settings as settings_mod
@@ -43,9 +43,14 @@ class ModelController(QObject):
         progress(float, str)
         loaded(dict)          info of the loaded model
         loadFailed(object)    the error
+        notice(str)           something the load could not honour, and what it did instead
+                              (also kept in ``notes`` until the next load)
+        unloaded()            the loaded model is gone from the engine
     """
 
     loading = Signal(str)
+    notice = Signal(str)
+    unloaded = Signal()
     progress = Signal(float, str)
     loaded = Signal(dict)
     loadFailed = Signal(object)
@@ -56,21 +61,29 @@ class ModelController(QObject):
         self.current: dict | None = None
         self.path: str | None = None
         self.head: str | None = None
-        self._job: int | None = None
-        b = ctx.bridge
-        b.progress.connect(self._on_progress)
-        b.finished.connect(self._on_finished)
-        b.failed.connect(self._on_failed)
+        self._job: JobSignals | None = None
+        self.notes: list[str] = []  # what the current load could not honour
+        ctx.bridge.modelsChanged.connect(self._on_models_changed)
 
     @property
     def busy(self) -> bool:
         return self._job is not None
 
-    def load(self, path: str | Path, head: str | Path | None = None, source: str | None = None) -> None:
+    def load(self, path: str | Path, head: str | Path | None = None, source: str | None = None,
+             *, notes: tuple[str, ...] = ()) -> None:  # fmt: skip
+        """Load ``path``; ``notes``: what the caller could not honour (told to the user
+        with the result)."""
         s = self.ctx.settings
         source = source or s.mtp.source
+        self.notes = list(notes)
         if source == "external" and head is None:
             source = "auto"
+            self.notes.append(
+                "external MTP needs a head file and none is paired with this model, so MTP source is auto "
+                "(the model's own NextN layers, if any)"
+            )
+        for note in self.notes:
+            self.notice.emit(note)
         spec = LoadSpec(
             Path(path),
             head=Path(head) if head else None,
@@ -81,7 +94,10 @@ class ModelController(QObject):
             exact=s.exact and exact_mod.tiled_off(),
         )
         self.path, self.head = str(path), str(head) if head else None
-        self._job = self.ctx.bridge.submit(J.LoadModel(spec)).id
+        job = self._job = self.ctx.bridge.run(J.LoadModel(spec))
+        job.progress.connect(self.progress)
+        job.finished.connect(lambda result, cancelled: self._on_finished(job, result, cancelled))
+        job.failed.connect(lambda error: self._on_failed(job, error))
         self.loading.emit(Path(path).name)
 
     def load_startup(self, model: str | Path | None = None) -> None:
@@ -99,12 +115,8 @@ class ModelController(QObject):
         if self.path:
             self.load(self.path, self.head, source)
 
-    def _on_progress(self, jid: int, fraction: float, message: str) -> None:
-        if jid == self._job:
-            self.progress.emit(fraction, message)
-
-    def _on_finished(self, jid: int, result: object, cancelled: bool) -> None:
-        if jid != self._job:
+    def _on_finished(self, job: JobSignals, result: object, cancelled: bool) -> None:
+        if job is not self._job:  # a load replaced by a newer one
             return
         self._job = None
         if cancelled or not isinstance(result, dict):
@@ -118,8 +130,15 @@ class ModelController(QObject):
             self.ctx.settings.last_head = None
         self.loaded.emit(result)
 
-    def _on_failed(self, jid: int, error: object) -> None:
-        if jid == self._job:
+    def _on_models_changed(self, models: dict) -> None:
+        """The engine's loaded models changed (a load elsewhere replaced ours, or an
+        unload): forget a model that is gone, and say so."""
+        if self.current is not None and self.current.get("name") not in models and self._job is None:
+            self.current = None
+            self.unloaded.emit()
+
+    def _on_failed(self, job: JobSignals, error: object) -> None:
+        if job is self._job:
             self._job = None
             self.current = None
             self.loadFailed.emit(error)

@@ -86,6 +86,8 @@ class MainWindow(QMainWindow):
         self.models.progress.connect(lambda f, m: self.model_label.setText(f"{m} {f * 100:.0f}%"))
         self.models.loaded.connect(self._on_loaded)
         self.models.loadFailed.connect(self._on_load_failed)
+        self.models.unloaded.connect(lambda: self.model_label.setText("no model loaded"))
+        self.models.notice.connect(lambda text: self.ctx.messages.status(text, 10000))  # type: ignore[union-attr]
         w = ctx.settings.window
         if w.geometry:
             self.restoreGeometry(QByteArray.fromBase64(w.geometry.encode()))
@@ -100,7 +102,8 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, info: dict) -> None:
         self.model_label.setText(f"{info['name']} · MTP {info['mtp']} · ctx {info['n_ctx']}")
-        self.ctx.messages.status(f"Loaded {info['name']}")  # type: ignore[union-attr]
+        notes = "; ".join(self.models.notes)
+        self.ctx.messages.status(f"Loaded {info['name']}" + (f" — {notes}" if notes else ""), 15000 if notes else 5000)  # type: ignore[union-attr]
 
     def _on_load_failed(self, error) -> None:
         self.model_label.setText("no model loaded")

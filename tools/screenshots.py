@@ -2,9 +2,10 @@
 
     python -m tools.screenshots docs/screenshots
 
-Builds a realistic state first: the demo model in a two-turn chat, a partly accepting
-model streaming into the Performance page, a model and its head in the library, a
-compatible pair on the Compose page, and the endpoint serving a few requests.
+Builds a realistic state first: the bundled (trained) demo model in a two-turn chat, then
+code completions on it with MTP (auto depth), without, and with again for the Performance
+page; a constructed model and its head in the library, a compatible pair on the Compose
+page, and the endpoint serving a few requests.
 """
 
 from __future__ import annotations
@@ -68,23 +69,23 @@ def main() -> int:
     wait(300)
     w.grab().save(str(out / "chat.png"))
 
-    w.models.load(built.integrated, source="integrated")
-    until(lambda: w.models.current is not None and w.models.current.get("name") == "qwen35-mini-F16")
-    ctx.settings.chat.max_tokens = 400
+    ctx.settings.chat.max_tokens = 160
     chat.depth.setCurrentText("auto")
-    chat.new_chat()
-    chat.input.setPlainText("Write a long story.")
-    chat.send()
-    until(lambda: chat.job is None)
-    chat.source.setCurrentIndex(chat.source.findData("off"))
-    chat.input.setPlainText("Again, without MTP.")
-    chat.send()
-    until(lambda: chat.job is None)
-    chat.source.setCurrentIndex(chat.source.findData("auto"))
-    until(lambda: not w.models.busy)
-    chat.input.setPlainText("Once more with MTP.")
-    chat.send()
-    until(lambda: chat.job is None)
+    asks = (
+        ("auto", "What does the function json.dumps do?"),
+        ("auto", "What is the signature of os.path.join?"),
+        ("off", "What does the function shutil.copyfile do?"),
+        ("auto", "What is the signature of textwrap.dedent?"),
+        ("auto", "What does the class collections.Counter do?"),
+    )
+    for source, text in asks:
+        if chat.source.currentData() != source:
+            chat.source.setCurrentIndex(chat.source.findData(source))
+            until(lambda: not w.models.busy)
+        chat.new_chat()
+        chat.input.setPlainText(text)
+        chat.send()
+        until(lambda: chat.job is None)
     w.show_page("performance")
     wait(600)
     w.grab().save(str(out / "performance.png"))
@@ -97,6 +98,7 @@ def main() -> int:
     w.show_page("compose")
     comp.target.set_path(str(entries["model"].path(lib.root)))
     comp.head.set_path(str(entries["head"].path(lib.root)))
+    until(comp.compose_btn.isEnabled)
     comp.compose()
     until(lambda: comp.task is None)
     wait(300)

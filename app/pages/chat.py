@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.bridge import JobSignals
 from app.context import AppContext, ModelController
 from app.history import Conversation
 from engine.runtime import jobs as J
@@ -63,7 +64,7 @@ class ChatPage(QWidget):
         self.ctx = ctx
         self.models = models
         self.conv: Conversation = ctx.chats.new(ctx.settings.chat.system_prompt)
-        self.job: int | None = None
+        self.job: JobSignals | None = None  # the reply being generated
         self._reply: list[str] = []
         self._live_tokens = 0
         self._live_stats = GenerationStats()
@@ -178,11 +179,6 @@ class ChatPage(QWidget):
         self._render()
 
     def _connect(self) -> None:
-        b = self.ctx.bridge
-        b.tokens.connect(self._on_tokens)
-        b.rounds.connect(self._on_rounds)
-        b.finished.connect(self._on_finished)
-        b.failed.connect(self._on_failed)
         self.send_btn.clicked.connect(self.send)
         self.stop_btn.clicked.connect(self.stop)
         self.regen_btn.clicked.connect(self.regenerate)
@@ -315,7 +311,7 @@ class ChatPage(QWidget):
 
     def stop(self) -> None:
         if self.job is not None:
-            self.ctx.bridge.cancel(self.job)
+            self.job.cancel()
 
     def _start(self) -> None:
         self.conv.system = self.system.toPlainText()
@@ -340,9 +336,13 @@ class ChatPage(QWidget):
             mtp="off" if self.source.currentData() == "off" else "on",
         )
         self.conv.sampling = {k: getattr(s.chat, k) for k in self.SAMPLING_KEYS}
-        self.job = self.ctx.bridge.submit(job).id
+        self.job = self.ctx.bridge.run(job)
+        self.job.tokens.connect(self._on_tokens)
+        self.job.rounds.connect(self._on_rounds)
+        self.job.finished.connect(self._on_finished)
+        self.job.failed.connect(self._on_failed)
         self._set_busy(True)
-        self.generationStarted.emit(self.job)
+        self.generationStarted.emit(self.job.id)
 
     def _set_busy(self, busy: bool) -> None:
         self.send_btn.setEnabled(not busy)
@@ -353,16 +353,12 @@ class ChatPage(QWidget):
         self.hint.setText("generating… (Esc to stop)" if busy else "Ctrl+Enter send · Esc stop · Ctrl+N new chat · Ctrl+R regenerate")
 
     # ----------------------------------------------------------------- events
-    def _on_tokens(self, jid: int, text: str, n: int) -> None:
-        if jid != self.job:
-            return
+    def _on_tokens(self, text: str, n: int) -> None:
         self._reply.append(text)
         self._live_tokens += n
         self._append_text(text)
 
-    def _on_rounds(self, jid: int, rounds: list) -> None:
-        if jid != self.job:
-            return
+    def _on_rounds(self, rounds: list) -> None:
         for r in rounds:
             self._live_stats.record(r)
         last = rounds[-1]
@@ -370,9 +366,7 @@ class ChatPage(QWidget):
         mtp = (self.models.current or {}).get("mtp", "")
         self.figures.setText(figures_line(self._live_stats if self._live_stats.drafted else None, live_tps, mtp))
 
-    def _on_finished(self, jid: int, result: object, cancelled: bool) -> None:
-        if jid != self.job:
-            return
+    def _on_finished(self, result: object, cancelled: bool) -> None:
         self.job = None
         self._set_busy(False)
         text = "".join(self._reply)
@@ -391,9 +385,7 @@ class ChatPage(QWidget):
         if self.ctx.messages is not None and cancelled:
             self.ctx.messages.status("Stopped.")
 
-    def _on_failed(self, jid: int, error: object) -> None:
-        if jid != self.job:
-            return
+    def _on_failed(self, error: object) -> None:
         self.job = None
         self._set_busy(False)
         self._render()

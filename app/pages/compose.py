@@ -3,7 +3,6 @@ first, progress and cancel while writing, and the validation report after."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from PySide6.QtWidgets import (
@@ -23,7 +22,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext, ModelController
 from app.messages import user_text
 from app.tasks import Task
-from engine.errors import MtpStudioError
+from engine.hub.composing import PairCheck, check_files, compose_into_library
 from engine.hub.library import EntryKind, MtpStatus
 
 
@@ -84,7 +83,9 @@ class ComposePage(QWidget):
         self.setObjectName("Page")
         self.ctx = ctx
         self.models = models
-        self.task: Task | None = None
+        self.task: Task | None = None  # composing
+        self._checks: set[Task] = set()  # pair checks running (kept alive until done)
+        self._checked: tuple[str, str] | None = None  # the (target, head) that passed
         self.result = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(16, 12, 16, 8)
@@ -147,55 +148,50 @@ class ComposePage(QWidget):
         self.refresh()
         super().showEvent(event)
 
-    def check_inputs(self) -> bool:
-        """The compatibility check, from the headers alone."""
-        from engine.gguf.compose import check_compatible
-        from engine.gguf.shards import open_set
-        from engine.gguf.validate import validate_set
-
+    def check_inputs(self) -> None:
+        """Check the pair from the headers alone, off the GUI thread; the Compose button
+        is enabled once the current pair passed."""
         t, h = self.target.path(), self.head.path()
         self.compose_btn.setEnabled(False)
+        self._checked = None
         if not t or not h:
             self.check.setText("Pick a target and a head (or drop the files here).")
-            return False
-        try:
-            tset, hset = open_set(t), open_set(h)
-            for ms, what in ((tset, "target"), (hset, "head")):
-                report, _ = validate_set(ms)
-                if not report.valid:
-                    raise MtpStudioError(f"the {what} is not a valid GGUF: {report.errors[0]}")
-            arch, n, head_trunk, k, warnings = check_compatible(tset, hset)
-        except MtpStudioError as e:
-            self.check.setText(f"<span style='color:#b3261e'>Not compatible: {user_text(e)}</span>")
-            return False
-        note = "".join(f"<br>note: {w}" for w in warnings)
+            return
+        self.check.setText("Checking the pair…")
+        pair = (t, h)
+        task = Task(lambda _report, _cancel: check_files(Path(t), Path(h)), name="check")
+        task.succeeded.connect(lambda result: self._checked_pair(pair, result))
+        task.failed.connect(lambda error: self._pair_refused(pair, error))
+        task.done.connect(lambda: self._checks.discard(task))
+        self._checks.add(task)
+        task.start()
+
+    def _current(self) -> tuple[str, str]:
+        return self.target.path(), self.head.path()
+
+    def _checked_pair(self, pair: tuple[str, str], check: PairCheck) -> None:
+        if pair != self._current():
+            return  # the inputs changed while this ran; a newer check is on its way
+        self._checked = pair
+        note = "".join(f"<br>note: {w}" for w in check.warnings)
         self.check.setText(
-            f"<span style='color:#1f8a5b'>Compatible: {arch}, {n} trunk blocks + {k} NextN block(s).</span>{note}"
+            f"<span style='color:#1f8a5b'>Compatible: {check.architecture}, {check.trunk_layers} trunk blocks + "
+            f"{check.nextn_layers} NextN block(s).</span>{note}"
         )
         self.compose_btn.setEnabled(self.task is None)
-        return True
+
+    def _pair_refused(self, pair: tuple[str, str], error: BaseException) -> None:
+        if pair == self._current():
+            self.check.setText(f"<span style='color:#b3261e'>Not compatible: {user_text(error)}</span>")
 
     def compose(self) -> Task | None:
-        from engine.gguf.compose import compose
-
-        if not self.check_inputs():
+        """Compose the checked pair into the library (None when the pair is not checked)."""
+        if self.task is not None or self._checked is None or self._checked != self._current():
             return None
         lib = self.ctx.library
-        target, head = Path(self.target.path()), Path(self.head.path())
-        work_dir = lib.root / ".composing"
-        work_dir.mkdir(parents=True, exist_ok=True)
-        name = target.name.removesuffix(".gguf").split("-00001-of-")[0] + "-mtp"
-        out = work_dir / (target.name.replace(target.name.split("-00001-of-")[0], name) if "-00001-of-" in target.name else f"{name}.gguf")
-
-        def work(report, cancel):
-            res = compose(target, head, out, overwrite=True, progress=lambda d, total: report(d / max(total, 1)), cancel=cancel)
-            entry = lib.add(res.outputs, name=name, provenance={"source": "compose", "target": str(target), "head": str(head)})
-            entry.mtp = MtpStatus.COMPOSITE
-            entry.kind = EntryKind.COMPOSITE
-            lib.update(entry)
-            return res, entry
-
-        self.task = Task(work, name="compose")
+        target, head = (Path(p) for p in self._checked)
+        self.task = Task(lambda report, cancel: compose_into_library(lib, target, head, progress=report, cancel=cancel),
+                         name="compose")  # fmt: skip
         self.task.progress.connect(lambda f: self.bar.setValue(int(f * 1000)))
         self.task.succeeded.connect(self._done)
         self.task.failed.connect(self._failed)
@@ -212,8 +208,6 @@ class ComposePage(QWidget):
         self.task = None
         self.cancel_btn.setEnabled(False)
         self.bar.setVisible(False)
-        for p in (self.ctx.library.root / ".composing").glob("*"):
-            os.unlink(p)  # leftovers of a cancel or failure (compose already removed its temp files)
         self.check_inputs()
 
     def _done(self, value) -> None:

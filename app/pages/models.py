@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext, ModelController
 from app.tasks import Task
-from engine.hub.library import EntryKind
+from engine.hub.library import EntryKind, LibraryError, MtpStatus
 from engine.gguf.inspect import human_size
 from engine.hub.download import discard_partial
 from engine.hub.files import FileGroup
@@ -319,13 +319,14 @@ class ModelsPage(QWidget):
             return
         lib = self.ctx.library
         head = None
+        notes: tuple[str, ...] = ()
         if e.pair:
             try:
                 head = lib.get(e.pair).path(lib.root)
-            except Exception:
-                head = None
-        source = "external" if head is not None and e.mtp == "none" else None
-        self.models.load(e.path(lib.root), head, source)
+            except LibraryError as err:  # the paired head was deleted or its record is broken
+                notes = (f"loaded without its MTP head: {err}",)
+        source = "external" if head is not None and e.mtp == MtpStatus.NONE else None
+        self.models.load(e.path(lib.root), head, source, notes=notes)
         if self.ctx.messages is not None:
             self.ctx.messages.status(f"Loading {e.name}…")
 

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.bridge import JobSignals
 from app.context import AppContext
 from app.widgets.charts import GREEN, ORANGE, BarChart, LineChart
 from engine.runtime import jobs as J
@@ -37,7 +38,7 @@ class PerformancePage(QWidget):
         super().__init__(parent)
         self.setObjectName("Page")
         self.ctx = ctx
-        self.job: int | None = None
+        self.job: JobSignals | None = None  # the generation being followed (any source)
         self.stats = GenerationStats()
         self.tps_points: list[tuple[float, float]] = []
         self.acc_points: list[tuple[float, float]] = []
@@ -46,14 +47,9 @@ class PerformancePage(QWidget):
         self._emitted = 0
         self._dirty = False
         self.speeds: dict[str, float] = {}  # "MTP off" / "MTP on" -> tok/s of the last reply each way
-        self.bench_job: int | None = None
+        self.bench_job: JobSignals | None = None
         self._build()
-        b = ctx.bridge
-        b.started.connect(self._on_started)
-        b.rounds.connect(self._on_rounds)
-        b.finished.connect(self._on_finished)
-        b.progress.connect(self._on_progress)
-        b.failed.connect(self._on_failed)
+        ctx.bridge.started.connect(self._on_started)
         self._timer = QTimer(self)
         self._timer.setInterval(200)
         self._timer.timeout.connect(self._redraw)
@@ -115,12 +111,17 @@ class PerformancePage(QWidget):
         grid.addWidget(bench, 2, 1)
         lay.addLayout(grid, 1)
         self.bench_btn.clicked.connect(self.run_bench)
-        self.bench_cancel.clicked.connect(lambda: self.ctx.bridge.cancel(self.bench_job) if self.bench_job else None)
+        self.bench_cancel.clicked.connect(lambda: self.bench_job.cancel() if self.bench_job else None)
 
     # ------------------------------------------------------------- live data
     def _on_started(self, jid: int, job: object) -> None:
         if isinstance(job, J.Generate):
-            self.job = jid
+            followed = self.ctx.bridge.follow(jid)
+            if followed is None:
+                return
+            self.job = followed
+            followed.rounds.connect(lambda rounds: self._on_rounds(followed, rounds))
+            followed.finished.connect(lambda result, cancelled: self._on_finished(followed, result))
             self.stats = GenerationStats()
             self.tps_points, self.acc_points = [], []
             self._recent.clear()
@@ -129,8 +130,8 @@ class PerformancePage(QWidget):
             self._mtp_on = job.mtp != "off" and job.temperature == 0
             self._dirty = True
 
-    def _on_rounds(self, jid: int, rounds: list) -> None:
-        if jid != self.job:
+    def _on_rounds(self, job: JobSignals, rounds: list) -> None:
+        if job is not self.job:  # a generation that another has since replaced
             return
         sums = self._recent_sums
         for r in rounds:
@@ -153,15 +154,13 @@ class PerformancePage(QWidget):
                 self.acc_points.append((r.t, sums[2] / sums[1]))
         self._dirty = True
 
-    def _on_finished(self, jid: int, result: object, cancelled: bool) -> None:
-        if jid == self.job and isinstance(result, J.GenerateResult):
+    def _on_finished(self, job: JobSignals, result: object) -> None:
+        if job is self.job and isinstance(result, J.GenerateResult):
             s = result.stats
             if s.generated > 8 and not s.sampled:
                 self.speeds["MTP on" if s.mtp == "on" else "MTP off"] = s.tokens_per_second
             self.stats = s
             self._dirty = True
-        if jid == self.bench_job:
-            self._bench_done(result, cancelled)
 
     # ------------------------------------------------------------------ draw
     def _redraw(self) -> None:
@@ -194,23 +193,24 @@ class PerformancePage(QWidget):
         if self.bench_job is not None:
             return
         fn = bench_job(parse_depths("0,1,2,3,auto"), list(DEFAULT_PROMPTS), self.bench_tokens.value(), self.bench_runs.value())
-        self.bench_job = self.ctx.bridge.submit(J.Call(fn, "bench")).id
+        job = self.bench_job = self.ctx.bridge.run(J.Call(fn, "bench"))
+        job.progress.connect(self._on_progress)
+        job.failed.connect(self._on_failed)
+        job.finished.connect(self._bench_done)
         self.bench_btn.setEnabled(False)
         self.bench_cancel.setEnabled(True)
         self.bench_bar.setVisible(True)
         self.bench_bar.setValue(0)
         self.bench_result.setText("Benchmarking… (the chat waits until it is done)")
 
-    def _on_progress(self, jid: int, fraction: float, message: str) -> None:
-        if jid == self.bench_job:
-            self.bench_bar.setValue(int(fraction * 100))
-            self.bench_bar.setFormat(message)
+    def _on_progress(self, fraction: float, message: str) -> None:
+        self.bench_bar.setValue(int(fraction * 100))
+        self.bench_bar.setFormat(message)
 
-    def _on_failed(self, jid: int, error: object) -> None:
-        if jid == self.bench_job:
-            self._bench_done(None, False)
-            if self.ctx.messages is not None:
-                self.ctx.messages.error("Benchmark failed", error)  # type: ignore[arg-type]
+    def _on_failed(self, error: object) -> None:
+        self._bench_done(None, False)
+        if self.ctx.messages is not None:
+            self.ctx.messages.error("Benchmark failed", error)  # type: ignore[arg-type]
 
     def _bench_done(self, result: object, cancelled: bool) -> None:
         self.bench_job = None

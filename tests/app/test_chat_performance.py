@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from engine.synth.demo import SENTENCE, demo_model_path
+from engine.synth.demo import SENTENCE
 from tests.app.conftest import load, wait_idle
 
 
-def test_two_turn_conversation_on_the_demo_model(qtbot, window):
-    load(qtbot, window, demo_model_path())
+def test_two_turn_conversation_on_the_constructed_demo(qtbot, window, fixtures):
+    load(qtbot, window, fixtures["constructed-demo"].path)
     chat = window.pages["chat"]
     for i, text in enumerate(["Hello!", "And then?"]):
         chat.input.setPlainText(text)
@@ -48,9 +48,9 @@ def test_graphs_follow_the_engine_stats(qtbot, window, fixtures):
     chat, perf = window.pages["chat"], window.pages["performance"]
     chat.depth.setCurrentText("3")
     results = []
-    window.ctx.bridge.finished.connect(lambda jid, res, c: results.append(res))
     chat.input.setPlainText("Graph me")
     chat.send()
+    chat.job.finished.connect(lambda res, _cancelled: results.append(res))
     wait_idle(qtbot, chat)
     window.show_page("performance")
     stats = results[-1].stats
@@ -66,6 +66,7 @@ def test_graphs_follow_the_engine_stats(qtbot, window, fixtures):
     chat.source.setCurrentIndex(chat.source.findData("off"))
     chat.input.setPlainText("Again without MTP")
     chat.send()
+    chat.job.finished.connect(lambda res, _cancelled: results.append(res))
     wait_idle(qtbot, chat)
     perf._redraw()
     assert perf.onoff_chart.labels() == ["MTP off", "MTP on"] and results[-1].stats.drafted == 0

@@ -25,8 +25,12 @@ def test_compose_two_fixture_files_from_the_page(qtbot, window, fixtures, tmp_pa
     page.target.set_path(str(fixtures["partial"].trunk))
     assert not page.compose_btn.isEnabled()
     page.head.set_path(str(tmp_path / "mtp-o.gguf"))  # another model's head: refused, in plain words
+    assert page.check.text() == "Checking the pair…"  # off the GUI thread
+    qtbot.waitUntil(lambda: "Not compatible" in page.check.text(), timeout=10000)
     assert "Not compatible: The head's vocabulary differs" in page.check.text() and not page.compose_btn.isEnabled()
+    assert page.compose() is None  # an unchecked or refused pair cannot be composed
     page.head.set_path(str(fixtures["partial"].head))
+    qtbot.waitUntil(page.compose_btn.isEnabled, timeout=10000)
     assert "Compatible: qwen35, 4 trunk blocks + 1 NextN block(s)" in page.check.text()
     qtbot.mouseClick(page.compose_btn, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.task is None, timeout=30000)
@@ -42,7 +46,7 @@ def test_compose_two_fixture_files_from_the_page(qtbot, window, fixtures, tmp_pa
 def test_compose_cancel_writes_nothing(qtbot, window, fixtures, monkeypatch):
     import threading
 
-    import engine.gguf.compose as compose_mod
+    import engine.hub.composing as compose_mod
 
     real, started, release = compose_mod.compose, threading.Event(), threading.Event()
 
@@ -55,6 +59,7 @@ def test_compose_cancel_writes_nothing(qtbot, window, fixtures, monkeypatch):
     page = window.pages["compose"]
     page.target.set_path(str(fixtures["random"].trunk))
     page.head.set_path(str(fixtures["random"].head))
+    qtbot.waitUntil(page.compose_btn.isEnabled, timeout=10000)
     task = page.compose()
     assert started.wait(30)
     qtbot.mouseClick(page.cancel_btn, Qt.MouseButton.LeftButton)
@@ -232,16 +237,48 @@ def test_migrates_old_settings(tmp_path):
 def test_bridge_coalesces_a_flood_of_tokens(qtbot, window):
     bridge = window.ctx.bridge
     got, emissions = [], []
-    bridge.tokens.connect(lambda jid, text, n: (got.append(text), emissions.append(n)))
 
     def flood(state, cancel, emit):
         for i in range(20000):
             emit(J.Tokens((i,), "x"))
 
-    with qtbot.waitSignal(bridge.finished, timeout=30000):
-        bridge.submit(J.Call(flood))
+    job = bridge.run(J.Call(flood))
+    job.tokens.connect(lambda text, n: (got.append(text), emissions.append(n)))
+    with qtbot.waitSignal(job.finished, timeout=30000):
+        pass
     assert "".join(got) == "x" * 20000 and sum(emissions) == 20000
     assert len(emissions) < 2000  # merged: the event loop saw far fewer updates than tokens
+
+
+def test_a_job_signals_only_its_own_events(qtbot, window):
+    """Per-job routing: two jobs at once, each listener hears its own job only; an
+    observer can follow a job it did not submit."""
+    bridge = window.ctx.bridge
+    heard = {"a": [], "b": [], "followed": []}
+
+    def say(word):
+        def fn(state, cancel, emit):
+            for _ in range(50):
+                emit(J.Tokens((1,), word))
+            return word
+
+        return fn
+
+    def on_started(jid, job):
+        if isinstance(job, J.Call) and job.label == "b":
+            bridge.follow(jid).tokens.connect(lambda text, n: heard["followed"].append(text))
+
+    bridge.started.connect(on_started)
+    a, b = bridge.run(J.Call(say("a"), "a")), bridge.run(J.Call(say("b"), "b"))
+    a.tokens.connect(lambda text, n: heard["a"].append(text))
+    b.tokens.connect(lambda text, n: heard["b"].append(text))
+    results = []
+    b.finished.connect(lambda result, cancelled: results.append(result))
+    qtbot.waitUntil(lambda: bool(results), timeout=30000)
+    bridge.started.disconnect(on_started)
+    assert set("".join(heard["a"])) == {"a"} and set("".join(heard["b"])) == {"b"}
+    assert "".join(heard["followed"]) == "b" * 50 and results == ["b"]
+    assert bridge.follow(a.id) is None  # ended: nothing left to follow
 
 
 def test_errors_reach_the_user_through_one_place(qtbot, window, tmp_path):
@@ -307,3 +344,34 @@ def test_exact_arithmetic_is_a_saved_choice_that_applies_after_a_restart(qtbot, 
     assert page.exact_note.text() == "takes effect after MTP Studio restarts"  # llama.cpp already ran here
     page.exact.setChecked(False)
     assert page.exact_note.text() == "" and json.loads(settings_path.read_text())["exact"] is False
+
+
+def test_fallbacks_are_told_not_silent(qtbot, window, fixtures):
+    """External MTP without a head loads with auto — and says so; an unload elsewhere
+    clears the loaded model from the window."""
+    with qtbot.waitSignal(window.models.notice, timeout=5000) as notice:
+        with qtbot.waitSignal(window.models.loaded, timeout=30000):
+            window.models.load(fixtures["partial"].path, None, "external")
+    assert "external MTP needs a head file" in notice.args[0]
+    assert "external MTP needs a head file" in window.statusBar().currentMessage()
+    assert window.models.current["mtp"] == "integrated"
+    with qtbot.waitSignal(window.models.unloaded, timeout=10000):
+        window.ctx.bridge.run(J.UnloadModel())
+    assert window.models.current is None and window.model_label.text() == "no model loaded"
+
+
+def test_a_model_whose_paired_head_is_gone_loads_and_says_so(qtbot, window, fixtures):
+    lib = window.ctx.library
+    model, head = lib.import_file(fixtures["partial"].trunk), lib.import_file(fixtures["partial"].head)
+    lib.pair(model.id, head.id)
+    import shutil
+
+    shutil.rmtree(head.folder(lib.root))  # removed behind the library's back
+    page = window.pages["models"]
+    page.refresh()
+    row = next(i for i in range(page.table.rowCount()) if page.table.item(i, 0).text() == model.name)
+    page.table.selectRow(row)
+    with qtbot.waitSignal(window.models.loaded, timeout=30000):
+        page.load_selected()
+    assert "loaded without its MTP head" in window.statusBar().currentMessage()
+    assert window.models.current["mtp"] == "off"
