@@ -147,6 +147,10 @@ class AdaptiveDepth:
         return max(range(len(rates)), key=rates.__getitem__)
 
     # ---------------------------------------------------------------- policy
+    @property
+    def idle(self) -> bool:
+        return not self._drafting and bool(self.depth_counts) and 1 in self.t_verify and self.off_tokens < self.probe_gap
+
     def next_depth(self) -> int:
         if 1 not in self.t_verify and self.t_verify:
             k = 0  # measure plain decoding once: every ratio is relative to it

@@ -46,6 +46,12 @@ class DepthPolicy(Protocol):
 
     def observe(self, r: RoundStats) -> None: ...
 
+    @property
+    def idle(self) -> bool:
+        """Drafting is off and will not resume before a probe: the prompt's MTP entries
+        can wait in the lag (only the newest are ever fed) instead of being fed now."""
+        ...
+
 
 class FixedDepth:
     def __init__(self, depth: int):
@@ -60,6 +66,10 @@ class FixedDepth:
 
     def observe(self, r: RoundStats) -> None:
         pass
+
+    @property
+    def idle(self) -> bool:
+        return False
 
 
 @dataclass
@@ -128,7 +138,9 @@ def generate(
         stats.seed = run.sampler.seed
     first = None if greedy else (lambda logits: run.sampler.sample(logits, len(prompt)))
     try:
-        pf = session.prefill(prompt, speculative=spec, cancel=cancel, choose_first=first)
+        idle = spec and params.depth is not None and params.depth.idle
+        pf = session.prefill(prompt, speculative=spec, cancel=cancel, choose_first=first,
+                             defer_mtp=CATCH_UP_LIMIT if idle else None)  # fmt: skip
     except Cancelled:
         stats.stop_reason = STOP_CANCELLED
         stats.prompt_ms = (time.perf_counter() - t0) * 1000

@@ -216,14 +216,22 @@ class Session:
 
     # ---------------------------------------------------------------- prefill
     def prefill(
-        self, prompt: list[int], *, speculative: bool, cancel: threading.Event | None, choose_first: Choose | None = None
+        self,
+        prompt: list[int],
+        *,
+        speculative: bool,
+        cancel: threading.Event | None,
+        choose_first: Choose | None = None,
+        defer_mtp: int | None = None,
     ) -> Prefill:
         """Bring the target (and MTP) context to ``prompt``, reusing the common prefix,
         and return the token after it: the greedy one, or ``choose_first(logits)``.
 
         With ``speculative`` the MTP entries of the prompt are fed chunk by chunk along
         with the target (so a cancel between chunks leaves both in step), and the entry
-        of the first generated token is left in :attr:`lag` for the first draft."""
+        of the first generated token is left in :attr:`lag` for the first draft. With
+        ``defer_mtp`` (drafting is off for now) they are not fed: the newest ``defer_mtp``
+        wait in the lag and older ones become holes, as after any stretch without drafts."""
         n = len(prompt)
         if n == 0:
             raise ValueError("empty prompt")
@@ -265,7 +273,7 @@ class Session:
             rows = self.decode_target(prompt[i : i + step], logits=LOGITS_LAST, hidden=use_mtp)
             if use_mtp:
                 assert rows is not None
-                self._feed_prompt_entries(prompt, i, prev, rows)
+                self._feed_prompt_entries(prompt, i, prev, rows, defer=defer_mtp)
         logits = self.target.logits(-1).copy()
         first = int(np.argmax(logits)) if choose_first is None else choose_first(logits)
         if use_mtp:
@@ -273,11 +281,14 @@ class Session:
             self.lag.append(first, self.last_hidden)
         return Prefill(c, n - c, first, logits)
 
-    def _feed_prompt_entries(self, prompt: list[int], pos: int, prev: np.ndarray | None, rows: np.ndarray) -> None:
+    def _feed_prompt_entries(
+        self, prompt: list[int], pos: int, prev: np.ndarray | None, rows: np.ndarray, *, defer: int | None = None
+    ) -> None:
         """Feed the MTP entries up to the end of the target chunk just decoded
-        (positions ``pos .. pos+len(rows)-1``, whose hidden states are ``rows``)."""
+        (positions ``pos .. pos+len(rows)-1``, whose hidden states are ``rows``); with
+        ``defer``, keep the newest ``defer`` of them in the lag instead."""
         end = pos + len(rows)
-        start = len(self.draft_tokens)
+        start = len(self.draft_tokens) + len(self.lag.tokens)
         if start >= end:
             return
         hidden = np.empty((end - start, self.n_embd), np.float32)
@@ -289,7 +300,14 @@ class Session:
             else:
                 assert p - 1 == pos - 1 and prev is not None, "hidden state of a kept position is unknown"
                 hidden[j] = prev
-        self.feed_draft(prompt[start:end], hidden, logits_last=False)
+        if defer is None:
+            self.feed_draft(prompt[start:end], hidden, logits_last=False)
+            return
+        self.lag.extend(prompt[start:end], hidden)
+        drop = len(self.lag.tokens) - defer
+        if drop > 0:
+            self.draft_tokens.extend([HOLE] * drop)
+            del self.lag.tokens[:drop], self.lag.hidden[:drop]
 
     # -------------------------------------------------------------------- lag
     def sync_draft(self, *, logits_last: bool, keep_last: int | None = None) -> None:

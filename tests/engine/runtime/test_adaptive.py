@@ -9,7 +9,7 @@ import random
 import pytest
 
 from engine.runtime.adaptive import PROBE_MAX, PROBE_MIN, AdaptiveDepth
-from engine.runtime.decoder import DecodeParams, generate
+from engine.runtime.decoder import DecodeParams, FixedDepth, generate
 from engine.runtime.loader import LoadSpec, MtpSource, load
 from engine.runtime.stats import RoundStats
 from engine.synth.qwen35 import Qwen35Spec, build_model
@@ -221,3 +221,32 @@ def test_a_policy_round_trips_through_its_state():
     _simulate(p, 60, lambda i, a: i < 2, lambda n: 10 + 2 * n)
     q = AdaptiveDepth.from_state(4, json.loads(json.dumps(p.state())))
     assert q.state() == p.state() and q.best_depth() == p.best_depth()
+
+
+def test_an_idle_policy_defers_the_prompts_mtp_entries(fixtures):
+    """While drafting is off, a new prompt's MTP entries are not fed (older ones become
+    holes, the newest wait in the lag for a probe) — and the output is unchanged."""
+    from engine.runtime.decoder import CATCH_UP_LIMIT
+    from engine.runtime.session import HOLE
+
+    lm = load_fixture(fixtures["random"], "integrated", max_depth=6)
+    plain = load_fixture(fixtures["random"], "off")
+    try:
+        policy = AdaptiveDepth(6)
+        _chosen_after_warmup(lm, policy, PROMPTS[:2])
+        assert policy.idle
+        prompt = lm.model.tokenize(" ".join(PROMPTS) * 3)
+        s = lm.session
+        fed_before = len([t for t in s.draft_tokens if t != HOLE])
+        g = generate(s, prompt, DecodeParams(max_tokens=8, depth=policy, ignore_eog=True))
+        fed_after = len([t for t in s.draft_tokens if t != HOLE])
+        # none of the ~100 prompt entries was fed; at most the newest wait in the lag
+        assert fed_after - fed_before <= CATCH_UP_LIMIT and len(prompt) > 3 * CATCH_UP_LIMIT
+        assert s.draft_tokens.count(HOLE) >= len(prompt) - 2 * CATCH_UP_LIMIT
+        ref = generate(plain.session, prompt, DecodeParams(max_tokens=8, ignore_eog=True))
+        assert g.tokens == ref.tokens
+        # a fixed depth never defers
+        assert not FixedDepth(2).idle
+    finally:
+        lm.close()
+        plain.close()
