@@ -41,7 +41,7 @@ class ModelConfig:
     full_attention_interval: int = 4
     n_head: int = 4
     n_head_kv: int = 2
-    head_dim: int = 48
+    head_dim: int = 64  # a multiple of 32: exact mode's Q8_0 KV cache needs whole blocks per head
     ssm_state: int = 32  # head_k_dim == head_v_dim
     ssm_heads: int = 4  # key heads == value heads (no head repeat: the simplest mapping to ggml)
     ssm_conv: int = 4

@@ -26,8 +26,8 @@ class Preset:
 
 
 PRESETS = {
-    # the shipped demo: 3.8M parameters, ~85 minutes on one CPU thread
-    "demo": Preset(vocab_size=4096, train=TrainConfig(steps=3000)),
+    # the shipped demo: 3.9M parameters, ~75 minutes on one CPU thread
+    "demo": Preset(vocab_size=4096, train=TrainConfig(steps=2400)),
     # CI's smoke run: a few steps of a tiny model on a few files, then export and parity
     "smoke": Preset(
         vocab_size=400,
@@ -120,3 +120,62 @@ def parity(out: Path, gguf: Path):
 
     model, _ = load_trained(out)
     return check(model, tk.load(out / "tokenizer.json"), gguf, PARITY_TEXT)
+
+
+def _cpu_name() -> str:
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def ship(out: Path, dest: Path, *, dtype: str = "q8_0") -> dict:
+    """Export the finished model to ``dest`` (the bundled demo), check an F32 export's
+    parity with llama.cpp first, and write ``dest``'s provenance manifest beside it
+    (``demo.json``: digest, how it was made, held-out figures)."""
+    import hashlib
+    import platform
+
+    import tokenizers
+    import torch
+
+    from training.train import evaluate, load_trained
+
+    f32 = export_gguf(out, out / "model-f32.gguf", dtype="f32")
+    report = parity(out, f32)
+    if not report.ok:
+        raise SystemExit(f"parity with llama.cpp failed, not shipping: {json.dumps(report.to_json())}")
+    export_gguf(out, dest, dtype=dtype)
+    model, state = load_trained(out)
+    cfg = TrainConfig(**state["train_config"])
+    held = evaluate(model, data.eval_windows(np.load(out / "held_out.npy"), cfg.seq_len, 10**6))
+    manifest = {
+        "file": dest.name,
+        "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
+        "bytes": dest.stat().st_size,
+        "weights": dtype,
+        "parameters": count_parameters(model),
+        "model": state["model_config"],
+        "training": {
+            "train_config": state["train_config"],
+            "steps": state["step"],
+            "seconds": round(state["elapsed"]),
+            "torch": torch.__version__,
+            "tokenizers": tokenizers.__version__,
+            "threads": 1,
+            "cpu": _cpu_name(),
+            "machine": platform.machine(),
+        },
+        "corpus": json.loads((out / "corpus.json").read_text()),
+        "held_out": {k: round(v, 4) for k, v in held.items()},
+        "parity_f32": report.to_json(),
+        "retrain": "pip install -e '.[train]' && python -m training all --out build/train-demo && "
+                   f"python -m training ship --out build/train-demo --gguf {dest}",
+    }  # fmt: skip
+    data.save_json(dest.with_suffix(".json"), manifest)
+    return manifest

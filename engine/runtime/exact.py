@@ -74,3 +74,24 @@ def build_uses_llamafile(system_info: str) -> bool:
 
 
 FLOAT_WEIGHTS = ("F32", "F16", "BF16")
+
+
+#: exact mode's KV cache type (Q8_0) stores 32 values per block
+KV_BLOCK = 32
+
+
+def head_dims_problem(header) -> str | None:
+    """Why exact mode cannot run this model (its KV cache is Q8_0, so every attention
+    head must be a whole number of 32-value blocks), or None. ``header``: a GGUF header."""
+    arch = header.architecture
+    n_embd, heads = header.get(f"{arch}.embedding_length"), header.get(f"{arch}.attention.head_count")
+    default = n_embd // heads if isinstance(n_embd, int) and isinstance(heads, int) and heads else None
+    k = header.get(f"{arch}.attention.key_length", default)
+    v = header.get(f"{arch}.attention.value_length", default)
+    bad = [d for d in (k, v) if isinstance(d, int) and d % KV_BLOCK]
+    if not bad:
+        return None
+    return (
+        f"Exact mode keeps the KV cache as Q8_0, which needs attention heads a multiple of {KV_BLOCK} wide; "
+        f"this model's heads are {k} (keys) and {v} (values) wide. Turn exact mode off for this model."
+    )

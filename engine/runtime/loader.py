@@ -156,6 +156,8 @@ def load(
             f"(or set {exact_mod.EXACT_ENV}=1), or switch it on in the app and restart it."
         )
     target_set, facts = _checked(spec.path, "The model")
+    if spec.exact and (problem := exact_mod.head_dims_problem(target_set.first)):
+        raise InvalidSettingError(problem)
     head_set = head_facts = None
     if spec.head is not None and spec.mtp != MtpSource.OFF:
         head_set, head_facts = _checked(spec.head, "The MTP head")

@@ -36,3 +36,18 @@ def test_seed_minus_one_means_random(fixtures):
 def test_serve_refuses_a_tiny_context_at_start(fixtures):
     r = mtp_studio("serve", "--model", str(fixtures["partial"].path), "--ctx", "4", "--port", "0", timeout=60)
     assert r.returncode == 1 and "at least 64" in r.stderr
+
+
+def test_exact_mode_refuses_heads_its_kv_cache_cannot_hold(tmp_path):
+    """Exact mode's Q8_0 KV cache needs heads a multiple of 32 wide: a 48-wide model gets
+    that explanation, not llama.cpp's "could not create the context"."""
+    from dataclasses import replace
+
+    from engine.synth.qwen35 import build_model
+    from tests.models import RECIPES
+
+    build_model(replace(RECIPES["full"], head_dim=48, n_embd=192), tmp_path / "h48.gguf")
+    proc = mtp_studio("generate", "--model", str(tmp_path / "h48.gguf"), "--prompt", "hi", "--max-tokens", "4", "--exact")
+    assert proc.returncode == 1 and "multiple of 32 wide" in proc.stderr and "48 (keys)" in proc.stderr
+    ok = mtp_studio("generate", "--model", str(tmp_path / "h48.gguf"), "--prompt", "hi", "--max-tokens", "4")
+    assert ok.returncode == 0, ok.stderr
