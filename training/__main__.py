@@ -4,6 +4,8 @@
   python -m training train --out DIR --minutes 30    # stop after 30 min; run again to resume
   python -m training export --out DIR --gguf resources/demo.gguf
   python -m training parity --out DIR --gguf F.gguf
+  python -m training ship --out DIR --gguf resources/demo.gguf --dtype q8_0
+                                          # parity-checked export + resources/demo.json
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m training", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("step", choices=["prepare", "train", "export", "parity", "all"])
+    p.add_argument("step", choices=["prepare", "train", "export", "parity", "all", "ship"])
     p.add_argument("--out", type=Path, required=True, help="working folder (checkpoints, tokenizer, logs)")
     p.add_argument("--preset", choices=sorted(pl.PRESETS), default="demo")
     p.add_argument("--minutes", type=float, default=None, help="pause training after this long (resume later)")
@@ -36,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         pl.run_training(a.out, preset, minutes=a.minutes)
     if a.step in ("export", "all"):
         print(f"wrote {pl.export_gguf(a.out, gguf, dtype=a.dtype)}")
+    if a.step == "ship":
+        m = pl.ship(a.out, gguf, dtype=a.dtype)
+        print(json.dumps({k: m[k] for k in ("file", "sha256", "bytes", "held_out")}))
+        return 0
     if a.step in ("parity", "all"):
         r = pl.parity(a.out, gguf)
         print(json.dumps(r.to_json()))
