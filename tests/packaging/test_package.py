@@ -105,7 +105,8 @@ def test_frozen_self_test_passes_and_writes_only_to_the_user_folders(package, tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("mtp-studio self-test: ok"), line
-    assert "greedy == MTP: True" in line and "frozen True" in line, line
+    # identical, or different only at near-ties within the measured batch noise (README)
+    assert ("greedy == MTP: yes" in line or "near-ties within batch noise" in line) and "frozen True" in line, line
     assert snapshot(package.folder) == before, "the frozen app wrote inside its own folder"
     # the probe's cache went where a source install keeps it
     assert (tmp_path / "cache" / "mtp-studio" / "load-probe.json").is_file()

@@ -1,0 +1,85 @@
+"""The bundled demo's figures, for the README and release notes: how it was trained
+(from ``resources/demo.json``), the A/B benchmark on code prompts (tok/s plain vs MTP at
+depths 1-3 and auto, acceptance by draft position), and unedited greedy samples. Prints
+figures; not a test.
+
+    python -m benchmarks.demo [--runs 3] [--tokens 128] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.synth.demo import demo_manifest_path, demo_model_path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ROOT / "benchmarks" / "demo_prompts.json"
+SAMPLES = (
+    ("code completion", "prompt", 'def read_lines(path):\n    """Return the lines of the text file at path."""\n'),
+    ("docstring-style answer", "chat", "What does the function os.path.join do?"),
+    ("chat reply", "chat", "Hello! What can you do?"),
+)
+
+
+def samples(tokens: int) -> list[dict]:
+    from engine.runtime import jobs as J
+    from engine.runtime.engine import Engine
+    from engine.runtime.loader import LoadSpec
+
+    out = []
+    with Engine() as eng:
+        eng.submit(J.LoadModel(LoadSpec(demo_model_path()))).result(120)
+        for kind, how, text in SAMPLES:
+            job = (J.Generate(prompt=text, max_tokens=tokens, draft_depth="auto") if how == "prompt" else
+                   J.Generate(messages=[{"role": "user", "content": text}], max_tokens=tokens, draft_depth="auto"))  # fmt: skip
+            r = eng.submit(job).result(120)
+            out.append({"kind": kind, "input": text, "output": r.text, "finish_reason": r.finish_reason,
+                        "acceptance": r.stats.acceptance})  # fmt: skip
+    return out
+
+
+def ab(runs: int, tokens: int) -> dict:
+    cmd = [sys.executable, "-m", "app.launcher", "bench", "--model", str(demo_model_path()), "--prompts", str(PROMPTS),
+           "--depths", "0,1,2,3,auto", "--runs", str(runs), "--max-tokens", str(tokens), "--json"]  # fmt: skip
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="benchmarks.demo")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    manifest = json.loads(demo_manifest_path().read_text())
+    body = {"manifest": {k: manifest[k] for k in ("sha256", "bytes", "weights", "parameters", "held_out", "training")},
+            "ab": ab(a.runs, a.tokens), "samples": samples(96)}  # fmt: skip
+    if a.json:
+        print(json.dumps(body))
+        return 0
+    t = manifest["training"]
+    print(f"demo: {manifest['parameters']:,} parameters, {manifest['weights']}, {manifest['bytes']:,} bytes; "
+          f"trained {t['steps']} steps in {t['seconds'] / 60:.1f} min on one thread of {t['cpu']} (torch {t['torch']})")  # fmt: skip
+    h = manifest["held_out"]
+    print(f"held-out: trunk loss {h['trunk_loss']:.4f}, MTP loss {h['mtp_loss']:.4f}, "
+          f"MTP top-1 = trunk top-1 on {h['mtp_agreement'] * 100:.1f}% of positions")  # fmt: skip
+    print(f"{'depth':>6} {'tok/s':>9} {'speedup':>8} {'accept':>7} {'mean len':>9}  acceptance by position  identical")
+    for arm in body["ab"]["arms"]:
+        pos = ", ".join(f"{x:.2f}" for x in arm["acceptance_by_position"]) or "-"
+        print(f"{arm['depth']:>6} {arm['tokens_per_second_median']:9.1f} {arm['speedup']:7.2f}x {arm['acceptance']:7.2f} "
+              f"{arm['mean_accept_len']:9.2f}  {pos:<22}  {arm['identical']}")  # fmt: skip
+        if arm["depth"] == "auto" and arm.get("depth_choices"):
+            print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in arm["depth_choices"].items()))
+    for s in body["samples"]:
+        print(f"\n--- {s['kind']} (acceptance {s['acceptance']:.2f}, {s['finish_reason']})\n>>> {s['input']}\n{s['output']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
