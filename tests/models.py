@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.synth.demo import CONSTRUCTED_DEMO_SPEC
 from engine.synth.qwen35 import BuiltModel, Qwen35Spec, build_model
 
 RECIPES: dict[str, Qwen35Spec] = {
@@ -24,6 +25,8 @@ RECIPES: dict[str, Qwen35Spec] = {
     ),
     # constructed, with a chain that ends in <|im_end|>: end-of-generation stops
     "eos": Qwen35Spec(name="fixture eos", weights="constructed", seed=14, end_chain_at=60),
+    # the bundled demo before the trained one: answers every chat with one known sentence
+    "constructed-demo": CONSTRUCTED_DEMO_SPEC,
 }
 
 

@@ -3,8 +3,7 @@
     python -m tools.screenshots docs/screenshots
 
 Builds a realistic state first: the bundled (trained) demo model in a two-turn chat, then
-code completions on it with MTP (auto depth), without, and with again for the Performance
-page; a constructed model and its head in the library, a compatible pair on the Compose
+replies on it with MTP (depth 3), without, and with again for the Performance page; a constructed model and its head in the library, a compatible pair on the Compose
 page, and the endpoint serving a few requests.
 """
 
@@ -61,7 +60,7 @@ def main() -> int:
     w.pages["models"].table.selectRow(0)
 
     chat = w.pages["chat"]
-    for text in ("Hello! What can you do?", "What is speculative decoding?"):
+    for text in ("Hello!", "What is MTP?"):
         chat.input.setPlainText(text)
         chat.send()
         until(lambda: chat.job is None)
@@ -69,14 +68,13 @@ def main() -> int:
     wait(300)
     w.grab().save(str(out / "chat.png"))
 
-    ctx.settings.chat.max_tokens = 160
-    chat.depth.setCurrentText("auto")
+    ctx.settings.chat.max_tokens = 200
+    chat.depth.setCurrentText("3")  # a fixed depth, so the position chart has three bars
     asks = (
-        ("auto", "What does the function json.dumps do?"),
-        ("auto", "What is the signature of os.path.join?"),
-        ("off", "What does the function shutil.copyfile do?"),
-        ("auto", "What is the signature of textwrap.dedent?"),
-        ("auto", "What does the class collections.Counter do?"),
+        ("auto", "Who are you?"),
+        ("off", "Write a Python class for a stack."),
+        ("auto", "What is speculative decoding?"),
+        ("auto", "Write a Python class for a stack."),
     )
     for source, text in asks:
         if chat.source.currentData() != source:
