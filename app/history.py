@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from engine.fileio import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +132,7 @@ class ChatStore:
             first = next((m["content"] for m in conv.messages if m["role"] == "user"), "")
             if first.strip():
                 conv.title = " ".join(first.split())[:60]
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self._path(conv.id)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(conv), indent=1), encoding="utf-8")
-        tmp.replace(path)
+        write_json_atomic(self._path(conv.id), asdict(conv), indent=1)
 
     def delete(self, conv_id: str) -> None:
         self._path(conv_id).unlink(missing_ok=True)

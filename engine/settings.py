@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import BadSettingsFile
+from engine.fileio import write_atomic, write_json_atomic
 from engine.paths import config_dir
 
 log = logging.getLogger(__name__)
@@ -225,19 +225,8 @@ def load_checked(path: Path | None = None) -> tuple[Settings, list[str]]:
 
 
 def _copy_aside(path: Path, bad: Path) -> None:
-    tmp = bad.with_name(f".{bad.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(path.read_bytes())
-    os.chmod(tmp, 0o600)
-    tmp.replace(bad)
+    write_atomic(bad, path.read_bytes(), mode=0o600)
 
 
 def save(settings: Settings, path: Path | None = None) -> None:
-    path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(asdict(settings), f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    write_json_atomic(path or settings_path(), asdict(settings), indent=2, mode=0o600)

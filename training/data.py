@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.fileio import write_atomic
 from training.corpus import EOT, Document
 
 #: how many times each source is repeated in the training stream (chat is rare in the
@@ -57,6 +58,4 @@ def eval_windows(stream: np.ndarray, length: int, limit: int) -> np.ndarray:
 
 
 def save_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(obj, indent=1) + "\n")

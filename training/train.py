@@ -14,6 +14,7 @@ triangular solves are much slower with two threads).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import time
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.fileio import write_atomic
 from training.data import Windows, eval_windows
 from training.model import ModelConfig, Qwen35
 
@@ -107,9 +109,9 @@ def _optimizer(model: Qwen35, cfg: TrainConfig, frozen_trunk: bool) -> torch.opt
 
 
 def _save(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    torch.save(obj, tmp)
-    tmp.replace(path)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    write_atomic(path, buf.getvalue(), fsync=False)
 
 
 def train(

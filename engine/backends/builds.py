@@ -27,6 +27,7 @@ from pathlib import Path
 
 from engine.backends.plan import Plan
 from engine.errors import BuildError, Cancelled
+from engine.fileio import write_json_atomic
 from engine.paths import backends_dir
 
 LLAMA_CPP_VERSION = "0.3.36"
@@ -89,11 +90,8 @@ def load_manifest() -> Manifest:
 
 
 def save_manifest(m: Manifest) -> None:
-    path = _manifest_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".manifest.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"version": m.version, "selected": m.selected, "builds": [asdict(b) for b in m.builds]}, indent=2))
-    tmp.replace(path)
+    write_json_atomic(_manifest_path(), {"version": m.version, "selected": m.selected, "builds": [asdict(b) for b in m.builds]},
+                      indent=2)  # fmt: skip
 
 
 def selected_lib_dir() -> str | None:

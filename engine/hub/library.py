@@ -21,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from engine.errors import DiskSpaceError, GGUFError, LibraryError, MtpStudioError
+from engine.fileio import write_json_atomic
 from engine.gguf.filecopy import Copier, check_space, commit, discard, temp_path
 from engine.gguf.inspect import summarize
 from engine.gguf.shards import open_set
@@ -101,14 +102,6 @@ def _entry_from(d: object, folder_name: str | None = None) -> Entry:
 def _slug(text: str) -> str:
     s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
     return s[:80] or "model"
-
-
-def _atomic_json(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 def describe(first_file: Path) -> tuple[str, str, dict]:
@@ -219,12 +212,12 @@ class Library:
             added = folder.stat().st_mtime
         e = Entry(folder.name, name or summary.get("name") or folder.name, files, kind, mtp, size, provenance, summary,
                   pair=pair, added=added)  # fmt: skip
-        _atomic_json(folder / "entry.json", asdict(e))
+        write_json_atomic(folder / "entry.json", asdict(e), indent=2)
         return e
 
     def _save(self, entries: list[Entry]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        _atomic_json(self._index, {"version": INDEX_VERSION, "entries": [asdict(e) for e in entries]})
+        write_json_atomic(self._index, {"version": INDEX_VERSION, "entries": [asdict(e) for e in entries]}, indent=2)
 
     def get(self, key: str) -> Entry:
         """An entry by id or by name (unique)."""
@@ -282,7 +275,7 @@ class Library:
                 kind, mtp, summary = describe(staging / names[0])
                 size = sum((staging / n).stat().st_size for n in names)
                 e = Entry(eid, name, list(names), kind, mtp, size, provenance, summary, added=time.time())
-                _atomic_json(staging / "entry.json", asdict(e))
+                write_json_atomic(staging / "entry.json", asdict(e), indent=2)
                 staging.rename(self.root / eid)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -293,7 +286,7 @@ class Library:
 
     def update(self, entry: Entry) -> None:
         with self._lock:
-            _atomic_json(self.root / entry.id / "entry.json", asdict(entry))
+            write_json_atomic(self.root / entry.id / "entry.json", asdict(entry), indent=2)
             self._save([entry if x.id == entry.id else x for x in self.entries()])
 
     def import_file(
@@ -351,7 +344,7 @@ class Library:
                     continue
                 if x.pair == e.id:
                     x.pair = None
-                    _atomic_json(self.root / x.id / "entry.json", asdict(x))
+                    write_json_atomic(self.root / x.id / "entry.json", asdict(x), indent=2)
                 remaining.append(x)
             self._save(remaining)
             return e

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from engine.childproc import ChildOutcome, run_child
 from engine.errors import ModelLoadError, NativeCrashError
+from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
 
 PROBE_VERSION = 2
@@ -113,11 +114,7 @@ def _read_cache() -> dict:
 def _remember(key: str, verdict: LoadVerdict) -> None:
     cache = _read_cache()
     cache[key] = {"use_extra_bufts": verdict.use_extra_bufts, "fallbacks": verdict.fallbacks}
-    path = _cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(cache))
-    tmp.replace(path)
+    write_json_atomic(_cache_file(), cache, fsync=False)
 
 
 def _cached(key: str) -> LoadVerdict | None:

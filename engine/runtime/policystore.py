@@ -14,10 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import threading
 from pathlib import Path
 
+from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
 from engine.runtime.adaptive import AdaptiveDepth
 from engine.runtime.loadprobe import build_identity, file_identity
@@ -46,9 +45,6 @@ def load_policy(path: Path, max_depth: int) -> AdaptiveDepth:
 
 def save_policy(path: Path, policy: AdaptiveDepth) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(policy.state()))
-        tmp.replace(path)
+        write_json_atomic(path, policy.state(), fsync=False)
     except OSError as e:  # learning is an optimisation: never fail a request over it
         log.warning("could not save the adaptive policy: %s", e)
