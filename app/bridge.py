@@ -69,8 +69,7 @@ class EngineBridge(QObject):
         self._pending: list[tuple[JobHandle, J.Event]] = []
         self._scheduled = False
         self._last_flush = 0.0
-        self._jobs: dict[int, JobSignals] = {}
-        self._started_handle: JobHandle | None = None  # while `started` is being emitted
+        self._jobs: dict[int, JobSignals] = {}  # submitted or started, not ended
         self._wake.connect(self._flush_soon, Qt.ConnectionType.QueuedConnection)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -96,13 +95,9 @@ class EngineBridge(QObject):
         return signals
 
     def follow(self, job_id: int) -> JobSignals | None:
-        """A running job's signals: from a ``started`` handler, also for jobs submitted
-        elsewhere (the endpoint's); None once the job has ended."""
-        js = self._jobs.get(job_id)
-        h = self._started_handle
-        if js is None and h is not None and h.id == job_id:
-            js = self._jobs[job_id] = JobSignals(h, self)
-        return js
+        """A started job's signals, whoever submitted it (the endpoint too); None once it
+        has ended."""
+        return self._jobs.get(job_id)
 
     def models(self) -> dict[str, dict]:
         return self.engine.models()
@@ -143,10 +138,9 @@ class EngineBridge(QObject):
             elif isinstance(ev, J.Round):
                 rounds.setdefault(jid, []).append(ev.stats)
             elif isinstance(ev, J.Started):
-                # a started handler may call follow(jid) to get this job's signals
-                self._started_handle = handle
+                if jid not in self._jobs:  # submitted elsewhere: signals for observers
+                    self._jobs[jid] = JobSignals(handle, self)
                 self.started.emit(jid, handle.job)
-                self._started_handle = None
             elif isinstance(ev, J.Progress):
                 js = self._jobs.get(jid)
                 if js is not None:

@@ -117,8 +117,7 @@ class PerformancePage(QWidget):
     def _on_started(self, jid: int, job: object) -> None:
         if isinstance(job, J.Generate):
             followed = self.ctx.bridge.follow(jid)
-            if followed is None:
-                return
+            assert followed is not None  # a started job has signals until it ends
             self.job = followed
             followed.rounds.connect(lambda rounds: self._on_rounds(followed, rounds))
             followed.finished.connect(lambda result, cancelled: self._on_finished(followed, result))
