@@ -97,13 +97,22 @@ def run_training(out: Path, preset: Preset, *, minutes: float | None = None):
                     deadline=deadline, log=log)  # fmt: skip
 
 
-def export_gguf(out: Path, gguf: Path, *, dtype: str = "f16", name: str = "MTP Studio demo (trained)") -> Path:
-    from training.export import export
+def load_finished(out: Path):
+    """(model, checkpoint state) of a finished run in ``out``."""
     from training.train import load_trained
 
     model, state = load_trained(out)
     if state["step"] < state["train_config"]["steps"]:
         raise SystemExit(f"training stopped at step {state['step']} of {state['train_config']['steps']}: resume it first")
+    return model, state
+
+
+def export_gguf(out: Path, gguf: Path, *, dtype: str = "f16", name: str = "MTP Studio demo (trained)", model=None) -> Path:
+    """Write the finished model of ``out`` (or ``model``, already loaded from it) to ``gguf``."""
+    from training.export import export
+
+    if model is None:
+        model, _ = load_finished(out)
     vocab = tk.to_vocab(tk.load(out / "tokenizer.json"))
     meta = json.loads((out / "corpus.json").read_text())
     extra = (
@@ -114,11 +123,12 @@ def export_gguf(out: Path, gguf: Path, *, dtype: str = "f16", name: str = "MTP S
     return export(model, vocab, gguf, name=name, dtype=dtype, extra_kv=extra)  # type: ignore[arg-type]
 
 
-def parity(out: Path, gguf: Path):
+def parity(out: Path, gguf: Path, model=None):
     from training.parity import check
     from training.train import load_trained
 
-    model, _ = load_trained(out)
+    if model is None:
+        model, _ = load_trained(out)
     return check(model, tk.load(out / "tokenizer.json"), gguf, PARITY_TEXT)
 
 
@@ -144,14 +154,14 @@ def ship(out: Path, dest: Path, *, dtype: str = "q8_0") -> dict:
     import tokenizers
     import torch
 
-    from training.train import evaluate, load_trained
+    from training.train import evaluate
 
-    f32 = export_gguf(out, out / "model-f32.gguf", dtype="f32")
-    report = parity(out, f32)
+    model, state = load_finished(out)
+    f32 = export_gguf(out, out / "model-f32.gguf", dtype="f32", model=model)
+    report = parity(out, f32, model)
     if not report.ok:
         raise SystemExit(f"parity with llama.cpp failed, not shipping: {json.dumps(report.to_json())}")
-    export_gguf(out, dest, dtype=dtype)
-    model, state = load_trained(out)
+    export_gguf(out, dest, dtype=dtype, model=model)
     cfg = TrainConfig(**state["train_config"])
     held = evaluate(model, data.eval_windows(np.load(out / "held_out.npy"), cfg.seq_len, 10**6))
     manifest = {
