@@ -171,15 +171,15 @@ def check_compatible(target: ModelSet, head: ModelSet) -> tuple[str, int, int, i
             raise ComposeError(
                 f"The target already has NextN tensors ({tensor.name}); it needs no head", code="target_has_nextn"
             )
-    if h.architecture == arch:  # type checks first: the pairing rule reads these as numbers
-        _u32(h, f"{arch}.block_count", "head")
+    hb = 0
+    if h.architecture == arch:  # type errors first: the pairing rule reads these as numbers
+        hb = _u32(h, f"{arch}.block_count", "head")
         _u32(h, f"{arch}.nextn_predict_layers", "head", 0)
     try:
         pairing = check_pair(Summary.of_set(target), Summary.of_set(head))
     except PairingError as e:
         raise ComposeError(str(e), code=e.code) from None
-    hb = _u32(h, f"{arch}.block_count", "head")
-    k = pairing.nextn_layers
+    k = pairing.nextn_layers  # the pairing rule passed: same architecture, so hb was read
     head_trunk = hb - k
     if head_trunk != n:
         warnings.append(f"the head was made for a {head_trunk}-layer trunk; the target has {n} (renumbered)")
