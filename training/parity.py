@@ -1,5 +1,6 @@
 """Does llama.cpp run the exported GGUF as PyTorch runs the model? Tokenization, trunk
-logits, and the MTP acceptance of a real speculative run through the app's engine."""
+logits, and the MTP acceptance of a real speculative run — all through the app's own
+runtime (``engine.runtime``), as the app will run the file."""
 
 from __future__ import annotations
 
@@ -57,28 +58,29 @@ def simulate_depth1(agree: np.ndarray, first: int, n_generate: int) -> tuple[int
 
 
 def check(model: Qwen35, tokenizer, gguf: Path, text: str, *, generate: int = 64) -> ParityReport:
-    from llama_cpp import Llama
-
-    from engine.runtime import jobs as J
-    from engine.runtime.engine import Engine
-    from engine.runtime.loader import LoadSpec
+    """Run ``gguf`` through the app's own runtime (tokenizer, one batch of logits, a depth-1
+    speculative generation) and compare each with ``model``."""
+    from engine.runtime.batch import LOGITS_ALL
+    from engine.runtime.decoder import DecodeParams, FixedDepth, generate as decode
+    from engine.runtime.loader import LoadSpec, MtpSource, load
 
     ids = tokenizer.encode(text).ids
-    llm = Llama(str(gguf), n_ctx=max(256, len(ids) + 8), logits_all=True, verbose=False, n_threads=1)
+    lm = load(LoadSpec(gguf, mtp=MtpSource.INTEGRATED, n_ctx=max(512, len(ids) + generate + 16), max_draft_depth=1,
+                       n_threads=1, probe=False))  # fmt: skip
     try:
-        lids = llm.tokenize(text.encode(), add_bos=False, special=True)
-        llm.eval(ids)
-        ref = np.array(llm.scores[: len(ids)])
+        theirs = lm.model.tokenize(text)
+        s = lm.session
+        s.reset()
+        s.decode_target(list(ids), logits=LOGITS_ALL, hidden=False)
+        ref = np.stack([s.target.logits(i) for i in range(len(ids))])
+        s.reset()
+        g = decode(s, list(ids), DecodeParams(max_tokens=generate, depth=FixedDepth(1), ignore_eog=True))
     finally:
-        llm.close()
+        lm.close()
     model.eval()
     with torch.no_grad():
         ours = model.output(model.trunk(torch.tensor([ids])))[0].numpy()
-
-    with Engine() as eng:
-        eng.submit(J.LoadModel(LoadSpec(gguf, n_ctx=max(512, len(ids) + generate + 16)))).result(120)
-        r = eng.submit(J.Generate(prompt=list(ids), max_tokens=generate, draft_depth=1, ignore_eog=True)).result(300)
-    seq = list(ids) + list(r.tokens)
+    seq = list(ids) + list(g.tokens)
     with torch.no_grad():
         x = torch.tensor([seq])
         h = model.trunk(x)
@@ -87,17 +89,17 @@ def check(model: Qwen35, tokenizer, gguf: Path, text: str, *, generate: int = 64
     n = len(ids)
     greedy_equal = all(int(greedy[t - 1]) == seq[t] for t in range(n, len(seq)))
     agree = np.array([int(draft[t]) == seq[t + 2] for t in range(len(seq) - 2)] + [False, False])
-    exp_d, exp_a = simulate_depth1(agree, n, len(r.tokens))
+    exp_d, exp_a = simulate_depth1(agree, n, len(g.tokens))
     return ParityReport(
-        tokens_equal=lids == ids,
+        tokens_equal=theirs == ids,
         n_tokens=len(ids),
         max_abs_logit_diff=float(np.abs(ref - ours).max()),
         logit_scale=float(np.abs(ref).max()),
         argmax_equal=bool((ref.argmax(-1) == ours.argmax(-1)).all()),
-        generated=len(r.tokens),
+        generated=len(g.tokens),
         greedy_equal=greedy_equal,
-        drafted=r.stats.drafted,
-        accepted=r.stats.accepted,
+        drafted=g.stats.drafted,
+        accepted=g.stats.accepted,
         expected_drafted=exp_d,
         expected_accepted=exp_a,
     )

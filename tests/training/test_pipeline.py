@@ -69,16 +69,16 @@ def test_parity_notices_a_model_that_differs(smoke_run):
 
 
 def test_tokenizer_matches_llama_cpp_on_awkward_text(smoke_run):
-    from llama_cpp import Llama
+    from engine.runtime.loader import LoadSpec, load
 
     out, gguf = smoke_run
     tok = pl.tk.load(out / "tokenizer.json")
     text = "Ünïcödé — 12345 x=1\r\n\tdon't  WE'LL   <|im_start|>user\n😀 end<|im_end|>\n"
-    llm = Llama(str(gguf), n_ctx=256, verbose=False, vocab_only=True)
+    lm = load(LoadSpec(gguf, n_ctx=256, probe=False))
     try:
-        assert llm.tokenize(text.encode(), add_bos=False, special=True) == tok.encode(text).ids
+        assert lm.model.tokenize(text) == tok.encode(text).ids
     finally:
-        llm.close()
+        lm.close()
 
 
 def test_resumed_training_equals_an_uninterrupted_run(smoke_run, tmp_path):
