@@ -26,10 +26,17 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # llama-cpp-python builds llama.cpp from source (minutes); pip caches the wheel, so
-# later installs reuse it. CMAKE_ARGS comes from the backend plan for this machine.
+# later installs reuse it. CMAKE_ARGS comes from the backend plan for this machine, with
+# llama.cpp's RPC backend (`mtp-studio rpc serve`, --rpc). pip's wheel cache ignores
+# CMAKE_ARGS, so a cached wheel without RPC is caught and rebuilt once, uncached.
+LLAMA_CMAKE_ARGS = $${CMAKE_ARGS:-$$($(PYTHON) -m engine.backends.plan --rpc --cmake-args 2>/dev/null)}
+HAS_RPC = $(PY) -c 'import ctypes, importlib.util as u, pathlib as p, sys; d = p.Path(list(u.find_spec("llama_cpp").submodule_search_locations)[0]) / "lib"; n = {"darwin": "libggml.dylib", "win32": "ggml.dll"}.get(sys.platform, "libggml.so"); f = ctypes.CDLL(str(d / n)).ggml_backend_reg_by_name; f.restype = ctypes.c_void_p; f.argtypes = [ctypes.c_char_p]; sys.exit(0 if f(b"RPC") else 1)'
+
 $(STAMP): pyproject.toml | $(PY)
-	CMAKE_ARGS="$${CMAKE_ARGS:-$$($(PYTHON) -m engine.backends.plan --cmake-args 2>/dev/null)}" \
-		$(PY) -m pip install -e '.[test]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -e '.[test]'
+	@$(HAS_RPC) || { echo "llama-cpp-python was installed without the RPC backend: rebuilding it (minutes)"; \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps \
+		"llama-cpp-python==$$(sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)" && $(HAS_RPC); }
 	@touch $@
 
 # A self-contained one-folder app (PyInstaller) and, on Linux, a tarball with a .desktop

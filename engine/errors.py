@@ -210,3 +210,29 @@ class PairingError(HeadMismatchError):
     def __init__(self, message: str, *, code: str):
         super().__init__(message)
         self.code = code
+
+
+# ----------------------------------------------------------------------------- rpc
+class RpcError(MtpStudioError, RuntimeError):
+    """Remote devices (llama.cpp's RPC backend) cannot be used as asked."""
+
+    code = "rpc_error"
+
+
+class RpcUnavailableError(RpcError):
+    """The llama.cpp build in use was compiled without the RPC backend."""
+
+    code = "rpc_unavailable"
+
+
+class RpcUnreachableError(RpcError):
+    """An RPC server did not answer."""
+
+    code = "rpc_unreachable"
+
+
+class RpcConnectionLostError(RpcError):
+    """A remote device went away while a model used it; the model was unloaded and can be
+    loaded again once the server is back."""
+
+    code = "rpc_connection_lost"

@@ -113,9 +113,10 @@ def build_name(plan: Plan) -> str:
     digest = hashlib.sha256(plan.cmake_args.encode()).hexdigest()[:8]
     if plan.backend == "cuda":
         return f"cuda-sm{'-'.join(plan.cuda_architectures)}-{digest}"
+    rpc = "-rpc" if plan.rpc else ""
     if "-DGGML_LLAMAFILE=OFF" in plan.cmake_args:
-        return f"{plan.backend}-exact-{digest}"
-    return f"{plan.backend}-{digest}"
+        return f"{plan.backend}-exact{rpc}-{digest}"
+    return f"{plan.backend}{rpc}-{digest}"
 
 
 _PERCENT = re.compile(r"^\[\s*(\d+)%\]")

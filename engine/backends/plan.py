@@ -30,20 +30,42 @@ class Plan:
     gpus: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    #: with llama.cpp's RPC backend (GGML_RPC): serve this machine to others, use theirs
+    rpc: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
 
+
+#: CMAKE_ARGS that add llama.cpp's RPC backend (client and server) to any build
+RPC_ARGS = "-DGGML_RPC=ON"
+RPC_REASON = (
+    "RPC: llama.cpp's RPC backend is built in, so this machine can lend its devices (`mtp-studio rpc serve`) "
+    "and use other machines' (--rpc host:port,...). Its server is from the same vendored llama.cpp, so client and "
+    "server speak the same protocol version."
+)
 
 #: CMAKE_ARGS of the "exact" CPU build: no llamafile sgemm, whose batched F16/F32
 #: matmuls differ from one-row ones (engine.runtime.exact)
 EXACT_CPU_ARGS = "-DGGML_LLAMAFILE=OFF"
 
 
-def make_plan(d: Detection, *, backend: str | None = None, portable: bool = False, exact: bool = False) -> Plan:
+def make_plan(
+    d: Detection, *, backend: str | None = None, portable: bool = False, exact: bool = False, rpc: bool = False
+) -> Plan:
     """Plan for ``d``. ``backend`` forces a kind (errors say why it cannot work);
     ``portable`` adds the toolkit's default architectures to the detected ones;
-    ``exact`` plans the batch-invariant CPU build (exact mode for F16/F32 models)."""
+    ``exact`` plans the batch-invariant CPU build (exact mode for F16/F32 models);
+    ``rpc`` adds llama.cpp's RPC backend."""
+    plan = _make_plan(d, backend=backend, portable=portable, exact=exact)
+    if rpc:
+        plan.rpc = True
+        plan.cmake_args = " ".join(x for x in (plan.cmake_args, RPC_ARGS) if x)
+        plan.reasons.append(RPC_REASON)
+    return plan
+
+
+def _make_plan(d: Detection, *, backend: str | None, portable: bool, exact: bool) -> Plan:
     if exact:
         plan = _plan(d, backend="cpu", portable=False)
         plan.cmake_args = " ".join(x for x in (plan.cmake_args, EXACT_CPU_ARGS) if x)
@@ -151,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cmake-args", action="store_true", help="print only CMAKE_ARGS")
     ap.add_argument("--backend", choices=["metal", "cuda", "cpu"])
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--rpc", action="store_true", help="with llama.cpp's RPC backend")
     a = ap.parse_args(argv)
-    plan = make_plan(detect(), backend=a.backend, exact=a.exact)
+    plan = make_plan(detect(), backend=a.backend, exact=a.exact, rpc=a.rpc)
     if a.cmake_args:
         print(plan.cmake_args)
     else:

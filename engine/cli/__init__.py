@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "engine.cli.bench",
     "engine.cli.serve",
     "engine.cli.backend",
+    "engine.cli.rpc",
     "engine.cli.hub",
     "engine.cli.paths",
 )

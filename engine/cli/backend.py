@@ -20,6 +20,7 @@ def register(sub) -> None:
     pl.add_argument("--backend", choices=["metal", "cuda", "cpu"])
     pl.add_argument("--portable", action="store_true", help="CUDA: also the toolkit's default architectures")
     pl.add_argument("--exact", action="store_true", help="the batch-invariant CPU build (exact mode for F16/F32 models)")
+    pl.add_argument("--rpc", action="store_true", help="with llama.cpp's RPC backend: lend this machine, use others")
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(func=run_plan)
 
@@ -27,6 +28,7 @@ def register(sub) -> None:
     b.add_argument("--backend", choices=["metal", "cuda", "cpu"])
     b.add_argument("--portable", action="store_true")
     b.add_argument("--exact", action="store_true", help="the batch-invariant CPU build (exact mode for F16/F32 models)")
+    b.add_argument("--rpc", action="store_true", help="with llama.cpp's RPC backend: lend this machine, use others")
     b.add_argument("--name")
     b.add_argument("--no-use", action="store_true", help="do not select the build after its smoke test passes")
     b.set_defaults(func=run_build)
@@ -95,11 +97,11 @@ def run_plan(args) -> int:
     from engine.backends.detect import detect
     from engine.backends.plan import make_plan
 
-    plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact)
+    plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact, rpc=args.rpc)
     if args.json:
         print(json.dumps(plan.to_json()))
         return EXIT_OK
-    print(f"backend     {plan.backend}")
+    print(f"backend     {plan.backend}{' + RPC' if plan.rpc else ''}")
     print(f"CMAKE_ARGS  {plan.cmake_args or '(none: llama.cpp defaults, tuned for this CPU)'}")
     for r in plan.reasons:
         print(f"why         {r}")
@@ -115,7 +117,7 @@ def run_build(args) -> int:
     from engine.errors import Cancelled, MtpStudioError
     from engine.runtime.smoke import run_smoke
 
-    plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact)
+    plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact, rpc=args.rpc)
     for p in plan.problems:
         print(f"PROBLEM: {p}", file=sys.stderr)
     if args.backend and plan.backend != args.backend:

@@ -174,6 +174,9 @@ def _register_ab(p) -> None:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--exact", action="store_true", help="exact mode (batch-invariant arithmetic)")
+    from engine.cli.generate import add_rpc_args
+
+    add_rpc_args(p)
     p.add_argument("--temperature", type=float, default=0.0, help="sample every arm at this temperature (0: greedy)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -211,9 +214,12 @@ def _ab(args) -> int:
 
     if args.model is None:
         return die("bench needs --model (or a sub-command: make-model, compose)", EXIT_USAGE)
+    from engine.cli.generate import rpc_options
+
     try:
         arms = parse_depths(args.depths)
         prompts = _read_prompts(args.prompts)
+        rpc, split = rpc_options(args)
     except (MtpStudioError, OSError, ValueError) as e:
         return die(str(e), EXIT_USAGE)
     deepest = max([int(a) for a in arms if a.isdigit()] + [args.max_depth if "auto" in arms else 1])
@@ -232,6 +238,8 @@ def _ab(args) -> int:
         max_draft_depth=deepest,
         n_threads=args.threads,
         exact=args.exact,
+        rpc=rpc,
+        tensor_split=split,
     )
     with Engine() as engine:
         try:

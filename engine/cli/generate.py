@@ -38,6 +38,22 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="batch-invariant arithmetic: MTP output bit-identical to one-token-at-a-time decoding (slower; README)",
     )
+    add_rpc_args(p)
+
+
+def add_rpc_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        default=None,
+        help="also use these machines' devices (each runs `mtp-studio rpc serve`); the model runs in a worker process",
+    )
+    p.add_argument(
+        "--tensor-split",
+        metavar="W,W,...",
+        default=None,
+        help="with --rpc: layer shares, one per device (remote ones first, then this machine); default: by free memory",
+    )
 
 
 def register(sub) -> None:
@@ -75,6 +91,7 @@ def load_spec(args, max_draft_depth: int = 4):
 
     depth = DraftDepth.parse(getattr(args, "draft_depth", None) or 1)
     max_draft_depth = max(max_draft_depth, depth.deepest(1))
+    rpc, split = rpc_options(args)
     return LoadSpec(
         args.model,
         head=args.head,
@@ -84,7 +101,18 @@ def load_spec(args, max_draft_depth: int = 4):
         n_threads=args.threads,
         max_draft_depth=max_draft_depth,
         exact=exact,
+        rpc=rpc,
+        tensor_split=split,
     )
+
+
+def rpc_options(args) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+    """``--rpc`` (or the saved RPC list when the flag is absent) and ``--tensor-split``,
+    validated. Raises :class:`InvalidSettingError`."""
+    from engine.rpc.endpoints import parse_endpoints, parse_tensor_split
+
+    eps = parse_endpoints(getattr(args, "rpc", None))
+    return tuple(str(e) for e in eps), parse_tensor_split(getattr(args, "tensor_split", None))
 
 
 def run(args) -> int:
@@ -99,12 +127,18 @@ def run(args) -> int:
             return die(f"cannot read {args.chat_json}: {e.strerror}", EXIT_USAGE)
         except ValueError as e:
             return die(f"{args.chat_json} is not valid JSON: {e}", EXIT_USAGE)
+    try:
+        spec = load_spec(args)
+    except MtpStudioError as e:
+        return die(str(e), EXIT_USAGE)
     with Engine() as engine:
         try:
-            info = engine.submit(J.LoadModel(load_spec(args))).result()
+            info = engine.submit(J.LoadModel(spec)).result()
             if not args.json:
                 for note in info.get("fallbacks", []):
                     print(f"mtp-studio: note: {note}", file=sys.stderr)
+                if info.get("placement"):
+                    print(f"mtp-studio: layers: {placement_line(info['placement'])}", file=sys.stderr)
             job = J.Generate(
                 prompt=args.prompt,
                 messages=messages,
@@ -120,7 +154,8 @@ def run(args) -> int:
             if args.json:
                 result = engine.submit(job).result()
                 out = result.to_json()
-                keys = ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks", "exact", "identity")
+                keys = ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks", "exact", "identity",
+                        "rpc", "placement")  # fmt: skip
                 out["model"] = {k: info.get(k) for k in keys}
                 sys.stdout.write(json.dumps(out) + "\n")
                 return 0
@@ -141,3 +176,9 @@ def run(args) -> int:
             return 0
         except MtpStudioError as e:
             return die(str(e), EXIT_INVALID)
+
+
+def placement_line(p: dict) -> str:
+    """One line: which device holds how many layers (``LoadedModel.info["placement"]``)."""
+    parts = [f"{d['name']} ({d['endpoint'] or 'this machine'}) {d['layers']}" for d in p["devices"]]
+    return ", ".join(parts) + f"; MTP head and output on {p['mtp_and_output']}"

@@ -74,6 +74,10 @@ def run(args) -> int:
         print(f"chat template: {info.get('chat_template')}", flush=True)
         for note in info.get("fallbacks", []):
             print(f"note: {note}", file=sys.stderr, flush=True)
+        if info.get("placement"):
+            from engine.cli.generate import placement_line
+
+            print(f"layers: {placement_line(info['placement'])}", flush=True)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

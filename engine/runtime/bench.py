@@ -250,24 +250,37 @@ def _add(into: list[int], values: list[int]) -> None:
         into[i] += v
 
 
-def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generate_fn: GenerateFn = _generate,
-              sampling: SamplingParams | None = None, sampled_draft: bool = False):  # fmt: skip
-    """A function for ``jobs.Call``: runs the benchmark on the engine thread."""
+@dataclass(frozen=True)
+class BenchJob:
+    """The benchmark as a ``jobs.Call`` function, run on the engine thread. Plain data, so
+    it can also be sent to the worker process of a model on RPC devices."""
 
-    def fn(state, cancel, emit):
-        lm = state.get(model)
+    arms: tuple
+    prompts: tuple
+    max_tokens: int
+    runs: int
+    model: str | None = None
+    generate_fn: GenerateFn = _generate
+    sampling: SamplingParams | None = None
+    sampled_draft: bool = False
+
+    def __call__(self, state, cancel, emit):
         return run_bench(
-            lm,
-            arms=arms,
-            prompts=prompts,
-            max_tokens=max_tokens,
-            runs=runs,
+            state.get(self.model),
+            arms=list(self.arms),
+            prompts=list(self.prompts),
+            max_tokens=self.max_tokens,
+            runs=self.runs,
             cancel=cancel,
             progress=lambda f, m: emit(J.Progress(f, m)),
-            generate_fn=generate_fn,
-            sampling=sampling,
-            sampled_draft=sampled_draft,
+            generate_fn=self.generate_fn,
+            sampling=self.sampling,
+            sampled_draft=self.sampled_draft,
         )
 
-    return fn
+
+def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generate_fn: GenerateFn = _generate,
+              sampling: SamplingParams | None = None, sampled_draft: bool = False) -> BenchJob:  # fmt: skip
+    """A function for ``jobs.Call``: runs the benchmark on the engine thread."""
+    return BenchJob(tuple(arms), tuple(prompts), max_tokens, runs, model, generate_fn, sampling, sampled_draft)
 

@@ -30,6 +30,7 @@ class Context(Owned):
         nextn_embeddings: bool = False,
         n_threads: int | None = None,
         exact: bool = False,
+        offload_kqv: bool = True,
     ):
         self._own()
         L = llama()
@@ -48,6 +49,7 @@ class Context(Owned):
         p.n_threads = threads
         p.n_threads_batch = threads
         p.no_perf = True
+        p.offload_kqv = bool(offload_kqv)  # off: the KV cache stays in host memory (MTP context next to RPC devices)
         if mtp_target is not None:
             p.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
             p.ctx_other = mtp_target.ptr

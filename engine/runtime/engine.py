@@ -27,6 +27,7 @@ from engine.errors import (
     MtpStudioError,
     NoModelLoadedError,
     QueueFullError,
+    RpcConnectionLostError,
 )
 from engine.runtime import jobs as J
 from engine.runtime import limits, owned
@@ -37,6 +38,7 @@ from engine.runtime.loader import LoadedModel, MtpSource, load
 from engine.runtime.policystore import load_policy, policy_path, save_policy
 from engine.runtime.sampling import SamplingParams
 from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
+from engine.runtime.worker import WorkerModel
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +118,11 @@ class JobHandle:
 class EngineState:
     """What the engine thread owns. Only the engine thread touches it."""
 
-    models: dict[str, LoadedModel] = field(default_factory=dict)
+    #: in-process models, and models on remote devices that run in a worker process
+    models: dict[str, LoadedModel | WorkerModel] = field(default_factory=dict)
     caches: dict[str, PromptCache] = field(default_factory=dict)
 
-    def get(self, name: str | None) -> LoadedModel:
+    def get(self, name: str | None) -> LoadedModel | WorkerModel:
         if not self.models:
             raise NoModelLoadedError("No model is loaded. Load a model first.")
         if name is None:
@@ -137,6 +140,9 @@ class EngineDefaults:
     max_queue: int = 64
     #: policy factory for draft_depth="auto" (set by engine.runtime.adaptive)
     auto_policy: Callable[[LoadedModel], DepthPolicy] | None = None
+    #: run models with remote (RPC) devices in a worker process (engine.runtime.worker);
+    #: off only inside that worker
+    isolate_rpc: bool = True
 
 
 class Engine:
@@ -269,7 +275,12 @@ class Engine:
     def _load(self, job: J.LoadModel, h: JobHandle) -> dict:
         if job.replace:
             self._unload(J.UnloadModel(None), h)
-        lm = load(job.spec, progress=lambda f, m: h._emit(J.Progress(f, m)), cancel=h.cancel_event)
+        progress = lambda f, m: h._emit(J.Progress(f, m))  # noqa: E731
+        lm: LoadedModel | WorkerModel
+        if job.spec.rpc and self.defaults.isolate_rpc:
+            lm = WorkerModel.start(job.spec, progress=progress, cancel=h.cancel_event)
+        else:
+            lm = load(job.spec, progress=progress, cancel=h.cancel_event)
         old = self._state.models.pop(lm.name, None)
         if old is not None:
             old.close()
@@ -290,7 +301,21 @@ class Engine:
         return names
 
     def _call(self, job: J.Call, h: JobHandle) -> Any:
+        target = next(iter(self._state.models.values()), None)
+        if isinstance(target, WorkerModel):  # the model lives in the worker: so does the call
+            return self._in_worker(target, job, h)
         return job.fn(self._state, h.cancel_event, h._emit)
+
+    def _in_worker(self, wm: WorkerModel, job: J.Generate | J.Call, h: JobHandle) -> Any:
+        try:
+            return wm.run(job, h)
+        except RpcConnectionLostError:
+            # the worker is gone: forget the model so the app shows it unloaded and can load it again
+            if self._state.models.get(wm.name) is wm:
+                del self._state.models[wm.name]
+                self._publish_models()
+            wm.close()
+            raise
 
     def depth_policy(self, lm: LoadedModel, depth: DraftDepth | int | str | None) -> DepthPolicy:
         d = DraftDepth.parse(self.defaults.draft_depth if depth is None else depth)
@@ -311,6 +336,10 @@ class Engine:
 
     def _generate(self, job: J.Generate, h: JobHandle) -> J.GenerateResult:
         lm = self._state.get(job.model)
+        if isinstance(lm, WorkerModel):
+            result = self._in_worker(lm, job, h)
+            self._count(result, result.prompt_tokens)
+            return result
         cache = self._state.caches.setdefault(lm.name, PromptCache())
         model = lm.model
         prompt_text = None
@@ -371,9 +400,13 @@ class Engine:
             cache.remember(prompt_text, prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
         else:
             cache.remember("", [], "", [])
-        self.counters["generated_tokens"] += len(g.tokens)
-        self.counters["drafted"] += g.stats.drafted
-        self.counters["accepted"] += g.stats.accepted
-        self.counters["prompt_tokens"] += len(prompt)
         finish = _FINISH.get(g.stop_reason, "length")
-        return J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prompt), finish)
+        result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prompt), finish)
+        self._count(result, len(prompt))
+        return result
+
+    def _count(self, r: J.GenerateResult, prompt_tokens: int) -> None:
+        self.counters["generated_tokens"] += len(r.tokens)
+        self.counters["drafted"] += r.stats.drafted
+        self.counters["accepted"] += r.stats.accepted
+        self.counters["prompt_tokens"] += prompt_tokens

@@ -28,6 +28,7 @@ from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
+from engine.rpc.endpoints import parse_endpoints
 from engine.runtime import exact as exact_mod
 from engine.runtime import limits
 from engine.runtime.context import Context
@@ -70,6 +71,12 @@ class LoadSpec:
     #: batch-invariant arithmetic (engine.runtime.exact): MTP output bit-identical to
     #: one-token-at-a-time decoding, at a cost in speed
     exact: bool = False
+    #: RPC servers (``host:port``) whose devices take part of the trunk's layers; such a
+    #: model runs in a worker process (engine.runtime.worker)
+    rpc: tuple[str, ...] = ()
+    #: one weight per device (remote ones in endpoint order, then this machine's), or
+    #: None: by free memory
+    tensor_split: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -155,6 +162,14 @@ def load(
             "Exact mode must be chosen before llama.cpp starts: run the command with --exact "
             f"(or set {exact_mod.EXACT_ENV}=1), or switch it on in the app and restart it."
         )
+    endpoints = parse_endpoints(spec.rpc)
+    if endpoints and spec.exact:
+        raise InvalidSettingError(
+            "Exact mode cannot be used with RPC devices: the helper machines' kernels are outside this build's "
+            "control. Load without --rpc for exact mode."
+        )
+    if spec.tensor_split is not None and not endpoints:
+        raise InvalidSettingError("A tensor split only applies with RPC devices (--rpc).")
     target_set, facts = _checked(spec.path, "The model")
     if spec.exact and (problem := exact_mod.head_dims_problem(target_set.first)):
         raise InvalidSettingError(problem)
@@ -177,6 +192,16 @@ def load(
             progress(fraction, what)
 
     verdict = LoadVerdict()
+    placement = None
+    if endpoints:
+        from engine.runtime import rpcdevices
+
+        report(0.0, "Connecting to the RPC servers")
+        remote, local = rpcdevices.devices(endpoints)
+        placement = rpcdevices.plan_placement(
+            remote, local, n_layer_trunk=(facts.block_count or 0) - facts.nextn_layers, n_nextn=facts.nextn_layers,
+            weights=list(spec.tensor_split) if spec.tensor_split is not None else None,
+        )  # fmt: skip
     if spec.probe:
         report(0.0, "Checking that llama.cpp runs this model (first load only)")
         verdict = check_load(
@@ -196,13 +221,19 @@ def load(
         extra_bufts = False  # repacked kernels differ between one row and several
 
     head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
+    llama_params = None
+    if placement is not None:
+        from engine.runtime.rpcdevices import LlamaParams, LocalOnly
+
+        llama_params = LlamaParams(placement)
     model = Model.load(
         spec.path,
         load_mtp=source == MtpSource.INTEGRATED,
         n_gpu_layers=spec.n_gpu_layers,
-        progress=lambda f: report(f * (1 - head_share), "Loading the model"),
+        progress=lambda f: report(f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")),
         cancel=cancel,
         use_extra_bufts=extra_bufts,
+        placement=llama_params,
     )
     head_model = None
     try:
@@ -214,10 +245,11 @@ def load(
                 progress=lambda f: report(1 - head_share + f * head_share, "Loading the MTP head"),
                 cancel=cancel,
                 use_extra_bufts=extra_bufts,
+                placement=None if placement is None else LocalOnly(placement.devices[-1]),
             )
             if head_model.n_embd != model.n_embd or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
-        session = _contexts(spec, source, model, head_model)
+        session = _contexts(spec, source, model, head_model, local_kv=placement is not None)
     except BaseException:
         if head_model is not None:
             head_model.close()
@@ -247,6 +279,8 @@ def load(
         "exact": spec.exact,
         #: what the identity guarantee is for this load (README: "Speculation and identity")
         "identity": _identity_claim(spec, quant, source),
+        "rpc": [str(e) for e in endpoints],
+        "placement": placement.to_json() if placement is not None else None,
     }
     return LoadedModel(spec, name, source, model, head_model, session, facts, info, template)
 
@@ -270,7 +304,7 @@ def _quant_name(ms: ModelSet) -> str | None:
     return quantization(ms.first, largest_tensor_type(ms))[0]
 
 
-def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None) -> Session:
+def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None, *, local_kv: bool = False) -> Session:
     use_mtp = source != MtpSource.OFF
     n_ctx = limits.effective_ctx(spec.n_ctx, model.n_ctx_train)
     depth = max(1, spec.max_draft_depth)
@@ -301,6 +335,7 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
                 mtp_target=target,
                 nextn_embeddings=True,
                 n_threads=spec.n_threads,
+                offload_kqv=not local_kv,  # with RPC devices: the draft's KV cache stays on this machine
             )
         except BaseException:
             target.close()

@@ -54,6 +54,7 @@ class Model(Owned):
         cancel: threading.Event | None = None,
         metadata_only: bool = False,
         use_extra_bufts: bool = True,
+        placement=None,
     ) -> Model:
         """Load ``path`` (which must already be validated: llama.cpp can abort on bad
         input). Raises :class:`Cancelled` when ``cancel`` is set during the load.
@@ -65,6 +66,8 @@ class Model(Owned):
         params.load_mtp = bool(load_mtp)
         params.n_gpu_layers = n_gpu_layers
         params.use_extra_bufts = bool(use_extra_bufts)
+        if placement is not None:
+            placement.apply(params)  # its arrays outlive the call: the caller holds them
         if metadata_only:
             params.no_alloc = True
             params.load_mode = L.LLAMA_LOAD_MODE_NONE

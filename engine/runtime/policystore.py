@@ -31,6 +31,8 @@ def policy_path(lm) -> Path:
     spec = lm.spec
     parts = [str(STORE_VERSION), *file_identity(spec.path), *file_identity(lm.info.get("head")), *build_identity()]
     parts += [lm.source.value, str(spec.n_threads), str(spec.n_gpu_layers), str(spec.exact), str(lm.max_draft_depth)]
+    if spec.rpc:  # a verify's cost over the network is another world: learn it separately, per pool and split
+        parts += [*spec.rpc, str(spec.tensor_split)]
     return cache_dir() / "adaptive" / f"{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:32]}.json"
 
 

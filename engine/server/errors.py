@@ -13,6 +13,7 @@ from engine.errors import (
     NoModelLoadedError,
     PromptTooLongError,
     QueueFullError,
+    RpcError,
 )
 
 # error class -> (HTTP status, OpenAI error type); the most specific class wins
@@ -23,6 +24,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (NoModelLoadedError, 404, "invalid_request_error"),
     (QueueFullError, 429, "rate_limit_error"),
     (EngineStoppedError, 503, "server_error"),
+    (RpcError, 503, "server_error"),  # a helper machine is down: retry after reloading
 ]
 
 

@@ -1,0 +1,217 @@
+"""A model that runs in a child engine process (models on remote RPC devices).
+
+llama.cpp's RPC client ends the process when a server goes away mid-call
+(``ggml-rpc.cpp``: ``RPC_STATUS_ASSERT`` -> ``GGML_ABORT``). A model with remote devices
+therefore never runs in the app's process: the engine thread starts a child
+(:mod:`engine.runtime.worker_child`) that runs an ordinary :class:`~engine.runtime.engine.Engine`
+with the model, and relays jobs to it and its events back. When the child dies, the job
+fails with :class:`~engine.errors.RpcConnectionLostError`, the engine thread carries on,
+and the model can be loaded again.
+
+Frames are length-prefixed pickles over the child's stdin/stdout (the child moves
+llama.cpp's own stdout onto stderr first). Only the parent starts children, with its own
+data, so unpickling is not a trust boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import struct
+import subprocess
+import threading
+from collections import deque
+from typing import Any, BinaryIO
+
+from engine import errors as E
+from engine.childproc import child_env, module_command
+from engine.runtime import jobs as J
+
+log = logging.getLogger(__name__)
+
+CHILD_MODULE = "engine.runtime.worker_child"
+_HEADER = struct.Struct("<Q")
+_EOF = object()
+
+
+def send_frame(stream: BinaryIO, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def recv_frame(stream: BinaryIO) -> Any:
+    """The next object, or ``_EOF`` when the other side is gone."""
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        return _EOF
+    (n,) = _HEADER.unpack(head)
+    data = stream.read(n)
+    if len(data) < n:
+        return _EOF
+    return pickle.loads(data)
+
+
+def error_frame(e: BaseException) -> tuple:
+    code = getattr(e, "code", "internal_error")
+    return ("failed", type(e).__name__, code, str(e) or type(e).__name__)
+
+
+def rebuild_error(name: str, code: str, message: str) -> E.MtpStudioError:
+    """The child's error as the same engine error class (same code, same words)."""
+    cls = getattr(E, name, None)
+    err: E.MtpStudioError
+    try:
+        err = cls(message) if isinstance(cls, type) and issubclass(cls, E.MtpStudioError) else E.MtpStudioError(message)
+    except TypeError:  # a class with required keyword arguments
+        err = E.MtpStudioError(message)
+    err.code = code
+    return err
+
+
+class WorkerModel:
+    """The engine thread's handle on a model in a child process. Used only on the engine
+    thread; a reader thread turns the child's frames into a queue."""
+
+    def __init__(self, spec, proc: subprocess.Popen):
+        self.spec = spec
+        self._proc = proc
+        self._frames: queue.SimpleQueue = queue.SimpleQueue()
+        self._stderr: deque[str] = deque(maxlen=40)
+        self.name = spec.name or ""
+        self.info: dict = {}
+        self.lost: str | None = None
+        threading.Thread(target=self._read, name="mtp-worker-read", daemon=True).start()
+        threading.Thread(target=self._read_stderr, name="mtp-worker-log", daemon=True).start()
+
+    # ------------------------------------------------------------------ start
+    @classmethod
+    def start(cls, spec, *, progress=None, cancel: threading.Event | None = None) -> WorkerModel:
+        proc = subprocess.Popen(
+            module_command(CHILD_MODULE),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+        )
+        w = cls(spec, proc)
+        try:
+            info = w.call(("load", spec), emit=lambda ev: progress and progress(ev.fraction, ev.message), cancel=cancel)
+        except BaseException:
+            w.close()
+            raise
+        w.info = dict(info)
+        w.name = info["name"]
+        return w
+
+    # ------------------------------------------------------------------- jobs
+    def run(self, job: J.Generate | J.Call, h) -> Any:
+        """Run ``job`` in the child, relaying its events to ``h``."""
+        if isinstance(job, J.Generate) and job.phase_hook is not None:
+            raise E.InvalidRequestError("phase hooks cannot run in a worker process")
+        try:
+            pickle.dumps(job)
+        except Exception:
+            raise E.InvalidRequestError(
+                f"{type(job).__name__} job cannot be sent to the worker process that runs this model "
+                "(its function is not importable by name)"
+            ) from None
+        return self.call(("run", job), emit=h._emit, cancel=h.cancel_event)
+
+    def call(self, message: tuple, *, emit, cancel: threading.Event | None) -> Any:
+        if self.lost is not None:
+            raise E.RpcConnectionLostError(self.lost)
+        self._send(message)
+        cancel_sent = False
+        while True:
+            try:
+                frame = self._frames.get(timeout=0.1)
+            except queue.Empty:
+                if cancel is not None and cancel.is_set() and not cancel_sent:
+                    self._send(("cancel",))
+                    cancel_sent = True
+                continue
+            if frame is _EOF:
+                raise self._died()
+            kind = frame[0]
+            if kind == "event":
+                emit(frame[1])
+            elif kind == "done":
+                if frame[2]:
+                    raise E.Cancelled("cancelled in the worker process")
+                return frame[1]
+            elif kind == "failed":
+                raise rebuild_error(*frame[1:])
+
+    # -------------------------------------------------------------- plumbing
+    def _send(self, message: tuple) -> None:
+        try:
+            assert self._proc.stdin is not None
+            send_frame(self._proc.stdin, message)
+        except (BrokenPipeError, OSError, ValueError):
+            raise self._died() from None
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        while True:
+            try:
+                frame = recv_frame(self._proc.stdout)
+            except Exception as e:  # a torn frame: the child died mid-write
+                log.debug("worker frame unreadable: %s", e)
+                frame = _EOF
+            self._frames.put(frame)
+            if frame is _EOF:
+                return
+
+    def _read_stderr(self) -> None:
+        assert self._proc.stderr is not None
+        for raw in self._proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self._stderr.append(line)
+                log.debug("worker: %s", line)
+
+    def _died(self) -> E.RpcConnectionLostError:
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._frames.put(_EOF)
+        said = [ln for ln in self._stderr if "RPC" in ln or "rpc" in ln or "abort" in ln.lower() or "error" in ln.lower()]
+        why = said[-1] if said else (list(self._stderr)[-1] if self._stderr else f"exit status {self._proc.returncode}")
+        endpoints = ", ".join(self.spec.rpc) or "the remote devices"
+        self.lost = (
+            f"The connection to the RPC servers ({endpoints}) was lost, so the model stopped. llama.cpp said: {why}. "
+            "The model was unloaded; load it again once every server is running (`mtp-studio rpc serve` on each "
+            "machine), or load it without those servers."
+        )
+        return E.RpcConnectionLostError(self.lost)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._send(("exit",))
+            except E.MtpStudioError:
+                pass
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        for s in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+            try:
+                if s is not None:
+                    s.close()
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
