@@ -236,3 +236,15 @@ class RpcConnectionLostError(RpcError):
     loaded again once the server is back."""
 
     code = "rpc_connection_lost"
+
+
+class RpcBusyError(RpcUnreachableError):
+    """An RPC server is serving another client (llama.cpp's serves one at a time)."""
+
+    code = "rpc_busy"
+
+
+class RpcVersionError(RpcError):
+    """An RPC server speaks another protocol version (llama.cpp would abort on it)."""
+
+    code = "rpc_version_mismatch"

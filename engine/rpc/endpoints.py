@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import struct
 from dataclasses import dataclass
 
-from engine.errors import InvalidSettingError, RpcUnreachableError
+from engine.errors import InvalidSettingError, RpcBusyError, RpcUnreachableError, RpcVersionError
 
 DEFAULT_PORT = 50052  # rpc-server's default
 #: llama.cpp's client limit (GGML_RPC_MAX_SERVERS)
@@ -88,23 +89,62 @@ def format_endpoints(eps: tuple[Endpoint, ...] | list[Endpoint]) -> str:
     return ",".join(str(e) for e in eps)
 
 
-def check_reachable(eps: tuple[Endpoint, ...] | list[Endpoint], timeout: float = 3.0) -> None:
-    """Connect to each endpoint once. Raises :class:`RpcUnreachableError` naming every
-    endpoint that did not answer and what to do."""
-    bad = []
-    for ep in eps:
-        try:
-            with socket.create_connection((ep.host, ep.port), timeout=timeout):
-                pass
-        except OSError as e:
-            reason = e.strerror or type(e).__name__
-            bad.append(f"{ep} ({reason})")
-    if bad:
+#: the protocol of the vendored llama.cpp (ggml-rpc.h): a server must have the same major
+#: version and a minor version no newer than this client's
+PROTO_MAJOR, PROTO_MINOR = 7, 0
+_HELLO = 14  # RPC_CMD_HELLO, fixed forever by upstream
+_CAPS = 24  # RPC_CONN_CAPS_SIZE
+
+
+def hello(ep: Endpoint, timeout: float = 3.0) -> tuple[int, int, int]:
+    """llama.cpp's HELLO handshake, done here where failure is an exception: the server's
+    protocol version. Distinguishes a server that is down, one busy with another client
+    (llama.cpp's server serves one client at a time; a second one would wait forever),
+    and one speaking another protocol version (llama.cpp would abort)."""
+    try:
+        sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
+    except OSError as e:
         raise RpcUnreachableError(
-            "Cannot reach RPC server " + ", ".join(bad) + ". Start it on that machine with "
-            "`mtp-studio rpc serve` (add --host with its address to accept other machines), "
-            "check the address and port, or remove it from the RPC list."
+            f"Cannot reach RPC server {ep} ({e.strerror or type(e).__name__}). Start it on that machine with "
+            "`mtp-studio rpc serve` (with --host and --allow-network to accept other machines), check the address "
+            "and port, or remove it from the RPC list."
+        ) from None
+    with sock:
+        try:
+            sock.sendall(bytes([_HELLO]) + struct.pack("<Q", _CAPS) + bytes(_CAPS))
+            reply = b""
+            while len(reply) < 8 + 4 + _CAPS:
+                chunk = sock.recv(64)
+                if not chunk:
+                    break
+                reply += chunk
+        except socket.timeout:
+            raise RpcBusyError(
+                f"RPC server {ep} accepted the connection but did not answer within {timeout:g} s. llama.cpp's RPC "
+                "server serves one client at a time: another app or model is probably using it. Unload the model "
+                "there, or start a second server on another port."
+            ) from None
+        except OSError as e:
+            raise RpcUnreachableError(f"RPC server {ep} closed the connection during the handshake ({e}).") from None
+    if len(reply) < 12 or struct.unpack("<Q", reply[:8])[0] != 4 + _CAPS:
+        raise RpcVersionError(
+            f"{ep} did not answer like a llama.cpp RPC server of protocol {PROTO_MAJOR}.x. Is something else listening "
+            "on that port, or does it run a much older llama.cpp? Run `mtp-studio rpc serve` there."
         )
+    major, minor, patch = reply[8], reply[9], reply[10]
+    if major != PROTO_MAJOR or minor > PROTO_MINOR:
+        raise RpcVersionError(
+            f"RPC server {ep} speaks protocol {major}.{minor}.{patch}; this app speaks {PROTO_MAJOR}.{PROTO_MINOR}. "
+            "Run the same MTP Studio version (or a llama.cpp with the same RPC protocol) on every machine."
+        )
+    return major, minor, patch
+
+
+def check_reachable(eps: tuple[Endpoint, ...] | list[Endpoint], timeout: float = 3.0) -> None:
+    """Handshake with each endpoint (:func:`hello`); the first failure is raised, naming the
+    endpoint and what to do."""
+    for ep in eps:
+        hello(ep, timeout)
 
 
 def parse_tensor_split(value: str | list | tuple | None) -> tuple[float, ...] | None:
