@@ -82,6 +82,7 @@ class ModelController(QObject):
                 "external MTP needs a head file and none is paired with this model, so MTP source is auto "
                 "(the model's own NextN layers, if any)"
             )
+        rpc, split = self._rpc()
         for note in self.notes:
             self.notice.emit(note)
         spec = LoadSpec(
@@ -91,7 +92,9 @@ class ModelController(QObject):
             n_ctx=s.n_ctx,
             max_draft_depth=max(s.max_draft_depth, DraftDepth.parse(s.mtp.depth).deepest(1)),
             # exact mode applies once the process started with it (the Backend page says so)
-            exact=s.exact and exact_mod.tiled_off(),
+            exact=s.exact and exact_mod.tiled_off() and not rpc,
+            rpc=rpc,
+            tensor_split=split,
         )
         self.path, self.head = str(path), str(head) if head else None
         job = self._job = self.ctx.bridge.run(J.LoadModel(spec))
@@ -99,6 +102,22 @@ class ModelController(QObject):
         job.finished.connect(lambda result, cancelled: self._on_finished(job, result, cancelled))
         job.failed.connect(lambda error: self._on_failed(job, error))
         self.loading.emit(Path(path).name)
+
+    def _rpc(self) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+        """The saved RPC pool, or none (with a note) when the saved list is unusable."""
+        from engine.errors import InvalidSettingError
+        from engine.rpc.endpoints import parse_endpoints, parse_tensor_split
+
+        r = self.ctx.settings.rpc
+        try:
+            eps = tuple(str(e) for e in parse_endpoints(r.endpoints))
+            split = parse_tensor_split(r.tensor_split) if eps else None
+        except InvalidSettingError as e:
+            self.notes.append(f"the RPC settings cannot be used ({e}), so the model loads on this machine alone")
+            return (), None
+        if eps and self.ctx.settings.exact and exact_mod.tiled_off():
+            self.notes.append("exact mode does not apply to models on RPC devices; this load is not exact")
+        return eps, split
 
     def load_startup(self, model: str | Path | None = None) -> None:
         """The model named on the command line (or opened from the file manager), else

@@ -52,7 +52,7 @@ class MainWindow(QMainWindow):
             "models": ModelsPage(ctx, self.models),
             "compose": ComposePage(ctx, self.models),
             "performance": PerformancePage(ctx),
-            "backend": BackendPage(ctx),
+            "backend": BackendPage(ctx, self.models),
             "server": ServerPage(ctx),
         }
         for i, key in enumerate(PAGES):
@@ -101,7 +101,8 @@ class MainWindow(QMainWindow):
         return PAGES[self.stack.currentIndex()]
 
     def _on_loaded(self, info: dict) -> None:
-        self.model_label.setText(f"{info['name']} · MTP {info['mtp']} · ctx {info['n_ctx']}")
+        pool = f" · {len(info['rpc'])} RPC server{'s' if len(info['rpc']) > 1 else ''}" if info.get("rpc") else ""
+        self.model_label.setText(f"{info['name']} · MTP {info['mtp']} · ctx {info['n_ctx']}{pool}")
         notes = "; ".join(self.models.notes)
         self.ctx.messages.status(f"Loaded {info['name']}" + (f" — {notes}" if notes else ""), 15000 if notes else 5000)  # type: ignore[union-attr]
 
@@ -114,6 +115,7 @@ class MainWindow(QMainWindow):
         if chat.job is not None:
             chat.stop()
         self.pages["server"].stop()
+        self.pages["backend"].rpc.stop_serving()
         w = self.ctx.settings.window
         w.geometry = bytes(self.saveGeometry().toBase64()).decode()
         w.page = self.current_page

@@ -55,6 +55,21 @@ class ServerPrefs:
 
 
 @dataclass
+class RpcPrefs:
+    """Other machines: the RPC servers a model's layers are spread over, and this
+    machine's own server (engine.rpc)."""
+
+    #: ``host:port`` of each helper's `rpc serve`; empty: this machine alone
+    endpoints: list[str] = field(default_factory=list)
+    #: one weight per device, remote ones first ("3,1,1"); empty: by free memory
+    tensor_split: str = ""
+    serve_port: int = 50052
+    #: accept other machines (binds every address; the protocol has no authentication)
+    serve_network: bool = False
+    serve_cache: bool = False
+
+
+@dataclass
 class WindowPrefs:
     geometry: str = ""  # base64 of QWidget.saveGeometry()
     page: str = "chat"
@@ -71,6 +86,7 @@ class Settings:
     mtp: MtpPrefs = field(default_factory=MtpPrefs)
     chat: ChatPrefs = field(default_factory=ChatPrefs)
     server: ServerPrefs = field(default_factory=ServerPrefs)
+    rpc: RpcPrefs = field(default_factory=RpcPrefs)
     window: WindowPrefs = field(default_factory=WindowPrefs)
     hub_token: str = ""
     library_limit_gb: float = 0.0  # 0: no limit
@@ -131,6 +147,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "chat.top_p": (0.01, 1.0),
     "chat.top_k": (0, 100_000),
     "server.port": (0, 65535),
+    "rpc.serve_port": (1, 65535),
     "library_limit_gb": (0.0, None),
 }
 #: settings that may be None besides their default's type

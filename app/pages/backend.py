@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
+from app.pages.rpcpanel import RpcPanel
 from app.tasks import Task
 
 
@@ -32,16 +33,19 @@ def _detect_and_plan(report, cancel):
     from engine.backends.plan import make_plan
 
     d = detect()
-    plan = make_plan(d)
+    plan = make_plan(d, rpc=True)  # builds made here can lend this machine and use others
+    from engine.runtime.rpcdevices import rpc_available
+
     try:
         devices, lib = list_devices(), str(loaded_lib_dir())
+        rpc = rpc_available()
     except Exception as e:  # a broken build must not break the page
-        devices, lib = [], f"cannot load: {e}"
-    return d, plan, devices, lib, load_manifest()
+        devices, lib, rpc = [], f"cannot load: {e}", False
+    return d, plan, devices, lib, load_manifest(), rpc
 
 
 class BackendPage(QWidget):
-    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+    def __init__(self, ctx: AppContext, models=None, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("Page")
         self.ctx = ctx
@@ -114,6 +118,8 @@ class BackendPage(QWidget):
         self.log.setPlaceholderText("The build log streams here.")
         bl.addWidget(self.log)
         lay.addWidget(builds, 1)
+        self.rpc = RpcPanel(ctx, models)
+        lay.addWidget(self.rpc)
         self.refresh_btn.clicked.connect(self.detect)
         self.build_btn.clicked.connect(lambda: self.build())
         self.exact_build_btn.clicked.connect(lambda: self.build(exact=True))
@@ -136,7 +142,7 @@ class BackendPage(QWidget):
         return task.start()
 
     def _show(self, value) -> None:
-        d, plan, devices, lib, manifest = value
+        d, plan, devices, lib, manifest, rpc = value
         self.plan = plan
         self.detection = d
         rows = [("OS", f"{d.os} {d.arch}"), ("CPU", f"{d.cpu} ({', '.join(d.cpu_features) or 'no SIMD detected'})")]
@@ -160,7 +166,8 @@ class BackendPage(QWidget):
         problems = "".join(f"<li style='color:#b3261e'>{html.escape(p)}</li>" for p in plan.problems)
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in plan.reasons)
         self.plan_view.setHtml(
-            f"<p><b>In use:</b> build <i>{selected}</i> on {used} — running on the {'GPU' if on_gpu else 'CPU'}."
+            f"<p><b>In use:</b> build <i>{selected}</i> on {used} — running on the {'GPU' if on_gpu else 'CPU'}; "
+            f"RPC {'built in' if rpc else 'not built in (other machines need a build with RPC)'}."
             f"<br><span style='color:#6b7385'>{html.escape(lib)}</span></p>"
             f"<p><b>Recommended:</b> {plan.backend.upper()} build<br><code>CMAKE_ARGS=\"{html.escape(plan.cmake_args)}\"</code></p>"
             f"<ul>{reasons}{problems}</ul>"
@@ -180,7 +187,7 @@ class BackendPage(QWidget):
 
         if self.plan is None:
             return None
-        return make_plan(self.detection, exact=True) if exact else self.plan
+        return make_plan(self.detection, exact=True, rpc=True) if exact else self.plan
 
     def build(self, exact: bool = False) -> Task | None:
         from engine.backends import builds

@@ -59,6 +59,12 @@ def _in_use() -> dict:
         info["devices"] = list_devices()
     except Exception as e:  # a broken build must not break detection
         info["error"] = f"cannot load the backend library: {e}"
+    try:
+        from engine.runtime.rpcdevices import rpc_available
+
+        info["rpc"] = rpc_available()
+    except Exception:
+        info["rpc"] = False
     gpus = [d for d in info.get("devices", []) if d["type"] in ("gpu", "igpu")]
     info["backend"] = "gpu" if gpus else "cpu"
     return info
@@ -87,7 +93,7 @@ def run_detect(args) -> int:
         print(f"CUDA toolkit  {tk['version']}{label}")
     use = d["in_use"]
     devices = ", ".join(f"{x['name']} ({x['type']})" for x in use.get("devices", [])) or use.get("error", "?")
-    print(f"in use        build {use['build']}: {devices}")
+    print(f"in use        build {use['build']}: {devices}; RPC {'built in' if use.get('rpc') else 'not built in'}")
     for e in d["errors"]:
         print(f"note          {e}")
     return EXIT_OK

@@ -175,7 +175,8 @@ def test_backend_page_offers_the_exact_build(qtbot, window):
     window.show_page("backend")  # detection runs when the page is first shown
     qtbot.waitUntil(lambda: page.plan is not None, timeout=20000)
     exact = page.plan_for(exact=True)
-    assert exact.backend == "cpu" and exact.cmake_args.endswith("-DGGML_LLAMAFILE=OFF")
+    assert exact.backend == "cpu" and "-DGGML_LLAMAFILE=OFF" in exact.cmake_args
+    assert "-DGGML_RPC=ON" in exact.cmake_args and "-DGGML_RPC=ON" in page.plan.cmake_args  # builds here can pool
     assert page.plan_for(exact=False) is page.plan and "LLAMAFILE" not in page.plan.cmake_args
     assert page.exact_build_btn.isEnabled() and "bit-identically" in page.exact_build_btn.toolTip()
 
