@@ -3,7 +3,8 @@
 llama.cpp's RPC client talks request/response: every time the server answers after the
 client spoke is one round trip, which a real network charges one latency for. The relay
 counts those turns (``round_trips``) and bytes each way, and with ``delay`` holds each
-answer back that long — a loopback stand-in for a LAN. Used by the RPC benchmark and the
+answer back that long — a loopback stand-in for a LAN; ``rate`` limits the bytes per
+second like a link's bandwidth. Used by the RPC benchmark and the
 tests; never in the data path of a real deployment.
 """
 
@@ -17,9 +18,11 @@ from engine.rpc.endpoints import Endpoint
 
 
 class CountingProxy:
-    def __init__(self, target: Endpoint, *, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, target: Endpoint, *, delay: float = 0.0, rate: float | None = None, host: str = "127.0.0.1",
+                 port: int = 0):  # fmt: skip
         self.target = target
         self.delay = delay
+        self.rate = rate  # bytes/s each way (a link's bandwidth), None: unlimited
         self._srv = socket.create_server((host, port))
         self.endpoint = Endpoint(host, self._srv.getsockname()[1])
         self._lock = threading.Lock()
@@ -68,6 +71,8 @@ class CountingProxy:
                         self.round_trips += turn
                 if turn and self.delay:
                     time.sleep(self.delay)
+                if self.rate:
+                    time.sleep(len(data) / self.rate)
                 dst.sendall(data)
         except OSError:
             pass

@@ -69,6 +69,14 @@ def ggml_library_path() -> Path:
     for d in candidates:
         if (d / name).exists():
             return d / name
+    try:  # where llama-cpp-python itself found its library (frozen layouts, unusual installs)
+        import llama_cpp.llama_cpp as raw
+
+        d = Path(raw._lib._name).parent
+        if (d / name).exists():
+            return d / name
+    except Exception:
+        pass
     raise RpcError(f"Cannot find llama.cpp's {name} (looked in {', '.join(map(str, candidates)) or 'nowhere'}).")
 
 

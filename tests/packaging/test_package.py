@@ -186,3 +186,36 @@ def test_install_script_adds_a_launcher_and_a_menu_entry(package, tmp_path):
     # the launcher on PATH runs the unpacked app
     paths = run(launcher, "paths", "--json", env=user_env(home))
     assert paths.returncode == 0 and json.loads(paths.stdout)["frozen"] is True, paths.stderr
+
+
+def test_frozen_app_serves_rpc_and_pools_a_model_over_it(package, tmp_path):
+    """`rpc serve` and `generate --rpc` from the frozen binary: the server runs from the
+    bundled library, and the pooled model runs in the binary's worker child."""
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = user_env(tmp_path)
+    server = subprocess.Popen([str(package.binary), "rpc", "serve", "--port", str(port), "--threads", "1"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()
+                time.sleep(0.1)
+        proc = run(package.binary, "generate", "--model", str(ROOT / "resources" / "demo.gguf"), "--prompt", "def f(x):",
+                   "--max-tokens", "24", "--rpc", f"127.0.0.1:{port}", "--json", env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["model"]["rpc"] == [f"127.0.0.1:{port}"] and len(out["tokens"]) == 24
+        assert out["model"]["placement"]["devices"][0]["endpoint"] == f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.communicate(timeout=10)
