@@ -26,6 +26,7 @@ from engine.errors import (
     InvalidRequestError,
     MtpStudioError,
     NoModelLoadedError,
+    NativeCrashError,
     QueueFullError,
     RpcConnectionLostError,
 )
@@ -309,8 +310,10 @@ class Engine:
     def _in_worker(self, wm: WorkerModel, job: J.Generate | J.Call, h: JobHandle) -> Any:
         try:
             return wm.run(job, h)
-        except RpcConnectionLostError:
+        except (RpcConnectionLostError, NativeCrashError):
             # the worker is gone: forget the model so the app shows it unloaded and can load it again
+            if wm.alive:
+                raise
             if self._state.models.get(wm.name) is wm:
                 del self._state.models[wm.name]
                 self._publish_models()

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 CHILD_MODULE = "engine.runtime.worker_child"
 _HEADER = struct.Struct("<Q")
 _EOF = object()
+#: what llama.cpp's RPC client prints before it aborts (ggml-rpc.cpp)
+_RPC_ABORTS = ("ggml-rpc", "Remote RPC server", "RPC handshake failed", "Failed to connect")
 
 
 def send_frame(stream: BinaryIO, obj: Any) -> None:
@@ -121,7 +123,7 @@ class WorkerModel:
 
     def call(self, message: tuple, *, emit, cancel: threading.Event | None) -> Any:
         if self.lost is not None:
-            raise E.RpcConnectionLostError(self.lost)
+            raise E.RpcConnectionLostError(self.lost) if "RPC servers" in self.lost else E.NativeCrashError(self.lost)
         self._send(message)
         cancel_sent = False
         while True:
@@ -172,22 +174,33 @@ class WorkerModel:
                 self._stderr.append(line)
                 log.debug("worker: %s", line)
 
-    def _died(self) -> E.RpcConnectionLostError:
+    def _died(self) -> E.MtpStudioError:
+        """The error for a worker that is gone: a lost RPC server when llama.cpp's last words
+        are about RPC (its client aborts on any failed call), a native crash otherwise."""
         try:
             self._proc.wait(5)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
         self._frames.put(_EOF)
-        said = [ln for ln in self._stderr if "RPC" in ln or "rpc" in ln or "abort" in ln.lower() or "error" in ln.lower()]
-        why = said[-1] if said else (list(self._stderr)[-1] if self._stderr else f"exit status {self._proc.returncode}")
+        lines = list(self._stderr)
+        rpc_said = [ln for ln in lines if any(m in ln for m in _RPC_ABORTS)]
         endpoints = ", ".join(self.spec.rpc) or "the remote devices"
+        if rpc_said:
+            self.lost = (
+                f"The connection to the RPC servers ({endpoints}) was lost, so the model stopped. llama.cpp said: "
+                f"{rpc_said[-1]}. The model was unloaded; load it again once every server is running "
+                "(`mtp-studio rpc serve` on each machine), or load it without those servers."
+            )
+            return E.RpcConnectionLostError(self.lost)
+        code = self._proc.returncode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+        said = f" llama.cpp said: {lines[-1]}." if lines else ""
         self.lost = (
-            f"The connection to the RPC servers ({endpoints}) was lost, so the model stopped. llama.cpp said: {why}. "
-            "The model was unloaded; load it again once every server is running (`mtp-studio rpc serve` on each "
-            "machine), or load it without those servers."
+            f"The worker process running this model (on {endpoints}) stopped ({how}).{said} The model was unloaded; "
+            "load it again."
         )
-        return E.RpcConnectionLostError(self.lost)
+        return E.NativeCrashError(self.lost)
 
     @property
     def alive(self) -> bool:

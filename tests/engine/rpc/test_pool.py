@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from engine.errors import InvalidSettingError, RpcBusyError, RpcConnectionLostError, RpcUnreachableError, RpcVersionError
+from engine.errors import InvalidSettingError, NativeCrashError, RpcBusyError, RpcConnectionLostError, RpcUnreachableError, RpcVersionError
 from engine.rpc.endpoints import hello
 from engine.rpc.proxy import CountingProxy
 from engine.runtime import jobs as J
@@ -139,6 +139,22 @@ def test_a_server_killed_mid_generation_is_survived_and_the_model_reloads():
         assert len(_gen(engine, PROMPTS[1], n=16).tokens) == 16
     victim.stop()
     helper.stop()
+
+
+def test_a_crashed_worker_is_reported_as_a_crash_and_forgotten():
+    """A worker that dies for another reason than RPC (here: killed) is not called a lost
+    connection, and its model is unloaded all the same."""
+    server = start_server()
+    try:
+        with Engine() as engine:
+            engine.submit(J.LoadModel(_spec(server.endpoint))).result(120)
+            worker = engine._state.models["demo"]  # the seam: the worker process itself
+            worker.kill()
+            with pytest.raises(NativeCrashError, match=r"worker process running this model .* stopped \(signal 9\)"):
+                _gen(engine, PROMPTS[0], n=8)
+            assert engine.models() == {}
+    finally:
+        server.stop()
 
 
 def test_cancel_reaches_the_worker_and_is_not_an_error(pooled):
