@@ -185,6 +185,11 @@ class RpcPanel(QGroupBox):
         if not eps:
             self.devices.setText("This machine alone.")
             return None
+        current = self.models.current if self.models is not None else None
+        if current and current.get("placement") and current.get("rpc") == [str(e) for e in eps]:
+            # the loaded model holds these servers (each serves one client): show its placement
+            self._show_devices({"devices": [], "placement": current["placement"]})
+            return None
         model = self.models.path if self.models is not None else None
         task = self.check_task = Task(lambda report, cancel: survey_in_child(eps, model, list(split) if split else None),
                                       name="rpc-check")  # fmt: skip

@@ -99,3 +99,12 @@ def test_a_port_in_use_is_a_clear_error(two_servers):
 def test_backend_plan_shows_rpc():
     out = mtp_studio("backend", "plan", "--rpc")
     assert out.returncode == 0 and "-DGGML_RPC=ON" in out.stdout and "+ RPC" in out.stdout
+
+
+def test_bench_runs_in_the_worker_over_rpc(two_servers):
+    rpc = ",".join(f"127.0.0.1:{p}" for p in two_servers)
+    body = mtp_json("bench", "--model", str(demo_model_path()), "--rpc", rpc, "--depths", "0,2", "--runs", "1",
+                    "--max-tokens", "24")  # fmt: skip
+    arms = {a["depth"]: a for a in body["arms"]}
+    assert arms["2"]["tokens_per_second_median"] > 0 and arms["2"]["acceptance"] > 0
+    assert body["identical"] is not False
