@@ -202,14 +202,22 @@ def _run_streaming(cmd, env, lines: list[str], log, progress, cancel) -> int:
     watcher = threading.Thread(target=killer, daemon=True)
     watcher.start()
     assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.rstrip()
-        lines.append(line)
-        if log is not None:
-            log(line)
-        m = _PERCENT.match(line.strip())
-        if m and progress is not None:
-            progress(int(m.group(1)) / 100.0, line.strip())
+    try:
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            lines.append(line)
+            if log is not None:
+                log(line)
+            m = _PERCENT.match(line.strip())
+            if m and progress is not None:
+                progress(int(m.group(1)) / 100.0, line.strip())
+    except BaseException:  # Ctrl-C, a timeout, a failing log callback: never leave the compile running
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        raise
     rc = proc.wait()
     if cancel is not None and cancel.is_set():
         raise Cancelled("backend build cancelled")

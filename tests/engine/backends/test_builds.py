@@ -76,3 +76,20 @@ def test_manifest_survives_a_corrupt_file():
             path.unlink()
         else:
             path.write_text(saved)
+
+
+def test_an_interrupted_build_does_not_leave_its_compile_running(tmp_path):
+    """Ctrl-C or a timeout while pip compiles must end pip and its compilers too."""
+    marker = tmp_path / "still-running"
+    script = f"echo started; sleep 30; touch {marker}"
+
+    def log(line):
+        raise KeyboardInterrupt  # as Ctrl-C arriving while the log streams
+
+    import time
+
+    with pytest.raises(KeyboardInterrupt):
+        builds._run_streaming(["sh", "-c", script], dict(os.environ), [], log, None, None)
+    time.sleep(0.5)
+    out = subprocess.run(["pgrep", "-f", f"touch {marker}"], capture_output=True, text=True)
+    assert out.stdout.strip() == "" and not marker.exists()
