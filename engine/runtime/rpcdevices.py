@@ -160,10 +160,6 @@ class Placement:
             "tensor_split": [round(x, 6) for x in self.tensor_split],
         }
 
-    def describe(self) -> str:
-        parts = [f"{d.name} ({d.endpoint or 'this machine'}): {n} layers" for d, n in zip(self.devices, self.layers, strict=True)]
-        return "; ".join(parts) + f"; MTP head and output on {self.local.name} (this machine)"
-
 
 def share_layers(n: int, weights: list[float]) -> list[int]:
     """``n`` layers in proportion to ``weights`` (largest remainder; ties go to the
@@ -270,7 +266,8 @@ class LlamaParams:
 
 class LocalOnly:
     """Model params that keep a model (a separate MTP head) on this machine while RPC
-    devices are registered: llama.cpp would otherwise put it on them."""
+    devices are registered: an explicit device list, so the head never lands on them
+    whatever llama.cpp's default device choice is."""
 
     def __init__(self, local: Device):
         ptrs = [] if local.kind == "cpu" else [local.ptr]  # no devices: llama.cpp's plain CPU placement
@@ -286,10 +283,6 @@ def _cpu_buffer_type() -> int | None:
     lib = _lib()
     cpu = lib.ggml_backend_dev_by_type(0)
     return lib.ggml_backend_dev_buffer_type(cpu) if cpu else None
-
-
-def describe_endpoints(endpoints: tuple[Endpoint, ...]) -> str:
-    return format_endpoints(endpoints)
 
 
 # ------------------------------------------------------------------ the child
