@@ -4,7 +4,8 @@
 
 Builds a realistic state first: the bundled (trained) demo model in a two-turn chat, then
 replies on it with MTP (depth 3), without, and with again for the Performance page; a constructed model and its head in the library, a compatible pair on the Compose
-page, and the endpoint serving a few requests.
+page, the Backend page sharing this machine over RPC with the model pooled over it, and
+the endpoint serving a few requests.
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def main() -> int:
@@ -104,8 +113,20 @@ def main() -> int:
 
     w.show_page("backend")
     until(lambda: w.pages["backend"].plan is not None)
+    rpc = w.pages["backend"].rpc  # share this machine on loopback, then pool the model over it
+    rpc.port.setValue(free_port())
+    rpc.toggle_serving()
+    rpc.endpoints.setText(str(rpc.server.endpoint))
+    loads = []
+    w.models.loaded.connect(loads.append)
+    rpc.apply()
+    until(lambda: loads)
     wait(300)
     w.grab().save(str(out / "backend.png"))
+    rpc.endpoints.setText("")
+    rpc.apply()
+    until(lambda: len(loads) > 1)
+    rpc.stop_serving()
 
     srv = w.pages["server"]
     w.show_page("server")

@@ -306,8 +306,7 @@ def survey(endpoints: tuple[Endpoint, ...], model: str | None = None, weights: l
 
 
 def survey_in_child(endpoints: tuple[Endpoint, ...], model: str | None = None, weights=None, timeout: float = 60) -> dict:
-    import json
-
+    """:func:`survey` in a child process, after a handshake with every endpoint."""
     from engine.childproc import run_child
 
     check_reachable(endpoints)
@@ -320,7 +319,7 @@ def survey_in_child(endpoints: tuple[Endpoint, ...], model: str | None = None, w
     if out.returncode != 0 or "devices" not in out.last:
         said = out.last.get("error") or " / ".join(out.stderr_tail) or out.signal_name
         raise RpcError(f"Could not list the RPC devices: {said}")
-    return json.loads(json.dumps(out.last))
+    return out.last
 
 
 def main(argv: list[str] | None = None) -> int:
