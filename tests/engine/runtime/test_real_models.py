@@ -48,9 +48,12 @@ def test_raw_prompt_gets_bos_and_a_story_instead_of_a_loop(gemma_lm):
     assert prompt[0] == m.bos and prompt.count(m.bos) == 1
     with_bos = generate(gemma_lm.session, prompt, DecodeParams(max_tokens=48)).tokens
     without = generate(gemma_lm.session, m.tokenize(STORY), DecodeParams(max_tokens=48)).tokens
-    # the failure this guards against: ", there was, there was, there was, ..."
-    assert repeated_trigrams(without) > 20
-    assert repeated_trigrams(with_bos) < 10, m.detokenize(with_bos)
+    # the failure this guards against: ", there was, there was, there was, ..." from the first
+    # token on. A 270M model's greedy story can still fall into a loop later, and where depends on
+    # the CPU's kernels (AVX-512 machines ran 48 tokens loop-free, AVX2 ones loop after ~20): judge
+    # the opening
+    assert repeated_trigrams(without[:24]) > 15, m.detokenize(without)
+    assert repeated_trigrams(with_bos[:24]) < 8, m.detokenize(with_bos)
 
 
 def test_no_second_bos_when_the_text_already_starts_with_one(gemma_lm):
