@@ -71,7 +71,7 @@ class RpcPanel(QGroupBox):
         self.endpoints = QLineEdit(", ".join(r.endpoints))
         self.endpoints.setPlaceholderText("host:port of each machine running `mtp-studio rpc serve`, comma-separated")
         self.split = QLineEdit(r.tensor_split)
-        self.split.setPlaceholderText("split: by free memory")
+        self.split.setPlaceholderText("split: by memory")
         self.split.setToolTip("Layer shares, one per device: the remote ones in list order, then this machine (e.g. 3,1,1)")
         self.split.setMaximumWidth(190)
         self.check_btn = QPushButton("Check")
