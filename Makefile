@@ -30,7 +30,7 @@ $(PY):
 # llama.cpp's RPC backend (`mtp-studio rpc serve`, --rpc). pip's wheel cache ignores
 # CMAKE_ARGS, so a cached wheel without RPC is caught and rebuilt once, uncached.
 LLAMA_CMAKE_ARGS = $${CMAKE_ARGS:-$$($(PYTHON) -m engine.backends.plan --rpc --cmake-args 2>/dev/null)}
-HAS_RPC = $(PY) -c 'import ctypes, importlib.util as u, pathlib as p, sys; d = p.Path(list(u.find_spec("llama_cpp").submodule_search_locations)[0]) / "lib"; n = {"darwin": "libggml.dylib", "win32": "ggml.dll"}.get(sys.platform, "libggml.so"); f = ctypes.CDLL(str(d / n)).ggml_backend_reg_by_name; f.restype = ctypes.c_void_p; f.argtypes = [ctypes.c_char_p]; sys.exit(0 if f(b"RPC") else 1)'
+HAS_RPC = env -u LLAMA_CPP_LIB_PATH MTP_STUDIO_NO_BACKEND_SELECTION=1 $(PY) -c 'import sys; from engine.rpc.server import rpc_supported; sys.exit(0 if rpc_supported() else 1)'
 
 $(STAMP): pyproject.toml | $(PY)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -e '.[test]'

@@ -18,14 +18,6 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshots")
     out.mkdir(parents=True, exist_ok=True)
@@ -114,6 +106,8 @@ def main() -> int:
     w.show_page("backend")
     until(lambda: w.pages["backend"].plan is not None)
     rpc = w.pages["backend"].rpc  # share this machine on loopback, then pool the model over it
+    from engine.rpc.server import free_port
+
     rpc.port.setValue(free_port())
     rpc.toggle_serving()
     rpc.endpoints.setText(str(rpc.server.endpoint))

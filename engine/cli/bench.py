@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from engine.cli.generate import add_rpc_args, rpc_options
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -174,8 +176,6 @@ def _register_ab(p) -> None:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--exact", action="store_true", help="exact mode (batch-invariant arithmetic)")
-    from engine.cli.generate import add_rpc_args
-
     add_rpc_args(p)
     p.add_argument("--temperature", type=float, default=0.0, help="sample every arm at this temperature (0: greedy)")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -214,8 +214,6 @@ def _ab(args) -> int:
 
     if args.model is None:
         return die("bench needs --model (or a sub-command: make-model, compose)", EXIT_USAGE)
-    from engine.cli.generate import rpc_options
-
     try:
         arms = parse_depths(args.depths)
         prompts = _read_prompts(args.prompts)

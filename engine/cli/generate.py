@@ -107,8 +107,7 @@ def load_spec(args, max_draft_depth: int = 4):
 
 
 def rpc_options(args) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
-    """``--rpc`` (or the saved RPC list when the flag is absent) and ``--tensor-split``,
-    validated. Raises :class:`InvalidSettingError`."""
+    """``--rpc`` and ``--tensor-split``, validated. Raises :class:`InvalidSettingError`."""
     from engine.rpc.endpoints import parse_endpoints, parse_tensor_split
 
     eps = parse_endpoints(getattr(args, "rpc", None))

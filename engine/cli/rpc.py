@@ -19,7 +19,7 @@ def register(sub) -> None:
         "binds 127.0.0.1 unless --host and --allow-network are given.",
     )
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    s.add_argument("--port", type=int, default=50052, help="port (default 50052)")
+    s.add_argument("--port", type=int, default=50052, help="port (default 50052; 0: any free one)")
     s.add_argument("--cache", action="store_true", help="keep received weights on disk so the next load skips the network")
     s.add_argument("--threads", type=int, default=None, help="CPU threads of the served CPU device")
     s.add_argument("--device", action="append", default=[], help="serve only this device (repeatable; default: GPUs, else CPU)")
@@ -40,13 +40,18 @@ def register(sub) -> None:
 
 def run_serve(args) -> int:
     from engine.errors import MtpStudioError
-    from engine.rpc.server import ServerOptions, default_threads, serve_forever, weight_cache_dir
+    from dataclasses import replace
 
-    opts = ServerOptions(args.host, args.port, args.threads, args.cache, None, tuple(args.device), args.allow_network)
+    from engine.rpc.server import ServerOptions, default_threads, free_port, serve_forever, weight_cache_dir
+
+    opts = ServerOptions(host=args.host, port=args.port, threads=args.threads, cache=args.cache,
+                         devices=tuple(args.device), allow_network=args.allow_network)  # fmt: skip
     try:
         opts.check()
     except MtpStudioError as e:
         return die(str(e), EXIT_USAGE)
+    if opts.port == 0:  # llama.cpp would not say which port it got
+        opts = replace(opts, port=free_port(opts.host))
     if opts.warning:
         print(f"mtp-studio: {opts.warning}", file=sys.stderr, flush=True)
     cache = weight_cache_dir() if opts.cache else None

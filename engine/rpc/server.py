@@ -27,12 +27,13 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.backends.builds import selected_lib_dir
+from engine.backends.ggmllib import ACCEL, CPU, LIB_NAME, open_ggml, rpc_entry_point
 from engine.childproc import child_env, module_command
-from engine.errors import InvalidSettingError, RpcError, RpcUnavailableError
+from engine.errors import InvalidSettingError, RpcError
 from engine.paths import cache_dir
 from engine.rpc.endpoints import DEFAULT_PORT, Endpoint, is_loopback
 
@@ -54,10 +55,10 @@ def weight_cache_dir() -> Path:
 
 
 # ------------------------------------------------------------------ the library
-def ggml_library_path() -> Path:
-    """The ggml library of the llama.cpp build the app uses, without importing
-    ``llama_cpp`` (which would load libllama too)."""
-    name = {"win32": "ggml.dll", "darwin": "libggml.dylib"}.get(sys.platform, "libggml.so")
+def ggml_lib_dir() -> Path:
+    """The lib folder of the llama.cpp build the app uses, found as the engine finds it
+    (``LLAMA_CPP_LIB_PATH``, the selected build, the installed package) without importing
+    ``llama_cpp``, which would load libllama too."""
     candidates = []
     if os.environ.get("LLAMA_CPP_LIB_PATH"):
         candidates.append(Path(os.environ["LLAMA_CPP_LIB_PATH"]))
@@ -67,50 +68,31 @@ def ggml_library_path() -> Path:
     if spec is not None and spec.submodule_search_locations:
         candidates.append(Path(list(spec.submodule_search_locations)[0]) / "lib")
     for d in candidates:
-        if (d / name).exists():
-            return d / name
+        if (d / LIB_NAME).exists():
+            return d
     try:  # where llama-cpp-python itself found its library (frozen layouts, unusual installs)
         import llama_cpp.llama_cpp as raw
 
         d = Path(raw._lib._name).parent
-        if (d / name).exists():
-            return d / name
+        if (d / LIB_NAME).exists():
+            return d
     except Exception:
         pass
-    raise RpcError(f"Cannot find llama.cpp's {name} (looked in {', '.join(map(str, candidates)) or 'nowhere'}).")
-
-
-def _bind(lib: ctypes.CDLL) -> None:
-    lib.ggml_backend_load_all.restype = None
-    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_name.restype = ctypes.c_char_p
-    lib.ggml_backend_dev_by_name.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_dev_by_name.restype = ctypes.c_void_p
+    raise RpcError(f"Cannot find llama.cpp's {LIB_NAME} (looked in {', '.join(map(str, candidates)) or 'nowhere'}).")
 
 
 _START_SERVER = ctypes.CFUNCTYPE(
     None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
 )
-_CPU, _ACCEL = 0, 3
 
 
-def rpc_supported(lib: ctypes.CDLL | None = None) -> bool:
-    """Whether the build has the RPC backend (``-DGGML_RPC=ON``)."""
+def rpc_supported() -> bool:
+    """Whether the build the app uses has the RPC backend (``-DGGML_RPC=ON``). The
+    Makefile asks this after installing."""
     try:
-        lib = lib or ctypes.CDLL(str(ggml_library_path()))
-        _bind(lib)
+        return bool(open_ggml(ggml_lib_dir()).ggml_backend_reg_by_name(b"RPC"))
     except (OSError, RpcError):
         return False
-    return bool(lib.ggml_backend_reg_by_name(b"RPC"))
 
 
 def _server_devices(lib: ctypes.CDLL, names: list[str]) -> list[int]:
@@ -126,8 +108,8 @@ def _server_devices(lib: ctypes.CDLL, names: list[str]) -> list[int]:
             out.append(dev)
         return out
     devs = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
-    gpus = [d for d in devs if lib.ggml_backend_dev_type(d) not in (_CPU, _ACCEL)]
-    return gpus or [d for d in devs if lib.ggml_backend_dev_type(d) == _CPU][:1]
+    gpus = [d for d in devs if lib.ggml_backend_dev_type(d) not in (CPU, ACCEL)]
+    return gpus or [d for d in devs if lib.ggml_backend_dev_type(d) == CPU][:1]
 
 
 def _check_port(host: str, port: int) -> None:
@@ -145,19 +127,9 @@ def _check_port(host: str, port: int) -> None:
 
 def serve_forever(host: str, port: int, *, threads: int, cache: Path | None, devices: list[str]) -> None:
     """The child's body: llama.cpp's RPC server until the process is stopped."""
-    lib = ctypes.CDLL(str(ggml_library_path()))
-    _bind(lib)
+    lib = open_ggml(ggml_lib_dir())
     lib.ggml_backend_load_all()
-    reg = lib.ggml_backend_reg_by_name(b"RPC")
-    if not reg:
-        raise RpcUnavailableError(
-            "This llama.cpp build has no RPC backend. Build one with `mtp-studio backend build --rpc` "
-            "(or reinstall with `make venv`, which builds with RPC)."
-        )
-    addr = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_start_server")
-    if not addr:
-        raise RpcUnavailableError("This build's RPC backend has no server entry point (ggml_backend_rpc_start_server).")
-    start = _START_SERVER(addr)
+    start = _START_SERVER(rpc_entry_point(lib, "ggml_backend_rpc_start_server"))
     devs = _server_devices(lib, devices)
     if not devs:
         raise RpcError("llama.cpp found no device to serve on this machine.")
@@ -180,6 +152,13 @@ def serve_forever(host: str, port: int, *, threads: int, cache: Path | None, dev
     while not done.wait(0.5):  # the main thread stays in Python, so Ctrl-C and SIGTERM work
         pass
     raise RpcError("llama.cpp's RPC server stopped (see the lines above).")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (tests, benchmarks, port 0)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def default_threads() -> int:
@@ -224,8 +203,8 @@ class ServerOptions:
     allow_network: bool = False
 
     def check(self) -> None:
-        if not 1 <= self.port <= 65535:
-            raise InvalidSettingError(f"The RPC port must be between 1 and 65535, not {self.port}.")
+        if not 0 <= self.port <= 65535:
+            raise InvalidSettingError(f"The RPC port must be between 1 and 65535 (0: any free one), not {self.port}.")
         if self.threads is not None and self.threads < 1:
             raise InvalidSettingError("The RPC server needs at least one thread.")
         if not is_loopback(self.host) and not self.allow_network:
@@ -251,6 +230,8 @@ class RpcServer:
 
     def __init__(self, options: ServerOptions):
         options.check()
+        if options.port == 0:  # llama.cpp cannot report the port it got: choose one here
+            options = replace(options, port=free_port(options.host))
         self.options = options
         self._proc: subprocess.Popen | None = None
         fd, name = tempfile.mkstemp(prefix="mtp-studio-rpc-", suffix=".log")
@@ -258,7 +239,6 @@ class RpcServer:
         self.log_path = Path(name)
         weakref.finalize(self, self.log_path.unlink, missing_ok=True)
         self._lock = threading.Lock()
-        self.started_at: float | None = None
 
     @property
     def endpoint(self) -> Endpoint:
@@ -294,7 +274,6 @@ class RpcServer:
                 continue
             try:  # the child checked the port was free before llama.cpp bound it
                 with socket.create_connection((host, self.options.port), timeout=0.5):
-                    self.started_at = time.time()
                     return self
             except OSError:
                 pass

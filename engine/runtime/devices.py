@@ -1,18 +1,16 @@
 """The compute devices llama.cpp sees (ggml's device registry), from the loaded library.
 
 llama-cpp-python does not bind ``ggml_backend_dev_*``; they are exported by the
-``ggml`` library next to ``llama``, so they are bound here with ctypes.
+``ggml`` library next to ``llama`` (prototypes: :mod:`engine.backends.ggmllib`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import sys
 from pathlib import Path
 
+from engine.backends.ggmllib import DEVICE_TYPES, open_ggml
 from engine.runtime.lib import llama
-
-DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 
 
 def loaded_lib_dir() -> Path:
@@ -23,20 +21,8 @@ def loaded_lib_dir() -> Path:
 
 
 def _ggml() -> ctypes.CDLL:
-    d = loaded_lib_dir()
-    name = {"win32": "ggml.dll", "darwin": "libggml.dylib"}.get(sys.platform, "libggml.so")
-    lib = ctypes.CDLL(str(d / name))
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(lib, fn).argtypes = [ctypes.c_void_p]
-        getattr(lib, fn).restype = ctypes.c_char_p
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    lib.ggml_backend_dev_memory.restype = None
-    return lib
+    """The ggml library next to the loaded ``llama`` library."""
+    return open_ggml(loaded_lib_dir())
 
 
 def list_devices() -> list[dict]:

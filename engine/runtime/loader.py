@@ -30,7 +30,7 @@ from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
 from engine.rpc.endpoints import parse_endpoints
 from engine.runtime import exact as exact_mod
-from engine.runtime import limits
+from engine.runtime import limits, rpcdevices
 from engine.runtime.context import Context
 from engine.runtime.lib import system_info
 from engine.runtime.loadprobe import LoadVerdict, ProbeRequest, check_load
@@ -194,8 +194,6 @@ def load(
     verdict = LoadVerdict()
     placement = None
     if endpoints:
-        from engine.runtime import rpcdevices
-
         report(0.0, "Connecting to the RPC servers")
         remote, local = rpcdevices.devices(endpoints)
         placement = rpcdevices.plan_placement(
@@ -221,11 +219,6 @@ def load(
         extra_bufts = False  # repacked kernels differ between one row and several
 
     head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
-    llama_params = None
-    if placement is not None:
-        from engine.runtime.rpcdevices import LlamaParams, LocalOnly
-
-        llama_params = LlamaParams(placement)
     model = Model.load(
         spec.path,
         load_mtp=source == MtpSource.INTEGRATED,
@@ -233,7 +226,7 @@ def load(
         progress=lambda f: report(f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")),
         cancel=cancel,
         use_extra_bufts=extra_bufts,
-        placement=llama_params,
+        placement=None if placement is None else rpcdevices.LlamaParams(placement),  # held by the call
     )
     head_model = None
     try:
@@ -245,7 +238,7 @@ def load(
                 progress=lambda f: report(1 - head_share + f * head_share, "Loading the MTP head"),
                 cancel=cancel,
                 use_extra_bufts=extra_bufts,
-                placement=None if placement is None else LocalOnly(placement.devices[-1]),
+                placement=None if placement is None else rpcdevices.LocalOnly(placement.local),
             )
             if head_model.n_embd != model.n_embd or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")

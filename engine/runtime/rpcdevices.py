@@ -17,39 +17,22 @@ The MTP context also keeps its KV cache local (``offload_kqv`` off).
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from engine.errors import InvalidSettingError, RpcError, RpcUnavailableError
+from engine.backends.ggmllib import rpc_entry_point
+from engine.errors import InvalidSettingError, RpcError
 from engine.rpc.endpoints import Endpoint, check_reachable, format_endpoints
 from engine.runtime.devices import DEVICE_TYPES, _ggml
 
 _registered: dict[Endpoint, list[int]] = {}
 
 
-def _lib() -> ctypes.CDLL:
-    lib = _ggml()
-    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_register.restype = None
-    lib.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    return lib
-
-
 _ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
 
 
 def rpc_available() -> bool:
-    return bool(_lib().ggml_backend_reg_by_name(b"RPC"))
+    """Whether the loaded build has the RPC backend."""
+    return bool(_ggml().ggml_backend_reg_by_name(b"RPC"))
 
 
 def register(endpoints: tuple[Endpoint, ...]) -> None:
@@ -57,18 +40,9 @@ def register(endpoints: tuple[Endpoint, ...]) -> None:
     todo = [ep for ep in endpoints if ep not in _registered]
     if not todo:
         return
-    lib = _lib()
-    reg = lib.ggml_backend_reg_by_name(b"RPC")
-    if not reg:
-        raise RpcUnavailableError(
-            "This llama.cpp build has no RPC backend, so it cannot use other machines. Build one with "
-            "`mtp-studio backend build --rpc` (a source install from `make` already has it)."
-        )
-    addr = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
-    if not addr:
-        raise RpcUnavailableError("This build's RPC backend has no ggml_backend_rpc_add_server entry point.")
+    lib = _ggml()
+    add = _ADD_SERVER(rpc_entry_point(lib, "ggml_backend_rpc_add_server"))
     check_reachable(todo)
-    add = _ADD_SERVER(addr)
     for ep in todo:
         sreg = add(str(ep).encode())
         if not sreg:
@@ -123,7 +97,7 @@ def devices(endpoints: tuple[Endpoint, ...]) -> tuple[list[Device], list[Device]
     """``(remote, local)``: the endpoints' devices in endpoint order, and this machine's
     GPUs, or its CPU when it has none."""
     register(endpoints)
-    lib = _lib()
+    lib = _ggml()
     remote = [_device(lib, p, str(ep)) for ep in endpoints for p in _registered[ep]]
     remote_ptrs = {d.ptr for d in remote}
     local_all = [_device(lib, lib.ggml_backend_dev_get(i), None) for i in range(lib.ggml_backend_dev_count())]
@@ -136,17 +110,16 @@ def devices(endpoints: tuple[Endpoint, ...]) -> tuple[list[Device], list[Device]
 # ---------------------------------------------------------------- placement
 @dataclass
 class Placement:
-    """Where a model's layers go. ``devices`` is the order shown and weighted; the last is
-    local and holds the MTP block and the output layer."""
+    """Where a model's layers go. ``devices`` is the order shown, weighted and handed to
+    llama.cpp; the last is this machine's and holds the MTP block and the output layer."""
 
     devices: list[Device]
     layers: list[int]  # trunk layers per device
-    n_layer_trunk: int
-    #: for llama_model_params
-    n_gpu_layers: int = 0
-    llama_devices: list[Device] = field(default_factory=list)
-    tensor_split: list[float] = field(default_factory=list)
-    local_patterns: list[str] = field(default_factory=list)
+    #: for llama_model_params: every layer is offloaded, split by these fractions
+    n_gpu_layers: int
+    tensor_split: list[float]
+    #: tensors pinned to this machine (tensor_buft_overrides)
+    local_patterns: list[str]
 
     @property
     def local(self) -> Device:
@@ -211,26 +184,7 @@ def plan_placement(
         split.append(max(0.0, bound - prev))
         prev = max(prev, bound)
     patterns = [rf"^blk\.{il}\." for il in range(n_layer_trunk, n_layer_all)] + [r"^output\.", r"^output_norm\."]
-    return Placement(shown, counts, n_layer_trunk, act, list(shown), split, patterns)
-
-
-def assigned_device(p: Placement, il: int, n_layer_all: int) -> str:
-    """Which device llama.cpp assigns layer ``il`` to under ``p`` (its own rule,
-    ``llama_model_base::load_tensors``); ``n_layer_all`` is the output's index. For tests
-    and the placement table."""
-    import bisect
-
-    start = max(n_layer_all + 1 - p.n_gpu_layers, 0)
-    act = min(p.n_gpu_layers, n_layer_all + 1) if p.llama_devices else 0
-    if il < start or il - start >= act:
-        return "CPU"
-    total, cum = sum(p.tensor_split), []
-    run = 0.0
-    for x in p.tensor_split:
-        run += x
-        cum.append(run / total)
-    j = bisect.bisect_right(cum, (il - start) / act)
-    return p.llama_devices[j].name
+    return Placement(shown, counts, act, split, patterns)
 
 
 class _Override(ctypes.Structure):
@@ -242,15 +196,12 @@ class LlamaParams:
     load."""
 
     def __init__(self, p: Placement):
-        lib = _lib()
-        n = len(p.llama_devices)
-        self.devices = (ctypes.c_void_p * (n + 1))(*[d.ptr for d in p.llama_devices], None)
-        self.tensor_split = (ctypes.c_float * max(n, 1))(*p.tensor_split)
-        local = p.local
-        buft = lib.ggml_backend_dev_buffer_type(local.ptr)
-        if local.kind == "cpu":
-            cpu = _cpu_buffer_type()
-            buft = cpu or buft
+        n = len(p.devices)
+        self.devices = (ctypes.c_void_p * (n + 1))(*[d.ptr for d in p.devices], None)
+        self.tensor_split = (ctypes.c_float * n)(*p.tensor_split)
+        # the CPU device's buffer type is ggml_backend_cpu_buffer_type(), which llama.cpp
+        # recognises in overrides to allow CPU weight repacking
+        buft = _ggml().ggml_backend_dev_buffer_type(p.local.ptr)
         self._patterns = [s.encode() for s in p.local_patterns]
         self.overrides = (_Override * (len(self._patterns) + 1))(
             *[_Override(s, buft) for s in self._patterns], _Override(None, None)
@@ -275,14 +226,6 @@ class LocalOnly:
 
     def apply(self, params) -> None:
         params.devices = ctypes.cast(self.devices, ctypes.c_void_p)
-
-
-def _cpu_buffer_type() -> int | None:
-    """``ggml_backend_cpu_buffer_type()``: llama.cpp compares override buffer types with it
-    to allow CPU weight repacking."""
-    lib = _lib()
-    cpu = lib.ggml_backend_dev_by_type(0)
-    return lib.ggml_backend_dev_buffer_type(cpu) if cpu else None
 
 
 # ------------------------------------------------------------------ the child

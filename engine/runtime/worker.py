@@ -37,9 +37,13 @@ _EOF = object()
 _RPC_ABORTS = ("ggml-rpc", "Remote RPC server", "RPC handshake failed", "Failed to connect")
 
 
-def send_frame(stream: BinaryIO, obj: Any) -> None:
+def encode_frame(obj: Any) -> bytes:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    return _HEADER.pack(len(data)) + data
+
+
+def send_frame(stream: BinaryIO, obj: Any) -> None:
+    stream.write(encode_frame(obj))
     stream.flush()
 
 
@@ -83,7 +87,8 @@ class WorkerModel:
         self._stderr: deque[str] = deque(maxlen=40)
         self.name = spec.name or ""
         self.info: dict = {}
-        self.lost: str | None = None
+        #: why the worker is gone, once it is (raised again for any later job)
+        self.lost: E.MtpStudioError | None = None
         threading.Thread(target=self._read, name="mtp-worker-read", daemon=True).start()
         threading.Thread(target=self._read_stderr, name="mtp-worker-log", daemon=True).start()
 
@@ -112,18 +117,11 @@ class WorkerModel:
         """Run ``job`` in the child, relaying its events to ``h``."""
         if isinstance(job, J.Generate) and job.phase_hook is not None:
             raise E.InvalidRequestError("phase hooks cannot run in a worker process")
-        try:
-            pickle.dumps(job)
-        except Exception:
-            raise E.InvalidRequestError(
-                f"{type(job).__name__} job cannot be sent to the worker process that runs this model "
-                "(its function is not importable by name)"
-            ) from None
         return self.call(("run", job), emit=h._emit, cancel=h.cancel_event)
 
     def call(self, message: tuple, *, emit, cancel: threading.Event | None) -> Any:
         if self.lost is not None:
-            raise E.RpcConnectionLostError(self.lost) if "RPC servers" in self.lost else E.NativeCrashError(self.lost)
+            raise type(self.lost)(str(self.lost))
         self._send(message)
         cancel_sent = False
         while True:
@@ -149,9 +147,17 @@ class WorkerModel:
     # -------------------------------------------------------------- plumbing
     def _send(self, message: tuple) -> None:
         try:
+            data = encode_frame(message)
+        except Exception:  # a Call whose function is a lambda or closure
+            raise E.InvalidRequestError(
+                f"{type(message[-1]).__name__} cannot be sent to the worker process that runs this model "
+                "(its function is not importable by name)"
+            ) from None
+        try:
             assert self._proc.stdin is not None
-            send_frame(self._proc.stdin, message)
-        except (BrokenPipeError, OSError, ValueError):
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except (OSError, ValueError):  # the pipe is gone with the worker
             raise self._died() from None
 
     def _read(self) -> None:
@@ -182,25 +188,24 @@ class WorkerModel:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        self._frames.put(_EOF)
         lines = list(self._stderr)
         rpc_said = [ln for ln in lines if any(m in ln for m in _RPC_ABORTS)]
         endpoints = ", ".join(self.spec.rpc) or "the remote devices"
         if rpc_said:
-            self.lost = (
+            self.lost = E.RpcConnectionLostError(
                 f"The connection to the RPC servers ({endpoints}) was lost, so the model stopped. llama.cpp said: "
                 f"{rpc_said[-1]}. The model was unloaded; load it again once every server is running "
                 "(`mtp-studio rpc serve` on each machine), or load it without those servers."
             )
-            return E.RpcConnectionLostError(self.lost)
-        code = self._proc.returncode
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-        said = f" llama.cpp said: {lines[-1]}." if lines else ""
-        self.lost = (
-            f"The worker process running this model (on {endpoints}) stopped ({how}).{said} The model was unloaded; "
-            "load it again."
-        )
-        return E.NativeCrashError(self.lost)
+        else:
+            code = self._proc.returncode
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            said = f" llama.cpp said: {lines[-1]}." if lines else ""
+            self.lost = E.NativeCrashError(
+                f"The worker process running this model (on {endpoints}) stopped ({how}).{said} The model was "
+                "unloaded; load it again."
+            )
+        return self.lost
 
     @property
     def alive(self) -> bool:

@@ -14,6 +14,8 @@ import sys
 import threading
 from dataclasses import replace
 
+from engine.runtime import jobs as J
+from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.worker import _EOF, error_frame, recv_frame, send_frame
 
 
@@ -28,9 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     def send(obj) -> None:
         with lock:
             send_frame(out, obj)
-
-    from engine.runtime import jobs as J
-    from engine.runtime.engine import Engine, EngineDefaults
 
     def on_event(ev) -> None:
         if isinstance(ev, J.Done):

@@ -195,9 +195,9 @@ def test_frozen_app_serves_rpc_and_pools_a_model_over_it(package, tmp_path):
     import subprocess
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from engine.rpc.server import free_port
+
+    port = free_port()
     env = user_env(tmp_path)
     server = subprocess.Popen([str(package.binary), "rpc", "serve", "--port", str(port), "--threads", "1"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
-from engine.rpc.server import RpcServer, ServerOptions
+from engine.rpc.server import RpcServer, ServerOptions, free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["free_port", "start_server"]
 
 
 def start_server(**kw) -> RpcServer:
-    return RpcServer(ServerOptions(port=free_port(), threads=1, **kw)).start()
+    return RpcServer(ServerOptions(port=0, threads=1, **kw)).start()
 
 
 @pytest.fixture(scope="package")

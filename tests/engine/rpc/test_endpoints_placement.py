@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 import pytest
 
 from engine.backends.builds import build_name
@@ -10,7 +12,7 @@ from engine.backends.plan import RPC_ARGS, make_plan
 from engine.errors import InvalidSettingError, RpcUnreachableError
 from engine.rpc.endpoints import Endpoint, check_reachable, parse_endpoints, parse_tensor_split
 from engine.rpc.server import ServerOptions
-from engine.runtime.rpcdevices import Device, assigned_device, plan_placement, share_layers
+from engine.runtime.rpcdevices import Device, Placement, plan_placement, share_layers
 from tests.engine.rpc.conftest import free_port
 
 
@@ -43,6 +45,20 @@ def test_unreachable_endpoint_is_named_with_what_to_do():
     port = free_port()  # nothing listens there
     with pytest.raises(RpcUnreachableError, match=rf"127\.0\.0\.1:{port}.*rpc serve"):
         check_reachable(parse_endpoints(f"127.0.0.1:{port}"), timeout=1)
+
+
+def assigned_device(p: Placement, il: int, n_layer_all: int) -> str:
+    """Which device llama.cpp assigns layer ``il`` to under ``p``: its own rule
+    (``llama_model_base::load_tensors``), replayed; ``n_layer_all`` is the output's index."""
+    start = max(n_layer_all + 1 - p.n_gpu_layers, 0)
+    act = min(p.n_gpu_layers, n_layer_all + 1) if p.devices else 0
+    if il < start or il - start >= act:
+        return "CPU"
+    total, cum, run = sum(p.tensor_split), [], 0.0
+    for x in p.tensor_split:
+        run += x
+        cum.append(run / total)
+    return p.devices[bisect.bisect_right(cum, (il - start) / act)].name
 
 
 def _dev(name, free, kind="gpu", endpoint="h:1"):

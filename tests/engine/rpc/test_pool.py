@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from engine.errors import InvalidSettingError, NativeCrashError, RpcBusyError, RpcConnectionLostError, RpcUnreachableError, RpcVersionError
+from engine.errors import InvalidRequestError, InvalidSettingError, NativeCrashError, RpcBusyError, RpcConnectionLostError, RpcUnreachableError, RpcVersionError
 from engine.rpc.endpoints import hello
 from engine.rpc.proxy import CountingProxy
 from engine.runtime import jobs as J
@@ -180,6 +180,13 @@ def test_a_crashed_worker_is_reported_as_a_crash_and_forgotten():
             assert engine.models() == {}
     finally:
         server.stop()
+
+
+def test_a_call_that_cannot_reach_the_worker_is_refused_with_words(pooled):
+    engine, _ = pooled
+    with pytest.raises(InvalidRequestError, match="cannot be sent to the worker process"):
+        engine.submit(J.Call(lambda state, cancel, emit: 1)).result(30)
+    assert len(_gen(engine, PROMPTS[1], n=4).tokens) == 4  # nothing was sent: the worker carries on
 
 
 def test_cancel_reaches_the_worker_and_is_not_an_error(pooled):
