@@ -14,10 +14,10 @@ from app.history import ChatStore
 from app.messages import Messages
 from engine import settings as settings_mod
 from engine.hub.library import Library
-from engine.runtime import exact as exact_mod
+from engine.runtime.llama import exact as exact_mod
 from engine.runtime import jobs as J
-from engine.runtime.depth import DraftDepth
-from engine.runtime.loader import LoadSpec, MtpSource
+from engine.runtime.decode.depth import DraftDepth
+from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.settings import Settings
 from engine.synth.demo import demo_model_path
 

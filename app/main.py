@@ -50,7 +50,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     if settings.exact:  # before llama.cpp is loaded: its kernels are chosen once per process
         import os
 
-        from engine.runtime import exact as exact_mod
+        from engine.runtime.llama import exact as exact_mod
 
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()

@@ -20,7 +20,7 @@ CHILD = r"""
 import json, statistics, sys
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.loader import LoadSpec
+from engine.runtime.load.loader import LoadSpec
 path, tokens, requests = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 prompts = ["The history of the river town", "Write a story about a lighthouse", "def parse(items):", "Dear team,"]
 out = {"auto": [], "plain": []}

@@ -29,7 +29,7 @@ SAMPLES = (
 def samples(tokens: int) -> list[dict]:
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine
-    from engine.runtime.loader import LoadSpec
+    from engine.runtime.load.loader import LoadSpec
 
     out = []
     with Engine() as eng:

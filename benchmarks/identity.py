@@ -23,8 +23,8 @@ from pathlib import Path
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 COST = r"""
 import json, statistics, sys
-from engine.runtime.decoder import DecodeParams, generate
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 lm = load(LoadSpec(sys.argv[1], n_ctx=2048, mtp=MtpSource.OFF, exact=sys.argv[2] == "1"))
 p = lm.model.prompt_tokens(" ".join(f"Item {i} is on the shelf." for i in range(80)))[:512]
 pre, dec = [], []
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact-lib", help="lib folder of an exact CPU build (for the F16 row)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    from engine.runtime.quantize import quantize
+    from engine.runtime.llama.quantize import quantize
     from engine.synth.benchmodel import make_bench_model
     from tests.models import build_fixture
     from tests.realmodels import fetch

@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def _models(work: Path) -> list[tuple[str, Path]]:
-    from engine.runtime.quantize import quantize
+    from engine.runtime.llama.quantize import quantize
     from engine.synth.benchmodel import make_bench_model
     from tests.models import build_fixture
     from tests.realmodels import fetch
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     from engine.gguf.inspect import inspect_path
-    from engine.runtime.versus import run_versus
+    from engine.runtime.measure.versus import run_versus
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="mtp-realmodels-") as tmp:

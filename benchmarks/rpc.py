@@ -85,7 +85,7 @@ def _load_times(model: Path, cache_root: Path, rates_mbit: list[float | None], r
     from engine.rpc.proxy import CountingProxy
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine
-    from engine.runtime.loader import LoadSpec
+    from engine.runtime.load.loader import LoadSpec
 
     res = {}
     for rate in rates_mbit:
@@ -126,7 +126,7 @@ def wide_model(out: Path) -> Path:
 def run(model: Path, *, tokens: int, runs: int, delays_ms: list[float], arms: list[str], rates_mbit: list,
         decode: bool = True) -> dict:  # fmt: skip
     from engine.rpc.proxy import CountingProxy
-    from engine.runtime.loader import LoadSpec
+    from engine.runtime.load.loader import LoadSpec
 
     body: dict = {"model": str(model), "size_bytes": model.stat().st_size, "tokens": tokens, "runs": runs, "setups": {}}
     if not decode:

@@ -21,7 +21,7 @@ TOKENS = 48
 def _noise_check(plain: list[int], spec: list[int]):
     """A Call body: the positions where ``spec`` is not the argmax up to twice the noise
     measured by replaying ``plain`` in a 4-wide batch."""
-    from engine.runtime.identity import check_within_noise, reference, replay
+    from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
 
     def fn(state, _cancel, _emit):
         lm = state.get(None)
@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         from engine.runtime import jobs as J
-        from engine.runtime.devices import list_devices
+        from engine.runtime.llama.devices import list_devices
         from engine.runtime.engine import Engine
-        from engine.runtime.loader import LoadSpec, MtpSource
+        from engine.runtime.load.loader import LoadSpec, MtpSource
         from engine.synth.demo import demo_model_path
 
         with Engine() as engine:

@@ -90,7 +90,7 @@ class Settings:
     window: WindowPrefs = field(default_factory=WindowPrefs)
     hub_token: str = ""
     library_limit_gb: float = 0.0  # 0: no limit
-    #: exact mode (engine.runtime.exact): chosen before llama.cpp starts
+    #: exact mode (engine.runtime.llama.exact): chosen before llama.cpp starts
     exact: bool = False
 
     def __repr__(self) -> str:  # never print the token or API key

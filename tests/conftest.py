@@ -48,7 +48,7 @@ def gemma():
 @pytest.fixture(scope="module")
 def gemma_lm(gemma):
     """The real Gemma file loaded in this process (no MTP), for one test module."""
-    from engine.runtime.loader import LoadSpec, load
+    from engine.runtime.load.loader import LoadSpec, load
 
     lm = load(LoadSpec(gemma, n_ctx=1024))
     yield lm
@@ -63,7 +63,7 @@ QUANTS = ("Q8_0", "Q4_0", "Q4_K_M")
 def quantized(fixtures, tmp_path_factory):
     """``quantized(name, quant)``: the fixture ``name`` with its integrated, trunk-only
     and head files quantized by llama.cpp's quantizer (built on first use)."""
-    from engine.runtime.quantize import quantize
+    from engine.runtime.llama.quantize import quantize
 
     folder = tmp_path_factory.mktemp("quantized")
     made: dict[tuple[str, str], QuantizedFixture] = {}

@@ -40,7 +40,7 @@ class ParityReport:
 
 
 def simulate_depth1(agree: np.ndarray, first: int, n_generate: int) -> tuple[int, int]:
-    """(drafted, accepted) of greedy depth-1 speculation, as ``engine.runtime.decoder`` runs
+    """(drafted, accepted) of greedy depth-1 speculation, as ``engine.runtime.decode.loop`` runs
     it, given ``agree[t]``: whether the head's draft from (h[t], x[t+1]) equals x[t+2].
     ``first`` is the position of the first generated token."""
     drafted = accepted = 0
@@ -60,9 +60,9 @@ def simulate_depth1(agree: np.ndarray, first: int, n_generate: int) -> tuple[int
 def check(model: Qwen35, tokenizer, gguf: Path, text: str, *, generate: int = 64) -> ParityReport:
     """Run ``gguf`` through the app's own runtime (tokenizer, one batch of logits, a depth-1
     speculative generation) and compare each with ``model``."""
-    from engine.runtime.batch import LOGITS_ALL
-    from engine.runtime.decoder import DecodeParams, FixedDepth, generate as decode
-    from engine.runtime.loader import LoadSpec, MtpSource, load
+    from engine.runtime.llama.batch import LOGITS_ALL
+    from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate as decode
+    from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
     ids = tokenizer.encode(text).ids
     lm = load(LoadSpec(gguf, mtp=MtpSource.INTEGRATED, n_ctx=max(512, len(ids) + generate + 16), max_draft_depth=1,

@@ -29,12 +29,12 @@ from app.tasks import Task
 def _detect_and_plan(report, cancel):
     from engine.backends.builds import load_manifest
     from engine.backends.detect import detect
-    from engine.runtime.devices import list_devices, loaded_lib_dir
+    from engine.runtime.llama.devices import list_devices, loaded_lib_dir
     from engine.backends.plan import make_plan
 
     d = detect()
     plan = make_plan(d, rpc=True)  # builds made here can lend this machine and use others
-    from engine.runtime.rpcdevices import rpc_available
+    from engine.runtime.load.rpcdevices import rpc_available
 
     try:
         devices, lib = list_devices(), str(loaded_lib_dir())
@@ -191,7 +191,7 @@ class BackendPage(QWidget):
 
     def build(self, exact: bool = False) -> Task | None:
         from engine.backends import builds
-        from engine.runtime.smoke import run_smoke
+        from engine.runtime.load.buildcheck import run_smoke
 
         if self.plan is None or self.task is not None:
             return None
@@ -230,7 +230,7 @@ class BackendPage(QWidget):
         self.status.setText(f"{b.name}: smoke test {'passed' if report['ok'] else 'FAILED'}: {report['message']}")
 
     def _on_exact(self, on: bool) -> None:
-        from engine.runtime import exact as exact_mod
+        from engine.runtime.llama import exact as exact_mod
 
         self.ctx.settings.exact = on
         self.ctx.save_settings()

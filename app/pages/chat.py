@@ -31,8 +31,8 @@ from app.bridge import JobSignals
 from app.context import AppContext, ModelController
 from app.history import Conversation
 from engine.runtime import jobs as J
-from engine.runtime.depth import DraftDepth
-from engine.runtime.stats import GenerationStats
+from engine.runtime.decode.depth import DraftDepth
+from engine.runtime.decode.stats import GenerationStats
 
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
 SOURCES = [("Auto", "auto"), ("Integrated", "integrated"), ("External head", "external"), ("Off", "off")]

@@ -27,8 +27,8 @@ from app.bridge import JobSignals
 from app.context import AppContext
 from app.widgets.charts import GREEN, ORANGE, BarChart, LineChart
 from engine.runtime import jobs as J
-from engine.runtime.bench import DEFAULT_PROMPTS, bench_job, parse_depths
-from engine.runtime.stats import GenerationStats, RoundStats
+from engine.runtime.measure.bench import DEFAULT_PROMPTS, bench_job, parse_depths
+from engine.runtime.decode.stats import GenerationStats, RoundStats
 
 WINDOW_S = 1.0  # tokens/s is measured over the last second of rounds
 

@@ -5,7 +5,7 @@ progress CMake prints), unpacked into ``<data>/backends/<name>/lib``, recorded i
 small manifest (atomic writes), proven by a smoke test in another child, and selected
 with :func:`use`. The engine then loads the selected build's library: llama-cpp-python
 honours ``LLAMA_CPP_LIB_PATH`` when it is set before ``llama_cpp`` is first imported
-(:func:`selected_lib_dir`, read by :mod:`engine.runtime.lib`).
+(:func:`selected_lib_dir`, read by :mod:`engine.runtime.llama.lib`).
 """
 
 from __future__ import annotations

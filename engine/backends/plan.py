@@ -46,7 +46,7 @@ RPC_REASON = (
 )
 
 #: CMAKE_ARGS of the "exact" CPU build: no llamafile sgemm, whose batched F16/F32
-#: matmuls differ from one-row ones (engine.runtime.exact)
+#: matmuls differ from one-row ones (engine.runtime.llama.exact)
 EXACT_CPU_ARGS = "-DGGML_LLAMAFILE=OFF"
 
 

@@ -50,7 +50,7 @@ def register(sub) -> None:
 
 def _in_use() -> dict:
     from engine.backends.builds import load_manifest, selected_lib_dir
-    from engine.runtime.devices import list_devices, loaded_lib_dir
+    from engine.runtime.llama.devices import list_devices, loaded_lib_dir
 
     m = load_manifest()
     info = {"build": m.selected or "installed", "selected_lib_dir": selected_lib_dir()}
@@ -60,7 +60,7 @@ def _in_use() -> dict:
     except Exception as e:  # a broken build must not break detection
         info["error"] = f"cannot load the backend library: {e}"
     try:
-        from engine.runtime.rpcdevices import rpc_available
+        from engine.runtime.load.rpcdevices import rpc_available
 
         info["rpc"] = rpc_available()
     except Exception:
@@ -121,7 +121,7 @@ def run_build(args) -> int:
     from engine.backends.detect import detect
     from engine.backends.plan import make_plan
     from engine.errors import Cancelled, MtpStudioError
-    from engine.runtime.smoke import run_smoke
+    from engine.runtime.load.buildcheck import run_smoke
 
     plan = make_plan(detect(), backend=args.backend, portable=args.portable, exact=args.exact, rpc=args.rpc)
     for p in plan.problems:
@@ -183,7 +183,7 @@ def run_use(args) -> int:
 
 def run_smoke_cmd(args) -> int:
     from engine.backends import builds
-    from engine.runtime.smoke import run_smoke
+    from engine.runtime.load.buildcheck import run_smoke
 
     m = builds.load_manifest()
     name = args.name or m.selected

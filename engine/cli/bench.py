@@ -72,12 +72,12 @@ def _identity(args) -> int:
     from engine.errors import MtpStudioError
 
     if args.exact:
-        from engine.runtime import exact as exact_mod
+        from engine.runtime.llama import exact as exact_mod
 
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()
-    from engine.runtime.identity import measure
-    from engine.runtime.loader import LoadSpec, MtpSource, load
+    from engine.runtime.measure.batchnoise import measure
+    from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
     try:
         depths = [int(x) for x in args.depths.split(",") if x.strip()]
@@ -114,7 +114,7 @@ def _versus(args) -> int:
 
     from engine.cli import EXIT_INVALID, die
     from engine.errors import MtpStudioError
-    from engine.runtime.versus import run_versus
+    from engine.runtime.measure.versus import run_versus
 
     try:
         r = run_versus(args.model, tokens=args.tokens, runs=args.runs, n_ctx=args.ctx, threads=args.threads)
@@ -189,7 +189,7 @@ def _register_ab(p) -> None:
 def _read_prompts(path: Path | None) -> list[str]:
     import json
 
-    from engine.runtime.bench import DEFAULT_PROMPTS
+    from engine.runtime.measure.bench import DEFAULT_PROMPTS
 
     if path is None:
         return list(DEFAULT_PROMPTS)
@@ -208,9 +208,9 @@ def _ab(args) -> int:
     from engine.cli import EXIT_INVALID, EXIT_USAGE, die
     from engine.errors import MtpStudioError
     from engine.runtime import jobs as J
-    from engine.runtime.bench import bench_job, parse_depths
+    from engine.runtime.measure.bench import bench_job, parse_depths
     from engine.runtime.engine import Engine
-    from engine.runtime.loader import LoadSpec, MtpSource
+    from engine.runtime.load.loader import LoadSpec, MtpSource
 
     if args.model is None:
         return die("bench needs --model (or a sub-command: make-model, compose)", EXIT_USAGE)
@@ -224,7 +224,7 @@ def _ab(args) -> int:
     if args.exact:
         import os
 
-        from engine.runtime import exact as exact_mod
+        from engine.runtime.llama import exact as exact_mod
 
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()
@@ -243,7 +243,7 @@ def _ab(args) -> int:
         try:
             engine.submit(J.LoadModel(spec)).result()
             from engine.runtime import limits
-            from engine.runtime.sampling import SamplingParams
+            from engine.runtime.decode.sampling import SamplingParams
 
             limits.check_sampling(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
             sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
@@ -259,7 +259,7 @@ def _ab(args) -> int:
         print(file=sys.stderr)
     body = result.to_json()
     if args.plot is not None:
-        from engine.runtime.benchplot import plot
+        from engine.runtime.measure.benchplot import plot
 
         plot(body, args.plot)
     if args.json:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.errors import InvalidRequestError, MtpStudioError
-from engine.runtime.depth import DraftDepth
+from engine.runtime.decode.depth import DraftDepth
 
 
 def depth_arg(value: str) -> DraftDepth:
@@ -80,11 +80,11 @@ def register(sub) -> None:
 
 
 def load_spec(args, max_draft_depth: int = 4):
-    from engine.runtime.loader import LoadSpec, MtpSource
+    from engine.runtime.load.loader import LoadSpec, MtpSource
 
     exact = bool(getattr(args, "exact", False))
     if exact:  # before llama.cpp is loaded: ggml reads its switches once
-        from engine.runtime import exact as exact_mod
+        from engine.runtime.llama import exact as exact_mod
 
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()

@@ -52,7 +52,7 @@ def run_inspect(args) -> int:
 
 def run_validate(args) -> int:
     from engine.gguf.validate import validate_path
-    from engine.runtime.probe import probe
+    from engine.runtime.load.filecheck import probe
 
     report, facts, ms = validate_path(args.file)
     if report.valid and args.probe:

@@ -9,7 +9,7 @@ import threading
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, depth_arg, load_spec
-from engine.runtime.depth import AUTO
+from engine.runtime.decode.depth import AUTO
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
 

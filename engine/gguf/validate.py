@@ -3,7 +3,7 @@
 llama.cpp aborts the whole process on some malformed inputs instead of returning an
 error, so every check it makes on a header is made here first, with a message that says
 what is wrong and where. Semantic checks that need llama.cpp itself run in a child
-process (:mod:`engine.runtime.probe`).
+process (:mod:`engine.runtime.load.filecheck`).
 """
 
 from __future__ import annotations

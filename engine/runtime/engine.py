@@ -31,14 +31,15 @@ from engine.errors import (
     RpcConnectionLostError,
 )
 from engine.runtime import jobs as J
-from engine.runtime import limits, owned
-from engine.runtime.chat import PromptCache
-from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, generate
-from engine.runtime.depth import DraftDepth
-from engine.runtime.loader import LoadedModel, MtpSource, load
-from engine.runtime.policystore import load_policy, policy_path, save_policy
-from engine.runtime.sampling import SamplingParams
-from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
+from engine.runtime import limits
+from engine.runtime.llama import owned
+from engine.runtime.prompt.chat import PromptCache
+from engine.runtime.decode.loop import DecodeParams, DepthPolicy, FixedDepth, generate
+from engine.runtime.decode.depth import DraftDepth
+from engine.runtime.load.loader import LoadedModel, MtpSource, load
+from engine.runtime.decode.policystore import load_policy, policy_path, save_policy
+from engine.runtime.decode.sampling import SamplingParams
+from engine.runtime.decode.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
 from engine.runtime.worker import WorkerModel
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ class EngineState:
 class EngineDefaults:
     draft_depth: DraftDepth | int | str = 1
     max_queue: int = 64
-    #: policy factory for draft_depth="auto" (set by engine.runtime.adaptive)
+    #: policy factory for draft_depth="auto" (set by engine.runtime.decode.adaptive)
     auto_policy: Callable[[LoadedModel], DepthPolicy] | None = None
     #: run models with remote (RPC) devices in a worker process (engine.runtime.worker);
     #: off only inside that worker

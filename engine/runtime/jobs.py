@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.runtime.depth import DraftDepth
-from engine.runtime.loader import LoadSpec
-from engine.runtime.stats import GenerationStats, RoundStats
+from engine.runtime.decode.depth import DraftDepth
+from engine.runtime.load.loader import LoadSpec
+from engine.runtime.decode.stats import GenerationStats, RoundStats
 
 
 # ------------------------------------------------------------------------- jobs

@@ -4,7 +4,7 @@ llama.cpp ends the whole process (``GGML_ASSERT``) on some settings it accepts a
 context creation: a context of a few tokens, or recurrent rollback snapshots
 (``n_rs_seq``, the draft depth) that do not fit the micro-batch it really uses
 (``n_ubatch > n_keep_tail``). Every entry point (GUI, CLI, server, settings file) builds
-a :class:`~engine.runtime.loader.LoadSpec`, and every spec goes through
+a :class:`~engine.runtime.load.loader.LoadSpec`, and every spec goes through
 :func:`check_load_settings` before llama.cpp sees it; a context is then checked again
 with the sizes llama.cpp reports back (:func:`check_context_sizes`).
 """

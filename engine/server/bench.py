@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.loader import LoadSpec
+from engine.runtime.load.loader import LoadSpec
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 

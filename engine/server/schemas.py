@@ -12,7 +12,7 @@ from typing import Any
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime import limits
-from engine.runtime.depth import AUTO_TEXT, DraftDepth
+from engine.runtime.decode.depth import AUTO_TEXT, DraftDepth
 from engine.server.errors import HTTPError
 
 

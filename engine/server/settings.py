@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from engine.runtime.depth import DraftDepth
+from engine.runtime.decode.depth import DraftDepth
 
 
 @dataclass(frozen=True)

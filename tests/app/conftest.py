@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.loader import LoadSpec, MtpSource
+from engine.runtime.load.loader import LoadSpec, MtpSource
 
 
 @pytest.fixture

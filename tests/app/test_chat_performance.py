@@ -113,7 +113,7 @@ def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
     """Gemma 3 270M Q4_K_M through the real widgets: the page says which chat template
     is in use, the reply streams in with no template markup, and a crash the load probe
     had to work around is told to the user (forced at the probe's seam)."""
-    from engine.runtime.loadprobe import CRASH_ENV
+    from engine.runtime.load.loadcheck import CRASH_ENV
 
     monkeypatch.setenv(CRASH_ENV, "extra-bufts")
     info = load(qtbot, window, gemma)

@@ -10,7 +10,7 @@ import sys
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine
-from engine.runtime.loader import LoadSpec
+from engine.runtime.load.loader import LoadSpec
 from engine.synth.demo import SENTENCE, build_constructed_demo, demo_manifest_path, demo_model_path
 
 CODE_PROMPT = 'import os\n\n\ndef list_files(path):\n    """Return the names of the files in path."""\n'

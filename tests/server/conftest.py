@@ -6,7 +6,7 @@ import pytest
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.loader import LoadSpec, MtpSource
+from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 

@@ -69,7 +69,7 @@ def test_parity_notices_a_model_that_differs(smoke_run):
 
 
 def test_tokenizer_matches_llama_cpp_on_awkward_text(smoke_run):
-    from engine.runtime.loader import LoadSpec, load
+    from engine.runtime.load.loader import LoadSpec, load
 
     out, gguf = smoke_run
     tok = pl.tk.load(out / "tokenizer.json")

@@ -15,7 +15,7 @@ from engine.backends import builds
 from engine.backends.detect import detect
 from engine.backends.plan import make_plan
 from engine.errors import MtpStudioError
-from engine.runtime.smoke import run_smoke
+from engine.runtime.load.buildcheck import run_smoke
 from tests.engine.cli_helpers import mtp_studio
 
 
@@ -39,7 +39,7 @@ def test_cpu_build_smoke_select_and_load_from_its_folder():
         # a fresh process (the engine's way in) now loads llama.cpp from the build folder
         env = dict(os.environ)
         env.pop("LLAMA_CPP_LIB_PATH", None)
-        code = "from engine.runtime.devices import loaded_lib_dir; print(loaded_lib_dir())"
+        code = "from engine.runtime.llama.devices import loaded_lib_dir; print(loaded_lib_dir())"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
         assert out.strip() == str(b.lib_dir)
         listing = json.loads(mtp_studio("backend", "list", "--json", check=True).stdout)

@@ -12,7 +12,7 @@ from engine.errors import ComposeError, HeadMismatchError
 from engine.gguf.compose import check_compatible
 from engine.gguf.pairing import PairingError, Summary, check_pair, unknown_nextn_tensors
 from engine.gguf.shards import open_set
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.qwen35 import build_model
 from tests.engine.gguf.craft import edit
 from tests.models import RECIPES

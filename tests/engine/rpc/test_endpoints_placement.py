@@ -12,7 +12,7 @@ from engine.backends.plan import RPC_ARGS, make_plan
 from engine.errors import InvalidSettingError, RpcUnreachableError
 from engine.rpc.endpoints import Endpoint, check_reachable, parse_endpoints, parse_tensor_split
 from engine.rpc.server import ServerOptions
-from engine.runtime.rpcdevices import Device, Placement, plan_placement, share_layers
+from engine.runtime.load.rpcdevices import Device, Placement, plan_placement, share_layers
 from tests.engine.rpc.conftest import free_port
 
 

@@ -19,8 +19,8 @@ from engine.rpc.endpoints import hello
 from engine.rpc.proxy import CountingProxy
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine
-from engine.runtime.identity import check_within_noise, reference, replay
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.demo import demo_model_path
 from tests.engine.rpc.conftest import free_port, start_server
 
@@ -81,7 +81,7 @@ def test_greedy_and_mtp_output_equal_the_local_run(pooled, local):
 
 
 def _gen_local(lm, text):
-    from engine.runtime.decoder import DecodeParams, generate
+    from engine.runtime.decode.loop import DecodeParams, generate
 
     return generate(lm.session, lm.model.prompt_tokens(text), DecodeParams(max_tokens=64, ignore_eog=True)).tokens
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.runtime.decoder import DecodeParams, FixedDepth, Generation, generate
-from engine.runtime.loader import LoadedModel, LoadSpec, MtpSource, load
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, Generation, generate
+from engine.runtime.load.loader import LoadedModel, LoadSpec, MtpSource, load
 
 PROMPTS = (
     "Hello! How are you today?",

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from engine.runtime.adaptive import PROBE_MAX, PROBE_MIN, AdaptiveDepth
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
-from engine.runtime.loader import LoadSpec, MtpSource, load
-from engine.runtime.stats import RoundStats
+from engine.runtime.decode.adaptive import PROBE_MAX, PROBE_MIN, AdaptiveDepth
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
+from engine.runtime.decode.stats import RoundStats
 from engine.synth.qwen35 import Qwen35Spec, build_model
 from tests.engine.runtime.helpers import PROMPTS, load_fixture, run
 
@@ -179,7 +179,7 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
 
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine
-    from engine.runtime.policystore import load_policy, policy_path
+    from engine.runtime.decode.policystore import load_policy, policy_path
 
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
     model = tmp_path / "random.gguf"
@@ -226,8 +226,8 @@ def test_a_policy_round_trips_through_its_state():
 def test_an_idle_policy_defers_the_prompts_mtp_entries(fixtures):
     """While drafting is off, a new prompt's MTP entries are not fed (older ones become
     holes, the newest wait in the lag for a probe) — and the output is unchanged."""
-    from engine.runtime.decoder import CATCH_UP_LIMIT
-    from engine.runtime.session import HOLE
+    from engine.runtime.decode.loop import CATCH_UP_LIMIT
+    from engine.runtime.decode.session import HOLE
 
     lm = load_fixture(fixtures["random"], "integrated", max_depth=6)
     plain = load_fixture(fixtures["random"], "off")

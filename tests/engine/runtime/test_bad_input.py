@@ -15,7 +15,7 @@ from engine.errors import (
     ModelNotFoundError,
     MtpUnavailableError,
 )
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.qwen35 import build_model
 from tests.models import RECIPES
 

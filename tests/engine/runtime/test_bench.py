@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from engine.errors import InvalidRequestError
-from engine.runtime.bench import parse_depths, run_bench
-from engine.runtime.decoder import generate
+from engine.runtime.measure.bench import parse_depths, run_bench
+from engine.runtime.decode.loop import generate
 from engine.synth.benchmodel import bench_spec
 from tests.engine.cli_helpers import mtp_json, mtp_studio
 from tests.engine.runtime.helpers import load_fixture, run
@@ -77,7 +77,7 @@ def test_make_model_gives_the_chosen_acceptance(tmp_path, acceptance):
     p = mtp_studio("bench", "make-model", "--size-mb", "64", "--acceptance", str(acceptance), "--out", str(out))
     assert p.returncode == 0, p.stderr
     assert 54e6 < out.stat().st_size < 74e6  # the smallest the 4-block minimum allows
-    from engine.runtime.loader import LoadSpec, MtpSource, load
+    from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
     lm = load(LoadSpec(out, mtp=MtpSource.INTEGRATED))
     try:

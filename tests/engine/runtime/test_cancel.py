@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
 from tests.engine.runtime.helpers import load_fixture
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 3

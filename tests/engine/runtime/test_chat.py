@@ -6,9 +6,9 @@ import pytest
 
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
-from engine.runtime.chat import CHATML, PromptCache, render
+from engine.runtime.prompt.chat import CHATML, PromptCache, render
 from engine.runtime.engine import Engine
-from engine.runtime.loader import LoadSpec, MtpSource
+from engine.runtime.load.loader import LoadSpec, MtpSource
 
 
 def test_chatml_default_and_generation_prompt():

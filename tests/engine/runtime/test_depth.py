@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import InvalidRequestError
-from engine.runtime.depth import AUTO, DraftDepth
+from engine.runtime.decode.depth import AUTO, DraftDepth
 
 
 @pytest.mark.parametrize("value,fixed", [(1, 1), (8, 8), ("3", 3), (" 4 ", 4), ("auto", None), (DraftDepth(2), 2)])

@@ -9,7 +9,7 @@ import pytest
 from engine.errors import InvalidRequestError, NoModelLoadedError, QueueFullError
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.loader import LoadSpec, MtpSource
+from engine.runtime.load.loader import LoadSpec, MtpSource
 
 
 @pytest.fixture(scope="module")

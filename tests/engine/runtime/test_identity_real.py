@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.runtime.identity import check_within_noise, reference, replay
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from tests.engine.cli_helpers import mtp_json
 from tests.engine.runtime.helpers import PROMPTS, load_fixture, run
 
@@ -92,8 +92,8 @@ def test_exact_mode_mtp_is_bit_identical_on_quantized_models(quantized, quant):
 def test_exact_mode_says_when_the_build_cannot_make_float_weights_exact(fixtures):
     """The F32 fixtures' batched matmuls go through llamafile's sgemm in the default
     build; the load says exactly what holds instead of claiming bit-exactness."""
-    from engine.runtime.exact import build_uses_llamafile
-    from engine.runtime.lib import system_info
+    from engine.runtime.llama.exact import build_uses_llamafile
+    from engine.runtime.llama.lib import system_info
 
     out = mtp_json("generate", "--model", str(fixtures["partial"].path), "--prompt", "hi", "--max-tokens", "4", "--exact")
     claim = out["model"]["identity"]

@@ -21,8 +21,8 @@ from engine.errors import GGUFError, InvalidSettingError, NativeCrashError
 from engine.gguf.validate import validate_path
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine
-from engine.runtime.loadprobe import CRASH_ENV, ProbeRequest, check_load
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.load.loadcheck import CRASH_ENV, ProbeRequest, check_load
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.qwen35 import build_model
 from tests.engine.runtime.helpers import PROMPTS, run
 from tests.models import RECIPES
@@ -75,7 +75,7 @@ def test_the_probe_is_cached_per_file_identity(fresh_copy):
 
 def test_the_probe_child_survives_being_killed_as_a_plain_signal(fresh_copy):
     """What the parent sees of a crash: the stage the child reached is on stdout."""
-    cmd = [sys.executable, "-m", "engine.runtime.loadprobe_child", str(fresh_copy), "--mtp", "integrated"]
+    cmd = [sys.executable, "-m", "engine.runtime.load.loadcheck_child", str(fresh_copy), "--mtp", "integrated"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **{CRASH_ENV: "always"}), timeout=120)
     assert proc.returncode == -signal.SIGSEGV
     assert '"stage": "decode"' in proc.stdout.strip().splitlines()[-1]

@@ -6,8 +6,8 @@ import gc
 import queue
 import threading
 
-from engine.runtime import owned
-from engine.runtime.batch import Batch
+from engine.runtime.llama import owned
+from engine.runtime.llama.batch import Batch
 
 
 def test_a_batch_dropped_on_another_thread_is_freed_by_its_owner():

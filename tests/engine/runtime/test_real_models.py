@@ -8,9 +8,9 @@ import pytest
 
 from engine.gguf.inspect import inspect_path
 from engine.runtime import jobs as J
-from engine.runtime.decoder import DecodeParams, generate
+from engine.runtime.decode.loop import DecodeParams, generate
 from engine.runtime.engine import Engine
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from tests.engine.cli_helpers import mtp_json
 
 STORY = "Once upon a time, in a small village by the sea, there lived"

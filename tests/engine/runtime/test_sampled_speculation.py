@@ -15,9 +15,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from engine.runtime import decoder as D
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
-from engine.runtime.sampling import SamplingParams
+from engine.runtime.decode import loop as D
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.decode.sampling import SamplingParams
 from tests.engine.runtime.helpers import PROMPTS, load_fixture
 
 ALPHA_Z = 3.0902  # one-sided normal quantile for alpha = 0.001

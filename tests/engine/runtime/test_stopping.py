@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
-from engine.runtime.stopping import StopChecker
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.decode.stopping import StopChecker
 from tests.engine.runtime.helpers import load_fixture, run
 
 
@@ -113,7 +113,7 @@ def _reference(logits, temperature, top_k, top_p):
 def test_sampler_distribution_equals_the_full_sort_definition(top_k, top_p):
     import numpy as np
 
-    from engine.runtime.sampling import Sampler, SamplingParams
+    from engine.runtime.decode.sampling import Sampler, SamplingParams
 
     rng = np.random.default_rng(0)
     logits = (rng.standard_normal(262_144) * 3).astype(np.float32)  # a Gemma-sized vocabulary
@@ -127,7 +127,7 @@ def test_sampler_distribution_equals_the_full_sort_definition(top_k, top_p):
 def test_sampler_draws_follow_its_distribution_and_the_seed():
     import numpy as np
 
-    from engine.runtime.sampling import Sampler, SamplingParams
+    from engine.runtime.decode.sampling import Sampler, SamplingParams
 
     logits = np.log(np.array([0.5, 0.3, 0.2, 1e-9], dtype=np.float64)).astype(np.float32)
     s = Sampler(SamplingParams(1.0, seed=7))
@@ -143,7 +143,7 @@ def test_sampler_draws_follow_its_distribution_and_the_seed():
 def test_counter_based_draws_are_uniform_and_depend_on_seed_position_and_stream():
     import numpy as np
 
-    from engine.runtime.sampling import uniform
+    from engine.runtime.decode.sampling import uniform
 
     u = np.array([uniform(42, p) for p in range(20000)])
     assert 0.0 <= u.min() and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.003

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.runtime.adaptive import AdaptiveDepth
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
-from engine.runtime.identity import check_within_noise, reference, replay
-from engine.runtime.loader import LoadSpec, MtpSource, load
-from engine.runtime.sampling import SamplingParams
+from engine.runtime.decode.adaptive import AdaptiveDepth
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
+from engine.runtime.decode.sampling import SamplingParams
 from engine.synth.demo import demo_model_path
 from tests.engine.cli_helpers import mtp_json
 

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.runtime.decoder import DecodeParams, generate
-from engine.runtime.lib import default_threads, llama
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.llama.lib import default_threads, llama
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 

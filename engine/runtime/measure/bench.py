@@ -20,11 +20,11 @@ from typing import Any
 
 from engine.errors import Cancelled, InvalidRequestError
 from engine.runtime import jobs as J
-from engine.runtime.adaptive import AdaptiveDepth
-from engine.runtime.decoder import DecodeParams, DepthPolicy, FixedDepth, Generation, generate
-from engine.runtime.identity import top2_margin
-from engine.runtime.loader import LoadedModel
-from engine.runtime.sampling import SamplingParams
+from engine.runtime.decode.adaptive import AdaptiveDepth
+from engine.runtime.decode.loop import DecodeParams, DepthPolicy, FixedDepth, Generation, generate
+from engine.runtime.measure.batchnoise import top2_margin
+from engine.runtime.load.loader import LoadedModel
+from engine.runtime.decode.sampling import SamplingParams
 
 DEFAULT_PROMPTS = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",

@@ -5,7 +5,7 @@ crash with SIGSEGV on the first decode of quantized models on some Xeons
 (ggml-org/llama.cpp#20824), and a ``GGML_ASSERT`` aborts on metadata no validator
 checks. The engine is in-process, so that would close the app. Before a (model files,
 llama.cpp build, load settings) combination is first decoded here, a child process
-(:mod:`engine.runtime.loadprobe_child`) loads it and decodes a few tokens, plain and with
+(:mod:`engine.runtime.load.loadcheck_child`) loads it and decodes a few tokens, plain and with
 MTP when there is a draft source. When the child crashes, it is diagnosed and the
 known-safe fallback is tried (CPU weight repacking, llama.cpp's "extra buffer types",
 off); what worked is cached, so later loads are instant.
@@ -28,7 +28,7 @@ from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
 
 PROBE_VERSION = 2
-CHILD_MODULE = "engine.runtime.loadprobe_child"
+CHILD_MODULE = "engine.runtime.load.loadcheck_child"
 #: test seam: make the child crash like the AMX kernels do ("extra-bufts": only with
 #: extra buffer types on; "always"), on machines whose CPU does not crash by itself
 CRASH_ENV = "MTP_STUDIO_PROBE_CRASH"

@@ -1,9 +1,9 @@
-"""The child side of :mod:`engine.runtime.loadprobe`: load exactly as the app will,
+"""The child side of :mod:`engine.runtime.load.loadcheck`: load exactly as the app will,
 decode a few tokens plain and with MTP, and print one JSON line per stage (so a crash
 leaves the stage it died in on stdout). A typed refusal is reported as
 ``{"error": ...}`` with exit status 0; a crash is the parent's to diagnose.
 
-``python -m engine.runtime.loadprobe_child PATH [--head H] --mtp SOURCE ...``
+``python -m engine.runtime.load.loadcheck_child PATH [--head H] --mtp SOURCE ...``
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import signal
 import sys
 
 from engine.errors import MtpStudioError
-from engine.runtime.loadprobe import CRASH_ENV
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.load.loadcheck import CRASH_ENV
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. def add(a, b):\n    return a + b\n"
 
@@ -34,7 +34,7 @@ def _maybe_crash(extra_bufts: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="engine.runtime.loadprobe_child")
+    ap = argparse.ArgumentParser(prog="engine.runtime.load.loadcheck_child")
     ap.add_argument("path")
     ap.add_argument("--head")
     ap.add_argument("--mtp", default="off", choices=[s.value for s in MtpSource])
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr, format="%(message)s")
     extra = not a.no_extra_bufts
 
-    from engine.runtime.decoder import DecodeParams, FixedDepth, generate
+    from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
 
     _say(stage="load")
     try:

@@ -4,7 +4,7 @@ Loads the demo model with every layer offloaded, reports the devices llama.cpp s
 and how many layers it offloaded, decodes a few tokens plainly and with MTP, and checks
 they agree. A GPU build that ends up running on the CPU fails, loudly.
 
-``python -m engine.runtime.smoke --expect cuda [--lib-dir DIR]`` prints one JSON object.
+``python -m engine.runtime.load.buildcheck --expect cuda [--lib-dir DIR]`` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import sys
 import time
 
 from engine.childproc import child_env, module_command
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
-from engine.runtime.devices import list_devices, loaded_lib_dir
-from engine.runtime.lib import system_info
-from engine.runtime.loader import LoadSpec, MtpSource, load
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.llama.devices import list_devices, loaded_lib_dir
+from engine.runtime.llama.lib import system_info
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.demo import demo_model_path
 
 
@@ -35,7 +35,7 @@ def run_smoke(expect: str, lib_dir: str | None, timeout: float = 600) -> dict:
     env["MTP_STUDIO_NO_BACKEND_SELECTION"] = "1"  # test exactly this library
     try:
         p = subprocess.run(
-            module_command("engine.runtime.smoke", "--expect", expect), capture_output=True, text=True, timeout=timeout, env=env
+            module_command("engine.runtime.load.buildcheck", "--expect", expect), capture_output=True, text=True, timeout=timeout, env=env
         )
     except subprocess.TimeoutExpired:
         return {"ok": False, "message": f"the smoke test did not finish within {timeout:.0f} s"}
@@ -103,7 +103,7 @@ def _child(expect: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="engine.runtime.smoke")
+    ap = argparse.ArgumentParser(prog="engine.runtime.load.buildcheck")
     ap.add_argument("--expect", default="cpu", choices=["cpu", "cuda", "metal"])
     a = ap.parse_args(argv)
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")

@@ -4,7 +4,7 @@ Every random number is a pure function of (seed, absolute position, stream): the
 at position p is drawn with ``uniform(seed, p, DRAW)`` whether it is sampled after a
 one-token decode or from a row of a speculative verify batch. So speculation that samples
 the target at each verified position and keeps a draft only while the sampled token
-equals it (:mod:`engine.runtime.decoder`, argmax drafts) emits exactly the tokens plain
+equals it (:mod:`engine.runtime.decode.loop`, argmax drafts) emits exactly the tokens plain
 sampling with the same seed emits. Sampled drafts use other streams (``DRAFT``,
 ``ACCEPT``, ``RESIDUAL``) and are exact in distribution only.
 """

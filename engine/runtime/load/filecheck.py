@@ -7,7 +7,7 @@ catches shape, array, count and split errors in seconds) and, with ``full``, a r
 load with ``load_mtp``, the MTP context, and a short draft run reporting acceptance.
 The parent reports an abort with the child's last words instead of dying.
 
-Run as a module: ``python -m engine.runtime.probe PATH [--head PATH] [--full]``; it prints
+Run as a module: ``python -m engine.runtime.load.filecheck PATH [--head PATH] [--full]``; it prints
 one JSON object on stdout.
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 from engine.childproc import run_child
 from engine.errors import MtpStudioError
 from engine.gguf.validate import validate_path
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
-from engine.runtime.loader import LoadSpec, MtpSource, load
-from engine.runtime.model import Model
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
+from engine.runtime.llama.model import Model
 
 
 @dataclass
@@ -48,7 +48,7 @@ def probe(path: str | Path, *, head: str | Path | None = None, full: bool = Fals
         args += ["--head", str(head)]
     if full:
         args.append("--full")
-    o = run_child("engine.runtime.probe", *args, timeout=timeout)
+    o = run_child("engine.runtime.load.filecheck", *args, timeout=timeout)
     if o.timed_out:
         return ProbeResult(False, "timeout", f"llama.cpp did not finish probing within {timeout:.0f} s")
     if o.returncode == 0 and o.last:
@@ -141,7 +141,7 @@ def _full_probe(path: str, head: str | None, want_mtp: bool, res: ProbeResult) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="engine.runtime.probe")
+    ap = argparse.ArgumentParser(prog="engine.runtime.load.filecheck")
     ap.add_argument("path")
     ap.add_argument("--head")
     ap.add_argument("--full", action="store_true")

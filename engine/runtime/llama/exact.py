@@ -55,7 +55,7 @@ _tiled_off_at_load: bool | None = None
 
 
 def note_loaded() -> None:
-    """Called by :mod:`engine.runtime.lib` as llama.cpp is loaded."""
+    """Called by :mod:`engine.runtime.llama.lib` as llama.cpp is loaded."""
     global _tiled_off_at_load
     _tiled_off_at_load = os.environ.get(TILED_ENV) == "0"
 

@@ -12,8 +12,8 @@ import ctypes
 
 import numpy as np
 
-from engine.runtime.lib import llama
-from engine.runtime.owned import Owned
+from engine.runtime.llama.lib import llama
+from engine.runtime.llama.owned import Owned
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = "none", "last", "all"
 

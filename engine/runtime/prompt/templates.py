@@ -1,6 +1,6 @@
 """Which chat template a model is talked to with, and saying so.
 
-1. The file's own ``tokenizer.chat_template`` (Jinja, rendered by :mod:`engine.runtime.chat`).
+1. The file's own ``tokenizer.chat_template`` (Jinja, rendered by :mod:`engine.runtime.prompt.chat`).
 2. Else one of llama.cpp's built-in templates (rendered by llama.cpp itself through
    ``llama_chat_apply_template``), chosen by :mod:`engine.gguf.chatformat` from the turn
    markers the vocabulary holds as special tokens. A base model (no template) is then
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from engine.errors import InvalidRequestError
 from engine.gguf.chatformat import ALL_END_MARKERS, BUILTINS, detect_builtin
-from engine.runtime import chat
-from engine.runtime.lib import llama
+from engine.runtime.prompt import chat
+from engine.runtime.llama.lib import llama
 
 @dataclass(frozen=True)
 class ChatTemplate:
@@ -81,7 +81,7 @@ def is_special_token(model, text: str) -> bool:
 
 
 def resolve_template(model) -> ChatTemplate:
-    """The template to chat with ``model`` (a :class:`~engine.runtime.model.Model`), with
+    """The template to chat with ``model`` (a :class:`~engine.runtime.llama.model.Model`), with
     its turn ends resolved against the model's vocabulary once."""
     own = model.chat_template
     if own:

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from engine.runtime.batch import LOGITS_ALL
-from engine.runtime.decoder import DecodeParams, FixedDepth, generate
-from engine.runtime.loader import LoadedModel
+from engine.runtime.llama.batch import LOGITS_ALL
+from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.load.loader import LoadedModel
 
 
 @dataclass

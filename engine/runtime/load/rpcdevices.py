@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from engine.backends.ggmllib import rpc_entry_point
 from engine.errors import InvalidSettingError, RpcError
 from engine.rpc.endpoints import Endpoint, check_reachable, format_endpoints
-from engine.runtime.devices import DEVICE_TYPES, _ggml
+from engine.runtime.llama.devices import DEVICE_TYPES, _ggml
 
 _registered: dict[Endpoint, list[int]] = {}
 
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.errors import MtpStudioError
     from engine.rpc.endpoints import parse_endpoints
 
-    ap = argparse.ArgumentParser(prog="python -m engine.runtime.rpcdevices")
+    ap = argparse.ArgumentParser(prog="python -m engine.runtime.load.rpcdevices")
     ap.add_argument("--rpc", required=True)
     ap.add_argument("--model")
     ap.add_argument("--tensor-split")

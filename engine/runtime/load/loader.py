@@ -4,7 +4,7 @@ Order matters because llama.cpp can abort the process: the settings are checked
 against what llama.cpp asserts on (:mod:`engine.runtime.limits`), every file is validated
 structurally (:mod:`engine.gguf.validate`), a head is checked against its target from the
 headers alone, the combination is loaded and decoded once in a child process
-(:mod:`engine.runtime.loadprobe`, cached), and only then does this process call llama.cpp,
+(:mod:`engine.runtime.load.loadcheck`, cached), and only then does this process call llama.cpp,
 with whatever fallback the child needed.
 """
 
@@ -29,14 +29,15 @@ from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
 from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
 from engine.rpc.endpoints import parse_endpoints
-from engine.runtime import exact as exact_mod
-from engine.runtime import limits, rpcdevices
-from engine.runtime.context import Context
-from engine.runtime.lib import system_info
-from engine.runtime.loadprobe import LoadVerdict, ProbeRequest, check_load
-from engine.runtime.model import Model
-from engine.runtime.session import Session
-from engine.runtime.templates import ChatTemplate, resolve_template
+from engine.runtime.llama import exact as exact_mod
+from engine.runtime import limits
+from engine.runtime.load import rpcdevices
+from engine.runtime.llama.context import Context
+from engine.runtime.llama.lib import system_info
+from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
+from engine.runtime.llama.model import Model
+from engine.runtime.decode.session import Session
+from engine.runtime.prompt.templates import ChatTemplate, resolve_template
 
 
 class MtpSource(str, enum.Enum):
@@ -68,7 +69,7 @@ class LoadSpec:
     name: str | None = None
     #: llama.cpp's CPU weight repacking (extra buffer types); None: as the probe found
     extra_bufts: bool | None = None
-    #: batch-invariant arithmetic (engine.runtime.exact): MTP output bit-identical to
+    #: batch-invariant arithmetic (engine.runtime.llama.exact): MTP output bit-identical to
     #: one-token-at-a-time decoding, at a cost in speed
     exact: bool = False
     #: RPC servers (``host:port``) whose devices take part of the trunk's layers; such a
@@ -94,7 +95,7 @@ class LoadedModel:
     info: dict = field(default_factory=dict)
     template: ChatTemplate = field(default_factory=lambda: ChatTemplate("default", "chatml"))
     #: the adaptive-depth policy of this model, kept across requests, and where it is saved
-    #: (engine.runtime.policystore)
+    #: (engine.runtime.decode.policystore)
     auto_policy: Any = None
     auto_policy_path: Path | None = None
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import Cancelled, ModelLoadError
-from engine.runtime.lib import llama
-from engine.runtime.owned import Owned
+from engine.runtime.llama.lib import llama
+from engine.runtime.llama.owned import Owned
 
 
 class Model(Owned):

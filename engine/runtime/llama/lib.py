@@ -16,7 +16,7 @@ import threading
 from types import ModuleType
 
 from engine.backends.builds import selected_lib_dir
-from engine.runtime.exact import note_loaded, prepare_environment
+from engine.runtime.llama.exact import note_loaded, prepare_environment
 
 log = logging.getLogger("llama.cpp")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
-from engine.runtime.adaptive import AdaptiveDepth
-from engine.runtime.loadprobe import build_identity, file_identity
+from engine.runtime.decode.adaptive import AdaptiveDepth
+from engine.runtime.load.loadcheck import build_identity, file_identity
 
 log = logging.getLogger(__name__)
 

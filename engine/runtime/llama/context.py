@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from engine.errors import ContextError, DecodeError
-from engine.runtime.batch import Batch
-from engine.runtime.lib import default_threads, ext, llama
-from engine.runtime.exact import EXACT_FLASH_ATTN, EXACT_KV_TYPE
-from engine.runtime.model import Model
-from engine.runtime.owned import Owned
+from engine.runtime.llama.batch import Batch
+from engine.runtime.llama.lib import default_threads, ext, llama
+from engine.runtime.llama.exact import EXACT_FLASH_ATTN, EXACT_KV_TYPE
+from engine.runtime.llama.model import Model
+from engine.runtime.llama.owned import Owned
 
 
 class Context(Owned):
@@ -36,7 +36,7 @@ class Context(Owned):
         L = llama()
         p = L.llama_context_default_params()
         if exact:
-            # batch-invariant attention (engine.runtime.exact): flash attention always, and a
+            # batch-invariant attention (engine.runtime.llama.exact): flash attention always, and a
             # quantized KV cache so one-token decodes never take the split-KV reduction
             p.flash_attn_type = EXACT_FLASH_ATTN
             p.type_k = p.type_v = EXACT_KV_TYPE

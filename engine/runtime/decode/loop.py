@@ -24,11 +24,11 @@ from typing import Protocol
 import numpy as np
 
 from engine.errors import Cancelled
-from engine.runtime.batch import LOGITS_ALL, LOGITS_LAST
-from engine.runtime.sampling import ACCEPT, DRAFT, RESIDUAL, Sampler, SamplingParams
-from engine.runtime.session import Session
-from engine.runtime.stats import GenerationStats, RoundStats
-from engine.runtime.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, Pushed, StopChecker
+from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST
+from engine.runtime.decode.sampling import ACCEPT, DRAFT, RESIDUAL, Sampler, SamplingParams
+from engine.runtime.decode.session import Session
+from engine.runtime.decode.stats import GenerationStats, RoundStats
+from engine.runtime.decode.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, Pushed, StopChecker
 
 
 #: most MTP entries caught up before a draft; older ones (left while drafting was off)

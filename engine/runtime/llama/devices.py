@@ -10,7 +10,7 @@ import ctypes
 from pathlib import Path
 
 from engine.backends.ggmllib import DEVICE_TYPES, open_ggml
-from engine.runtime.lib import llama
+from engine.runtime.llama.lib import llama
 
 
 def loaded_lib_dir() -> Path:

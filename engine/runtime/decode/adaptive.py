@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from engine.runtime.stats import RoundStats
+from engine.runtime.decode.stats import RoundStats
 
 PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
 PRIOR_N = 1.0  # ... worth this many observations, fading while a position is reached ...
@@ -228,7 +228,7 @@ class AdaptiveDepth:
     _LEARNED = ("reach", "acc", "prior_n", "t_step", "t_sync", "off_tokens", "probe_gap", "_drafting")
 
     def state(self) -> dict:
-        """What this policy has learned, as plain JSON (engine.runtime.policystore)."""
+        """What this policy has learned, as plain JSON (engine.runtime.decode.policystore)."""
         out = {k: getattr(self, k) for k in self._LEARNED}
         out["max_depth"] = self.max_depth
         out["t_verify"] = {str(k): v for k, v in self.t_verify.items()}

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import Cancelled, PromptTooLongError
-from engine.runtime.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
-from engine.runtime.context import Context
+from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
+from engine.runtime.llama.context import Context
 
 
 HOLE = -1  # an MTP position skipped on purpose (see Session.sync_draft)

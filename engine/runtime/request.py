@@ -1,0 +1,1 @@
+"""Where a request meets its defaults (filled in by the design step)."""
