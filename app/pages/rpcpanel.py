@@ -175,7 +175,7 @@ class RpcPanel(QGroupBox):
         return eps, split
 
     def check(self) -> Task | None:
-        from engine.runtime.load.rpcdevices import survey_in_child
+        from engine.runtime.load.rpcsurvey import survey_in_child
 
         try:
             eps, split = self._read()

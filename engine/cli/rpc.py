@@ -75,7 +75,7 @@ def run_serve(args) -> int:
 def run_devices(args) -> int:
     from engine.errors import MtpStudioError
     from engine.rpc.endpoints import parse_endpoints, parse_tensor_split
-    from engine.runtime.load.rpcdevices import survey_in_child
+    from engine.runtime.load.rpcsurvey import survey_in_child
 
     try:
         eps = parse_endpoints(args.rpc)

@@ -4,5 +4,7 @@
 ``loadcheck_child``) proves a (files, build, settings) combination decodes before this
 process does; ``filecheck`` (child: ``filecheck_child``) asks llama.cpp about a file
 without risking the app; ``buildcheck`` (child: ``buildcheck_child``) proves a backend
-build runs on its device; ``rpcdevices`` registers RPC servers and places layers on them.
+build runs on its device; ``rpcdevices`` registers RPC servers and lists their devices,
+``placement`` places a model's layers on them, and ``rpcsurvey`` (child: ``rpcsurvey_child``)
+lists them without risking the app.
 """

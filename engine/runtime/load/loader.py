@@ -32,6 +32,7 @@ from engine.rpc.endpoints import parse_endpoints
 from engine.runtime.llama import exact as exact_mod
 from engine.runtime import limits
 from engine.runtime.load import rpcdevices
+from engine.runtime.load.placement import LlamaParams, LocalOnly, plan_placement
 from engine.runtime.llama.context import Context
 from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
@@ -197,7 +198,7 @@ def load(
     if endpoints:
         report(0.0, "Connecting to the RPC servers")
         remote, local = rpcdevices.devices(endpoints)
-        placement = rpcdevices.plan_placement(
+        placement = plan_placement(
             remote, local, n_layer_trunk=(facts.block_count or 0) - facts.nextn_layers, n_nextn=facts.nextn_layers,
             weights=list(spec.tensor_split) if spec.tensor_split is not None else None,
         )  # fmt: skip
@@ -227,7 +228,7 @@ def load(
         progress=lambda f: report(f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")),
         cancel=cancel,
         use_extra_bufts=extra_bufts,
-        placement=None if placement is None else rpcdevices.LlamaParams(placement),  # held by the call
+        placement=None if placement is None else LlamaParams(placement),  # held by the call
     )
     head_model = None
     try:
@@ -239,7 +240,7 @@ def load(
                 progress=lambda f: report(1 - head_share + f * head_share, "Loading the MTP head"),
                 cancel=cancel,
                 use_extra_bufts=extra_bufts,
-                placement=None if placement is None else rpcdevices.LocalOnly(placement.local),
+                placement=None if placement is None else LocalOnly(placement.local),
             )
             if head_model.n_embd != model.n_embd or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
