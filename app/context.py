@@ -90,7 +90,7 @@ class ModelController(QObject):
             head=Path(head) if head else None,
             mtp=MtpSource(source),
             n_ctx=s.n_ctx,
-            max_draft_depth=max(s.max_draft_depth, DraftDepth.parse(s.mtp.depth).deepest(1)),
+            max_draft_depth=DraftDepth.parse(s.mtp.depth).load_depth(s.max_draft_depth),
             # exact mode applies once the process started with it (the Backend page says so)
             exact=s.exact and exact_mod.tiled_off() and not rpc,
             rpc=rpc,

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.pages.rpcpanel import RpcPanel
 from app.tasks import Task
+from app.widgets.page import page_layout
 
 
 def _detect_and_plan(report, cancel):
@@ -47,16 +48,11 @@ def _detect_and_plan(report, cancel):
 class BackendPage(QWidget):
     def __init__(self, ctx: AppContext, models=None, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setObjectName("Page")
         self.ctx = ctx
         self.task: Task | None = None
         self.plan = None
         self.detection = None
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(16, 12, 16, 8)
-        title = QLabel("Backend")
-        title.setObjectName("PageTitle")
-        lay.addWidget(title)
+        lay = page_layout(self, "Backend")
         top = QHBoxLayout()
         hw = QGroupBox("This machine")
         hl = QVBoxLayout(hw)

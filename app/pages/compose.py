@@ -15,13 +15,13 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QTextBrowser,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.context import AppContext, ModelController
 from app.messages import user_text
 from app.tasks import Task
+from app.widgets.page import page_layout
 from engine.hub.composing import PairCheck, check_files, compose_into_library
 from engine.hub.library import EntryKind, MtpStatus
 
@@ -80,26 +80,19 @@ class FilePicker(QWidget):
 class ComposePage(QWidget):
     def __init__(self, ctx: AppContext, models: ModelController, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setObjectName("Page")
         self.ctx = ctx
         self.models = models
         self.task: Task | None = None  # composing
         self._checks: set[Task] = set()  # pair checks running (kept alive until done)
         self._checked: tuple[str, str] | None = None  # the (target, head) that passed
         self.result = None
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(16, 12, 16, 8)
-        title = QLabel("Compose")
-        title.setObjectName("PageTitle")
-        lay.addWidget(title)
-        intro = QLabel(
-            "Some models ship their MTP head as a separate mtp-*.gguf file. Composing puts the head into the model: one "
-            "file set that any llama.cpp build loads, without holding the embeddings twice. The model's own bytes are "
-            "copied unchanged."
+        lay = page_layout(
+            self,
+            "Compose",
+            intro="Some models ship their MTP head as a separate mtp-*.gguf file. Composing puts the head into the "
+            "model: one file set that any llama.cpp build loads, without holding the embeddings twice. The model's "
+            "own bytes are copied unchanged.",
         )
-        intro.setObjectName("Hint")
-        intro.setWordWrap(True)
-        lay.addWidget(intro)
         box = QGroupBox("Inputs")
         grid = QGridLayout(box)
         self.target = FilePicker("target model")

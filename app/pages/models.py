@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext, ModelController
 from app.tasks import Task
+from app.widgets.page import page_layout
 from engine.hub.library import EntryKind, LibraryError, MtpStatus
 from engine.gguf.inspect import human_size
 from engine.hub.download import discard_partial
@@ -165,7 +166,6 @@ class DownloadRow(QWidget):
 class ModelsPage(QWidget):
     def __init__(self, ctx: AppContext, models: ModelController, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setObjectName("Page")
         self.ctx = ctx
         self.models = models
         self.rows: list[DownloadRow] = []
@@ -177,11 +177,7 @@ class ModelsPage(QWidget):
 
     # ------------------------------------------------------------------- build
     def _build(self) -> None:
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(16, 12, 16, 8)
-        title = QLabel("Models")
-        title.setObjectName("PageTitle")
-        lay.addWidget(title)
+        lay = page_layout(self, "Models")
         split = QSplitter(Qt.Orientation.Vertical)
 
         lib_box = QGroupBox("Library")

@@ -19,11 +19,11 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.context import AppContext
+from app.widgets.page import page_layout
 
 
 class _RequestRelay(QObject):
@@ -37,17 +37,12 @@ class ServerPage(QWidget):
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setObjectName("Page")
         self.ctx = ctx
         self.server = None
         self.relay = _RequestRelay(self)
         self.relay.entry.connect(self._log_request)
         s = ctx.settings.server
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(16, 12, 16, 8)
-        title = QLabel("Server")
-        title.setObjectName("PageTitle")
-        lay.addWidget(title)
+        lay = page_layout(self, "Server")
         box = QGroupBox("Local OpenAI-compatible endpoint")
         box.setMaximumWidth(720)
         form = QFormLayout(box)

@@ -1,11 +1,13 @@
-"""``mtp-studio inspect | validate | compose``: the GGUF toolkit on the command line.
+"""``mtp-studio inspect | validate | compose | split``: the GGUF toolkit on the command line.
 
 Exit status: 0 valid / done, 1 invalid input, 2 usage error.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import signal
 import sys
 import threading
@@ -13,7 +15,7 @@ import time
 from pathlib import Path
 
 from engine.cli import EXIT_INVALID, EXIT_OK, die
-from engine.errors import Cancelled, MtpStudioError
+from engine.errors import Cancelled, ComposeError, MtpStudioError
 
 
 def register(sub) -> None:
@@ -37,6 +39,21 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing output (never an input)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_compose)
+
+    p = sub.add_parser("split", help="split a GGUF file into a shard set, as llama-gguf-split does")
+    p.add_argument("file", type=Path, help="GGUF file to split (not already a shard)")
+    p.add_argument(
+        "--out", required=True, type=Path, metavar="PREFIX",
+        help="writes PREFIX-00001-of-0000N.gguf, … (a trailing .gguf is dropped)",
+    )
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--shards", type=int, metavar="N", help="this many shards, the tensors shared out evenly")
+    size.add_argument("--max-tensors", type=int, metavar="N", help="at most N tensors per shard")
+    size.add_argument("--max-size", type=parse_size, metavar="SIZE",
+                      help="at most SIZE of tensor data per shard, e.g. 500M or 4G (decimal; 4GiB: binary)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace existing shards of that name (never the input)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_split)
 
 
 def run_inspect(args) -> int:
@@ -128,3 +145,66 @@ def run_compose(args) -> int:
     return EXIT_OK if result.validation.valid else EXIT_INVALID
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?)b?|b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``4G`` (10^9), ``4GiB`` (2^30), ``500M``, ``1.5G`` or plain bytes, as llama-gguf-split
+    reads ``--split-max-size`` (decimal units) plus binary ones."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 500M, 4G or 4GiB")
+    unit, binary = (m[2] or "").lower(), bool(m[3])
+    n = int(float(m[1]) * (1024 if binary else 1000) ** " kmgt".index(unit or " "))
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is less than one byte")
+    return n
+
+
+def run_split(args) -> int:
+    from engine.gguf.split import split_model
+    from engine.gguf.validate import validate_path
+
+    cancel = threading.Event()
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if not args.json and (now - last[0] > 0.5 or done == total):
+            last[0] = now
+            print(f"\rsplitting: {100 * done / max(total, 1):5.1f}%", end="", file=sys.stderr, flush=True)
+
+    def on_term(_sig, _frame) -> None:
+        raise KeyboardInterrupt  # unwinds through split_model, which removes its temp files
+
+    def fail(e: MtpStudioError) -> int:
+        if args.json:
+            print(json.dumps({"ok": False, "error": {"code": e.code, "message": str(e)}}))
+        return die(str(e), EXIT_INVALID)
+
+    prefix = args.out.with_name(args.out.name.removesuffix(".gguf"))
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        outs = split_model(args.file, args.shards, prefix, max_tensors=args.max_tensors, max_bytes=args.max_size,
+                           overwrite=args.force, progress=progress, cancel=cancel)  # fmt: skip
+    except (KeyboardInterrupt, Cancelled):
+        cancel.set()
+        return die("cancelled; nothing was written", EXIT_INVALID)
+    except MtpStudioError as e:
+        return fail(e)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    report, _facts, _ms = validate_path(outs[0])
+    if not report.valid:
+        for o in outs:
+            o.unlink(missing_ok=True)
+        errors = "; ".join(str(e) for e in report.errors[:3])
+        return fail(ComposeError(f"The shards failed validation and were removed: {errors}", code="output_invalid"))
+    if args.json:
+        print(json.dumps({"ok": True, "outputs": [str(o) for o in outs], "validation": report.to_json()}))
+    else:
+        print("\rsplitting: 100.0%", file=sys.stderr)  # bytes written differ from the input size: finish the count
+        print(f"split {args.file} into {len(outs)} shard(s):")
+        for o in outs:
+            print(f"  {o}")
+    return EXIT_OK

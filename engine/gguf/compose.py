@@ -30,7 +30,7 @@ from engine.gguf.constants import (
     pad,
     shard_name,
 )
-from engine.gguf.filecopy import Copier, check_space, commit, discard, sweep_stale_partials, temp_path
+from engine.gguf.filecopy import Copier, check_outputs, check_space, commit, discard, sweep_stale_partials, temp_path
 from engine.gguf.pairing import PairingError, Summary, check_pair
 from engine.gguf.reader import KV, GGUFHeader, TensorInfo
 from engine.gguf.shards import ModelSet, open_set, parse_shard_name
@@ -243,24 +243,6 @@ def _out_paths(target: ModelSet, out: Path) -> list[Path]:
     return [out.with_name(shard_name(name.prefix, i, n)) for i in range(1, n + 1)]
 
 
-def _check_outputs(outs: list[Path], inputs: list[Path], overwrite: bool) -> None:
-    resolved_inputs = {p.resolve() for p in inputs}
-    for o in outs:
-        r = o.resolve()
-        if r in resolved_inputs:
-            raise ComposeError(f"--out {o} is one of the inputs; inputs are never overwritten", code="out_is_input")
-        if any(r.is_relative_to(i) for i in resolved_inputs):
-            raise ComposeError(f"--out {o} is inside an input", code="out_is_input")
-        if o.is_dir():
-            raise ComposeError(f"--out {o} is a folder; give a file name such as {o / 'model.gguf'}", code="bad_out")
-        if o.exists() and not overwrite:
-            raise ComposeError(f"{o} already exists (pass --force to replace it)", code="out_exists")
-        if not o.parent.is_dir():
-            raise ComposeError(f"The output folder {o.parent} does not exist", code="bad_out")
-        if not os.access(o.parent, os.W_OK | os.X_OK):
-            raise ComposeError(f"The output folder {o.parent} is not writable; choose another --out", code="bad_out")
-
-
 def _apply_set_kv(kvs: dict[str, bytes], order: list[str], existing: dict[str, KV], set_kv: Sequence[str]) -> None:
     for spec in set_kv:
         key, vtype, value, elem = codec.parse_set_kv(spec)
@@ -318,7 +300,7 @@ def plan(
         raise ComposeError("The head has no NextN tensors to add", code="head_without_nextn")
 
     outs = _out_paths(target, Path(out))
-    _check_outputs(outs, target.paths + [head.path], overwrite)
+    check_outputs(outs, target.paths + [head.path], overwrite)
 
     # --- shard 1 metadata: original order, unchanged entries as raw bytes
     first = target.first

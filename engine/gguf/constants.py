@@ -159,13 +159,5 @@ def shard_name(prefix: str, no: int, count: int) -> str:
     return f"{prefix}-{no:05d}-of-{count:05d}.gguf"
 
 
-def tensor_nbytes(ttype: TensorType, dims: tuple[int, ...]) -> int:
-    block, size = BLOCK_SIZES[ttype]
-    n = 1
-    for d in dims:
-        n *= d
-    return n // block * size
-
-
 def pad(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.errors import Cancelled, DiskSpaceError
+from engine.errors import Cancelled, ComposeError, DiskSpaceError
 
 CHUNK_MIN = 64 << 20
 CHUNK_MAX = 1 << 30
@@ -173,6 +173,26 @@ def discard(paths: list[Path]) -> None:
             p.unlink()
         except FileNotFoundError:
             pass
+
+
+def check_outputs(outs: list[Path], inputs: list[Path], overwrite: bool) -> None:
+    """Raise :class:`ComposeError` unless every output can be written without touching an
+    input (or a file already there, unless ``overwrite``)."""
+    resolved_inputs = {p.resolve() for p in inputs}
+    for o in outs:
+        r = o.resolve()
+        if r in resolved_inputs:
+            raise ComposeError(f"--out {o} is one of the inputs; inputs are never overwritten", code="out_is_input")
+        if any(r.is_relative_to(i) for i in resolved_inputs):
+            raise ComposeError(f"--out {o} is inside an input", code="out_is_input")
+        if o.is_dir():
+            raise ComposeError(f"--out {o} is a folder; give a file name such as {o / 'model.gguf'}", code="bad_out")
+        if o.exists() and not overwrite:
+            raise ComposeError(f"{o} already exists (pass --force to replace it)", code="out_exists")
+        if not o.parent.is_dir():
+            raise ComposeError(f"The output folder {o.parent} does not exist", code="bad_out")
+        if not os.access(o.parent, os.W_OK | os.X_OK):
+            raise ComposeError(f"The output folder {o.parent} is not writable; choose another --out", code="bad_out")
 
 
 def check_space(folder: Path, needed: int, headroom: int = 64 << 20) -> None:

@@ -52,10 +52,6 @@ class ModelSet:
         return [h.path for h in self.headers]
 
     @property
-    def is_sharded(self) -> bool:
-        return len(self.headers) > 1 or SPLIT_COUNT in self.first.kvs
-
-    @property
     def total_size(self) -> int:
         return sum(h.file_size for h in self.headers)
 

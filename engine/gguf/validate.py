@@ -33,8 +33,8 @@ from engine.gguf.constants import (
 from engine.gguf.reader import GGUFHeader
 from engine.gguf.shards import ModelSet, open_set, parse_shard_name
 
-#: architectures whose vendored llama.cpp has an MTP draft graph (MTP.md), and how many
-#: NextN layers each accepts (None = any)
+#: architectures for which the llama.cpp vendored by llama-cpp-python 0.3.36 builds an MTP
+#: draft graph, and how many NextN layers each accepts (None = any)
 MTP_ARCHITECTURES: dict[str, int | None] = {
     "qwen35": 1,
     "qwen35moe": 1,
@@ -129,11 +129,6 @@ class Report:
             "mtp": self.mtp,
             "files": self.files,
         }
-
-    def raise_first(self) -> None:
-        if self.errors:
-            p = self.errors[0]
-            raise GGUFError(p.message, file=p.file, code=p.code)
 
 
 def block_index(name: str) -> int | None:

@@ -29,6 +29,7 @@ class Endpoint:
 
 
 def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (``127.x``, ``::1``); not other names."""
     if host == "localhost":
         return True
     try:

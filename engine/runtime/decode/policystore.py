@@ -11,7 +11,6 @@ first needed: it names what was loaded.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
 from engine.runtime.decode.adaptive import AdaptiveDepth
-from engine.runtime.load.loadcheck import build_identity, file_identity
+from engine.runtime.llama.cachekey import model_key
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +28,11 @@ STORE_VERSION = 1
 def policy_path(lm) -> Path:
     """Where the policy of this combination (a :class:`LoadedModel`) is kept."""
     spec = lm.spec
-    parts = [str(STORE_VERSION), *file_identity(spec.path), *file_identity(lm.info.get("head")), *build_identity()]
-    parts += [lm.source.value, str(spec.n_threads), str(spec.n_gpu_layers), str(spec.exact), str(lm.max_draft_depth)]
+    settings = [lm.source.value, spec.n_threads, spec.n_gpu_layers, spec.exact, lm.max_draft_depth]
     if spec.rpc:  # a verify's cost over the network is another world: learn it separately, per pool and split
-        parts += [*spec.rpc, str(spec.tensor_split)]
-    return cache_dir() / "adaptive" / f"{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:32]}.json"
+        settings += [*spec.rpc, spec.tensor_split]
+    key = model_key(STORE_VERSION, spec.path, lm.info.get("head"), *settings)
+    return cache_dir() / "adaptive" / f"{key[:32]}.json"
 
 
 def load_policy(path: Path, max_depth: int) -> AdaptiveDepth:

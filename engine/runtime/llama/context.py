@@ -13,11 +13,17 @@ from engine.runtime.llama.batch import Batch
 from engine.runtime.llama.lib import default_threads, ext, llama
 from engine.runtime.llama.exact import EXACT_FLASH_ATTN, EXACT_KV_TYPE
 from engine.runtime.llama.model import Model
-from engine.runtime.llama.owned import Owned
+from engine.runtime.llama.owned import OwnedPtr
 
 
-class Context(Owned):
+class Context(OwnedPtr):
     """Owns one ``llama_context``; :meth:`close` frees it (idempotent)."""
+
+    _what = "context"
+
+    @staticmethod
+    def _free(ptr) -> None:
+        llama().llama_free(ptr)
 
     def __init__(
         self,
@@ -68,22 +74,6 @@ class Context(Owned):
         self._mem = L.llama_get_memory(ptr)
         self._nextn = False
         self.set_nextn_embeddings(nextn_embeddings)
-
-    @property
-    def ptr(self):
-        if self._ptr is None:
-            raise RuntimeError("context is closed")
-        return self._ptr
-
-    def close(self) -> None:
-        if self._ptr is not None:
-            llama().llama_free(self._ptr)
-            self._ptr = None
-
-    def _closer(self):
-        ptr = getattr(self, "_ptr", None)
-        return None if ptr is None else (lambda: llama().llama_free(ptr))
-
 
     # ------------------------------------------------------------------ decode
     def set_nextn_embeddings(self, on: bool) -> None:
@@ -143,6 +133,3 @@ class Context(Owned):
 
     def clear(self) -> None:
         llama().llama_memory_clear(self._mem, True)
-
-    def pos_max(self) -> int:
-        return int(llama().llama_memory_seq_pos_max(self._mem, 0))

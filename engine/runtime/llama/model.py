@@ -14,13 +14,18 @@ from pathlib import Path
 
 from engine.errors import Cancelled, ModelLoadError
 from engine.runtime.llama.lib import llama
-from engine.runtime.llama.owned import Owned
+from engine.runtime.llama.owned import OwnedPtr
 
 
-class Model(Owned):
+class Model(OwnedPtr):
     """Owns one ``llama_model`` pointer; :meth:`close` frees it (idempotent)."""
 
     _free_priority = 1  # after the contexts made from it
+    _what = "model"
+
+    @staticmethod
+    def _free(ptr) -> None:
+        llama().llama_model_free(ptr)
 
     def __init__(self, ptr, path: Path, load_mtp: bool):
         self._own()
@@ -91,22 +96,6 @@ class Model(Owned):
                 "newer backend or be damaged; run `mtp-studio validate --probe` on it for details."
             )
         return cls(ptr, Path(path), load_mtp)
-
-    @property
-    def ptr(self):
-        if self._ptr is None:
-            raise RuntimeError("model is closed")
-        return self._ptr
-
-    def close(self) -> None:
-        if self._ptr is not None:
-            llama().llama_model_free(self._ptr)
-            self._ptr = None
-
-    def _closer(self):
-        ptr = getattr(self, "_ptr", None)
-        return None if ptr is None else (lambda: llama().llama_model_free(ptr))
-
 
     # --------------------------------------------------------------- metadata
     def meta(self, key: str) -> str | None:

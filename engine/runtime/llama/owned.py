@@ -52,6 +52,33 @@ class Owned:
             pass
 
 
+class OwnedPtr(Owned):
+    """:class:`Owned` for a wrapper of one native pointer: ``_ptr`` is freed by the
+    subclass's ``_free(ptr)``; :attr:`ptr` raises once closed (``_what`` names the object)."""
+
+    _what = "object"
+    _ptr = None
+
+    @staticmethod
+    def _free(ptr) -> None:
+        raise NotImplementedError
+
+    @property
+    def ptr(self):
+        if self._ptr is None:
+            raise RuntimeError(f"{self._what} is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            self._free(self._ptr)
+            self._ptr = None
+
+    def _closer(self) -> Callable[[], None] | None:
+        ptr, free = self._ptr, self._free
+        return None if ptr is None else (lambda: free(ptr))
+
+
 def reap() -> int:
     """Run the frees queued for this thread; returns how many ran."""
     me = threading.get_ident()

@@ -13,8 +13,6 @@ off); what worked is cached, so later loads are instant.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
 import threading
@@ -26,6 +24,7 @@ from engine.childproc import ChildOutcome, run_child
 from engine.errors import ModelLoadError, NativeCrashError
 from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
+from engine.runtime.llama.cachekey import model_key
 
 PROBE_VERSION = 2
 CHILD_MODULE = "engine.runtime.load.loadcheck_child"
@@ -68,35 +67,11 @@ def cpu_has_amx() -> bool:
 
 
 # ------------------------------------------------------------------------ cache
-def file_identity(path: str | Path | None) -> list[str]:
-    """A file as a cache key sees it: where it is, its size and mtime (or ``-``)."""
-    if path is None:
-        return ["-"]
-    p = Path(path)
-    st = p.stat()
-    return [str(p.resolve()), str(st.st_size), str(st.st_mtime_ns)]
-
-
-def build_identity() -> list[str]:
-    """Which llama.cpp library a child (and this process) loads: the selected backend
-    build (``LLAMA_CPP_LIB_PATH``) or the one installed with llama-cpp-python."""
-    lib = os.environ.get("LLAMA_CPP_LIB_PATH")
-    if not lib:
-        spec = importlib.util.find_spec("llama_cpp")
-        lib = str(Path(spec.origin).parent / "lib") if spec and spec.origin else "?"
-    out = [lib]
-    p = Path(lib)
-    if p.is_dir():
-        for f in sorted(p.glob("*llama*")) + sorted(p.glob("*ggml*")):
-            st = f.stat()
-            out += [f.name, str(st.st_size), str(st.st_mtime_ns)]
-    return out
-
-
 def _key(req: ProbeRequest) -> str:
-    parts = [str(PROBE_VERSION), *file_identity(req.path), *file_identity(req.head), *build_identity()]
-    parts += [req.mtp, str(req.n_gpu_layers), str(req.max_draft_depth), str(req.exact), os.environ.get(CRASH_ENV, "")]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return model_key(
+        PROBE_VERSION, req.path, req.head, req.mtp, req.n_gpu_layers, req.max_draft_depth, req.exact,
+        os.environ.get(CRASH_ENV, ""),
+    )
 
 
 def _cache_file() -> Path:

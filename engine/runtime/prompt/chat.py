@@ -2,7 +2,9 @@
 
 ``tokenizer.chat_template`` is a Jinja template; it is rendered in a sandbox with the
 globals those renderers provide (``raise_exception``, ``strftime_now``, ``bos_token``,
-``eos_token``, ``add_generation_prompt``). Models without a template get ChatML.
+``eos_token``, ``add_generation_prompt``). A model without a template is talked to with
+one of llama.cpp's built-in templates chosen from its vocabulary, and only when none
+matches with :data:`CHATML` (the order is :func:`engine.runtime.prompt.templates.resolve_template`'s).
 
 :class:`PromptCache` keeps the text and tokens of the last prompt + reply, so the next
 turn of a conversation tokenizes only the new text and the engine reuses the KV cache

@@ -24,3 +24,9 @@ def test_round_trips_through_json_and_text():
     for d in (AUTO, DraftDepth(5)):
         assert DraftDepth.parse(d.to_json()) == d and DraftDepth.parse(str(d)) == d
     assert AUTO.deepest(6) == 6 and DraftDepth(3).deepest(6) == 3
+
+
+def test_a_load_is_sized_for_the_setting_or_a_deeper_fixed_depth():
+    assert AUTO.load_depth(4) == 4  # auto drafts within the setting
+    assert DraftDepth(2).load_depth(4) == 4
+    assert DraftDepth(7).load_depth(4) == 7
