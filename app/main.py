@@ -40,6 +40,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     from engine import settings as settings_mod
     from engine.hub.library import Library
     from engine.runtime.engine import Engine, EngineDefaults
+    from engine.runtime.jobs import Defaults
 
     app = QApplication.instance() or QApplication(argv or sys.argv[:1])
     app.setApplicationName("MTP Studio")
@@ -55,7 +56,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()
     if engine is None:
-        engine = Engine(EngineDefaults(draft_depth="auto")).start()
+        engine = Engine(EngineDefaults(request=Defaults(draft_depth="auto"))).start()
     limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None
     ctx = AppContext(settings, EngineBridge(engine), Library(limit_bytes=limit), ChatStore(), settings_path=settings_path)
     window = MainWindow(ctx)

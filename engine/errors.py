@@ -80,9 +80,14 @@ class PromptTooLongError(MtpStudioError, ValueError):
 
 
 class InvalidRequestError(MtpStudioError, ValueError):
-    """Bad generation parameters."""
+    """Bad generation parameters. ``param`` names the request field at fault (the HTTP
+    error's ``param``), when there is one."""
 
     code = "invalid_request"
+
+    def __init__(self, message: str = "", *, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class InvalidSettingError(InvalidRequestError):

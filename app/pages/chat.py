@@ -30,8 +30,9 @@ from PySide6.QtWidgets import (
 from app.bridge import JobSignals
 from app.context import AppContext, ModelController
 from app.history import Conversation
+from app.widgets.page import page_layout
 from engine.runtime import jobs as J
-from engine.runtime.decode.depth import DraftDepth
+from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.stats import GenerationStats
 
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
@@ -49,7 +50,7 @@ def figures_line(stats: GenerationStats | None, live_tps: float | None = None, m
     if stats is not None and stats.sampled:
         parts.append("sampled drafts" if stats.sampled_draft else "sampled")
     if stats is not None:
-        parts.append(f"depth {stats.draft_depth}")
+        parts.append(f"depth {stats.depth_json}")
     if mtp:
         parts.append(f"MTP {mtp}")
     return "  ·  ".join(parts)
@@ -60,7 +61,6 @@ class ChatPage(QWidget):
 
     def __init__(self, ctx: AppContext, models: ModelController, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setObjectName("Page")
         self.ctx = ctx
         self.models = models
         self.conv: Conversation = ctx.chats.new(ctx.settings.chat.system_prompt)
@@ -164,11 +164,7 @@ class ChatPage(QWidget):
         rl.addLayout(row)
         split.addWidget(right)
         split.setSizes([220, 780])
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(16, 12, 16, 8)
-        title = QLabel("Chat")
-        title.setObjectName("PageTitle")
-        lay.addWidget(title)
+        lay = page_layout(self, "Chat")
         lay.addWidget(split, 1)
 
         s = self.ctx.settings
@@ -333,7 +329,7 @@ class ChatPage(QWidget):
             top_k=s.chat.top_k,
             sampled_draft=s.chat.sampled_draft,
             draft_depth=DraftDepth.parse(depth),
-            mtp="off" if self.source.currentData() == "off" else "on",
+            mtp=Mtp.OFF if self.source.currentData() == "off" else Mtp.ON,
         )
         self.conv.sampling = {k: getattr(s.chat, k) for k in self.SAMPLING_KEYS}
         self.job = self.ctx.bridge.run(job)

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from app.bridge import JobSignals
 from app.context import AppContext
 from app.widgets.charts import GREEN, ORANGE, BarChart, LineChart
+from app.widgets.page import page_layout
 from engine.runtime import jobs as J
 from engine.runtime.measure.bench import DEFAULT_PROMPTS, bench_job, parse_depths
 from engine.runtime.decode.stats import GenerationStats, RoundStats
@@ -36,7 +37,6 @@ WINDOW_S = 1.0  # tokens/s is measured over the last second of rounds
 class PerformancePage(QWidget):
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setObjectName("Page")
         self.ctx = ctx
         self.job: JobSignals | None = None  # the generation being followed (any source)
         self.stats = GenerationStats()
@@ -56,17 +56,9 @@ class PerformancePage(QWidget):
         self._timer.start()
 
     def _build(self) -> None:
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(16, 12, 16, 8)
-        top = QHBoxLayout()
-        title = QLabel("Performance")
-        title.setObjectName("PageTitle")
-        top.addWidget(title)
-        top.addStretch(1)
         self.summary = QLabel("Generate a reply to see live figures.")
         self.summary.setObjectName("Figures")
-        top.addWidget(self.summary)
-        lay.addLayout(top)
+        lay = page_layout(self, "Performance", aside=self.summary)
         grid = QGridLayout()
         self.tps_chart = LineChart("Tokens per second", "tok/s")
         self.acc_chart = LineChart("Acceptance over time", "accepted / drafted", y_max=1.0, color=GREEN)

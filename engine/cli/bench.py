@@ -245,8 +245,9 @@ def _ab(args) -> int:
             from engine.runtime import limits
             from engine.runtime.decode.sampling import SamplingParams
 
-            limits.check_sampling(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
-            sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
+            sampling = SamplingParams(
+                limits.check_temperature(args.temperature), limits.check_top_p(args.top_p), limits.check_top_k(args.top_k)
+            )
             job = bench_job(arms, prompts, args.max_tokens, args.runs, sampling=sampling, sampled_draft=args.sampled_draft)
             handle = engine.submit(J.Call(job, "bench"))
             for ev in handle.events():

@@ -89,8 +89,7 @@ def load_spec(args, max_draft_depth: int = 4):
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()
 
-    depth = DraftDepth.parse(getattr(args, "draft_depth", None) or 1)
-    max_draft_depth = max(max_draft_depth, depth.deepest(1))
+    max_draft_depth = DraftDepth.parse(getattr(args, "draft_depth", None) or 1).load_depth(max_draft_depth)
     rpc, split = rpc_options(args)
     return LoadSpec(
         args.model,
@@ -167,7 +166,7 @@ def run(args) -> int:
             s = result.stats
             sys.stdout.write("\n")
             print(
-                f"[{s.generated} tokens, {s.tokens_per_second:.1f} tok/s, mtp {s.mtp}, depth {s.draft_depth}, "
+                f"[{s.generated} tokens, {s.tokens_per_second:.1f} tok/s, mtp {s.mtp}, depth {s.depth_json}, "
                 f"acceptance {s.acceptance:.2f}, mean accepted {s.mean_accept_len:.2f}, "
                 f"target forwards {s.target_forwards}]",
                 file=sys.stderr,

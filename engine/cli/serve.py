@@ -41,6 +41,7 @@ def run(args) -> int:
     from engine.errors import MtpStudioError
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine, EngineDefaults
+    from engine.runtime.jobs import Defaults
     from engine.server.runner import ServerThread
     from engine.server.settings import ServerSettings
 
@@ -57,8 +58,8 @@ def run(args) -> int:
         settings.check()
     except ValueError as e:
         return die(str(e), EXIT_USAGE)
-    depth = args.draft_depth if args.draft_depth is not None else AUTO
-    with Engine(EngineDefaults(draft_depth=depth)) as engine:
+    # the endpoint's --draft-depth (in its settings) over the engine's auto
+    with Engine(EngineDefaults(request=Defaults(draft_depth=AUTO))) as engine:
         try:
             info = engine.submit(J.LoadModel(load_spec(args))).result()
         except MtpStudioError as e:

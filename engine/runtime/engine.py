@@ -23,7 +23,6 @@ from typing import Any
 from engine.errors import (
     Cancelled,
     EngineStoppedError,
-    InvalidRequestError,
     MtpStudioError,
     NoModelLoadedError,
     NativeCrashError,
@@ -31,21 +30,17 @@ from engine.errors import (
     RpcConnectionLostError,
 )
 from engine.runtime import jobs as J
-from engine.runtime import limits
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.policystore import save_policy
 from engine.runtime.llama import owned
+from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.prompt.chat import PromptCache
-from engine.runtime.decode.loop import DecodeParams, DepthPolicy, FixedDepth, generate
-from engine.runtime.decode.depth import DraftDepth
-from engine.runtime.load.loader import LoadedModel, MtpSource, load
-from engine.runtime.decode.policystore import load_policy, policy_path, save_policy
-from engine.runtime.decode.sampling import SamplingParams
-from engine.runtime.decode.stopping import STOP_CANCELLED, STOP_CONTEXT_FULL, STOP_EOG, STOP_STRING
+from engine.runtime.request import prepare, resolve
 from engine.runtime.worker import WorkerModel
 
 log = logging.getLogger(__name__)
 
 EventFn = Callable[[J.Event], None]
-_FINISH = {STOP_EOG: "stop", STOP_STRING: "stop", STOP_CANCELLED: "cancelled", STOP_CONTEXT_FULL: "length"}
 
 
 class JobHandle:
@@ -60,6 +55,8 @@ class JobHandle:
         self._on_event = on_event
         self._observers = observers if observers is not None else []
         self._final: J.Done | J.Failed | None = None
+        #: the submitter asked for per-round events (observers always get them)
+        self._rounds = getattr(job, "rounds", True)
 
     def cancel(self) -> None:
         """Ask the job to stop at its next cancellation point. Not an error."""
@@ -72,7 +69,9 @@ class JobHandle:
     def _emit(self, event: J.Event) -> None:
         if isinstance(event, (J.Done, J.Failed)):
             self._final = event
-        if self._on_event is not None:
+        if isinstance(event, J.Round) and not self._rounds:
+            pass
+        elif self._on_event is not None:
             try:
                 self._on_event(event)
             except Exception:
@@ -138,10 +137,10 @@ class EngineState:
 
 @dataclass(frozen=True)
 class EngineDefaults:
-    draft_depth: DraftDepth | int | str = 1
+    #: what a request gets for the values it leaves out (the app's or the CLI's
+    #: defaults, under the submitter's own: engine.runtime.request)
+    request: J.Defaults = J.Defaults()
     max_queue: int = 64
-    #: policy factory for draft_depth="auto" (set by engine.runtime.decode.adaptive)
-    auto_policy: Callable[[LoadedModel], DepthPolicy] | None = None
     #: run models with remote (RPC) devices in a worker process (engine.runtime.worker);
     #: off only inside that worker
     isolate_rpc: bool = True
@@ -256,7 +255,18 @@ class Engine:
         if handle.cancelled:
             handle._emit(J.Done(None, cancelled=True))
             return
+        refused: MtpStudioError | None = None
+        if isinstance(handle.job, J.Generate):
+            # resolved before anyone sees it: observers (the GUI) and a worker process get
+            # the job exactly as it runs
+            try:
+                handle.job = resolve(handle.job, self.defaults.request)
+            except MtpStudioError as e:
+                refused = e
         handle._emit(J.Started(handle.id))
+        if refused is not None:
+            handle._emit(J.Failed(refused, refused.code, str(refused)))
+            return
         try:
             result = self._handlers[type(handle.job)](handle.job, handle)
         except Cancelled:
@@ -321,23 +331,6 @@ class Engine:
             wm.close()
             raise
 
-    def depth_policy(self, lm: LoadedModel, depth: DraftDepth | int | str | None) -> DepthPolicy:
-        d = DraftDepth.parse(self.defaults.draft_depth if depth is None else depth)
-        if d.is_auto:
-            if self.defaults.auto_policy is not None:
-                return self.defaults.auto_policy(lm)
-            if lm.auto_policy is None:  # one per loaded model, starting from what was learned
-                lm.auto_policy_path = policy_path(lm)
-                lm.auto_policy = load_policy(lm.auto_policy_path, lm.max_draft_depth)
-            return lm.auto_policy
-        assert d.fixed is not None
-        if d.fixed > lm.max_draft_depth:
-            raise InvalidRequestError(
-                f"draft depth {d.fixed} exceeds this model's maximum of {lm.max_draft_depth} "
-                "(reload it with a larger max draft depth)"
-            )
-        return FixedDepth(d.fixed)
-
     def _generate(self, job: J.Generate, h: JobHandle) -> J.GenerateResult:
         lm = self._state.get(job.model)
         if isinstance(lm, WorkerModel):
@@ -345,68 +338,28 @@ class Engine:
             self._count(result, result.prompt_tokens)
             return result
         cache = self._state.caches.setdefault(lm.name, PromptCache())
-        model = lm.model
-        prompt_text = None
-        end_tokens: frozenset[int] = frozenset()
-        end_strings: tuple[str, ...] = ()
-        if job.messages is not None:
-            template = lm.template
-            prompt_text = template.render(
-                job.messages,
-                bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
-                eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
-            )
-            # a template that writes the BOS token gets no second one
-            prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
-            end_tokens, end_strings = template.end_tokens, template.end_strings
-        elif isinstance(job.prompt, str):
-            prompt_text = job.prompt
-            prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
-        elif isinstance(job.prompt, list):
-            if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < model.n_vocab for t in job.prompt):
-                raise InvalidRequestError(f"prompt token ids must be integers in [0, {model.n_vocab})")
-            prompt = list(job.prompt)
-        else:
-            raise InvalidRequestError("give either a prompt or messages")
-        if not prompt:
-            raise InvalidRequestError("the prompt is empty")
-        if isinstance(job.max_tokens, bool) or not isinstance(job.max_tokens, int) or job.max_tokens < 0:
-            raise InvalidRequestError("max_tokens must be an integer >= 0")
-        limits.check_sampling(temperature=job.temperature, top_p=job.top_p, top_k=job.top_k)
-        sampling = SamplingParams(float(job.temperature), float(job.top_p), job.top_k, limits.check_seed(job.seed))
-        stop = limits.check_stop(job.stop)
-        use_mtp = job.mtp != "off" and lm.source != MtpSource.OFF
-        params = DecodeParams(
-            max_tokens=job.max_tokens,
-            stop=(*stop, *end_strings),
-            end_tokens=end_tokens,
-            sampling=sampling,
-            sampled_draft=bool(job.sampled_draft),
-            depth=self.depth_policy(lm, job.draft_depth) if use_mtp else None,
-            ignore_eog=job.ignore_eog,
-        )
+        prep = prepare(job, lm, cache)
         lm.session.phase_hook = job.phase_hook
         try:
             g = generate(
                 lm.session,
-                prompt,
-                params,
+                prep.prompt,
+                prep.params,
                 cancel=h.cancel_event,
                 on_emit=lambda toks, text: h._emit(J.Tokens(tuple(toks), text)),
                 on_round=lambda r: h._emit(J.Round(r)),
             )
         finally:
             lm.session.phase_hook = None
-            if params.depth is not None and params.depth is lm.auto_policy:
+            if prep.learns:
                 save_policy(lm.auto_policy_path, lm.auto_policy)
-        if prompt_text is not None:
-            reply_bytes = b"".join(model.piece(t) for t in g.tokens)
-            cache.remember(prompt_text, prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
+        if prep.prompt_text is not None:
+            reply_bytes = b"".join(lm.model.piece(t) for t in g.tokens)
+            cache.remember(prep.prompt_text, prep.prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
         else:
             cache.remember("", [], "", [])
-        finish = _FINISH.get(g.stop_reason, "length")
-        result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prompt), finish)
-        self._count(result, len(prompt))
+        result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt))
+        self._count(result, len(prep.prompt))
         return result
 
     def _count(self, r: J.GenerateResult, prompt_tokens: int) -> None:

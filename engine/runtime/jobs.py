@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from engine.runtime.decode.depth import DraftDepth
-from engine.runtime.load.loader import LoadSpec
+from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.stats import GenerationStats, RoundStats
+from engine.runtime.decode.stopping import StopReason
+from engine.runtime.load.loader import LoadSpec
 
 
 # ------------------------------------------------------------------------- jobs
@@ -31,27 +32,54 @@ class UnloadModel:
 
 
 @dataclass(frozen=True)
+class Defaults:
+    """Values for what a :class:`Generate` leaves out; ``None`` here means "not set in
+    this layer". Layers stack with :meth:`over` (engine.runtime.request)."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    mtp: Mtp | None = None
+    draft_depth: DraftDepth | int | str | None = None
+    sampled_draft: bool | None = None
+
+    def over(self, base: Defaults) -> Defaults:
+        """This layer on top of ``base``: its values where set, ``base``'s elsewhere."""
+        mine = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(base, **{k: v for k, v in mine.items() if v is not None})
+
+
+@dataclass(frozen=True)
 class Generate:
-    """Generate from a prompt (text or token ids) or from chat messages."""
+    """Generate from a prompt (text or token ids) or from chat messages.
+
+    A value left ``None`` takes its default when the engine resolves the job
+    (:func:`engine.runtime.request.resolve`): the submitter's ``defaults``, then the
+    engine's, then the built-in ones."""
 
     model: str | None = None  # None: the only / first loaded model
     prompt: str | list[int] | None = None
     messages: list[dict] | None = None
-    max_tokens: int = 256
+    max_tokens: int | None = None
     stop: tuple[str, ...] = ()
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
     seed: int | None = None
-    #: "on" (use the model's MTP source), "off"
-    mtp: str = "on"
+    #: ON: speculate with the model's MTP source (if it has one); OFF: plain decoding
+    mtp: Mtp | None = None
     #: while sampling, draft by sampling the MTP head (rejection sampling; exact in
     #: distribution, not seed-for-seed equal to plain sampling)
-    sampled_draft: bool = False
-    #: draft depth K >= 1, or "auto" (adaptive), parsed by DraftDepth.parse; None = the
-    #: engine's default
+    sampled_draft: bool | None = None
+    #: draft depth K >= 1, or "auto" (adaptive), parsed by DraftDepth.parse
     draft_depth: DraftDepth | int | str | None = None
     ignore_eog: bool = False
+    #: deliver per-round :class:`Round` events to the submitter (observers always get
+    #: them); off for clients that only want text, such as the HTTP endpoint
+    rounds: bool = True
+    #: the submitter's defaults for values left None (the endpoint's settings)
+    defaults: Defaults | None = field(default=None, compare=False)
     #: test seam: called on the engine thread at every cancellation point
     phase_hook: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
@@ -109,7 +137,15 @@ class GenerateResult:
     stats: GenerationStats
     model: str
     prompt_tokens: int
-    finish_reason: str  # stop | length | cancelled | context_full
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self.stats.stop_reason
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's finish reason ("stop" or "length")."""
+        return self.stats.stop_reason.finish_reason if self.stats.stop_reason else "length"
 
     def to_json(self) -> dict:
         s = self.stats
@@ -118,7 +154,7 @@ class GenerateResult:
             "text": self.text,
             "stats": {
                 "mtp": s.mtp,
-                "draft_depth": s.draft_depth,
+                "draft_depth": s.depth_json,
                 "drafted": s.drafted,
                 "accepted": s.accepted,
                 "acceptance": s.acceptance,

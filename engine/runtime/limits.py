@@ -11,6 +11,8 @@ with the sizes llama.cpp reports back (:func:`check_context_sizes`).
 
 from __future__ import annotations
 
+import math
+
 from engine.errors import ContextError, InvalidSettingError
 
 #: smallest context MTP Studio creates: a chat template alone takes tens of tokens
@@ -27,13 +29,15 @@ MAX_STOP_CHARS = 256
 MAX_SEED = 2**64 - 1
 
 
-def check_int(name: str, value: object, low: int, high: int | None = None, *, hint: str = "") -> int:
+def check_int(
+    name: str, value: object, low: int, high: int | None = None, *, hint: str = "", param: str | None = None
+) -> int:
     """``value`` as an int in ``[low, high]``, or a clear error (bools are not ints here)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}.{hint}")
+        raise InvalidSettingError(f"{name} must be a whole number, got {value!r}.{hint}", param=param)
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise InvalidSettingError(f"{name} must be {bound}, got {value}.{hint}")
+        raise InvalidSettingError(f"{name} must be {bound}, got {value}.{hint}", param=param)
     return value
 
 
@@ -78,17 +82,30 @@ def check_context_sizes(*, n_ubatch: int, n_batch: int, n_rs_seq: int, depth: in
         )
 
 
+# --------------------------------------------------------------- request values
+# One checker per request value, used by every entry point (the endpoint checks before it
+# queues a job, the engine when it resolves one): the ranges are written here only.
+
+
+def check_max_tokens(value: object, low: int = 0) -> int:
+    """Tokens to generate: ``low`` or more (0 decodes the prompt only; the endpoint asks
+    for at least 1, as OpenAI's API does)."""
+    return check_int("max_tokens", value, low, param="max_tokens")
+
+
 def check_stop(stop: object) -> tuple[str, ...]:
     """Stop strings within :data:`MAX_STOP_STRINGS` and :data:`MAX_STOP_CHARS`."""
     if isinstance(stop, str):
         stop = (stop,)
     if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
-        raise InvalidSettingError("stop must be a string or a list of strings")
+        raise InvalidSettingError("stop must be a string or a list of strings", param="stop")
     if len(stop) > MAX_STOP_STRINGS:
-        raise InvalidSettingError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stop)}")
+        raise InvalidSettingError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stop)}", param="stop")
     for s in stop:
         if len(s) > MAX_STOP_CHARS:
-            raise InvalidSettingError(f"a stop string may be at most {MAX_STOP_CHARS} characters, got one of {len(s)}")
+            raise InvalidSettingError(
+                f"a stop string may be at most {MAX_STOP_CHARS} characters, got one of {len(s)}", param="stop"
+            )
     return tuple(stop)
 
 
@@ -96,17 +113,31 @@ def check_seed(seed: object) -> int | None:
     """A seed in ``[0, 2**64)``; ``None`` or ``-1`` for none."""
     if seed is None or (seed == -1 and not isinstance(seed, bool)):
         return None
-    return check_int("seed", seed, 0, MAX_SEED, hint=" Use -1 or leave it out for a random seed.")
+    return check_int("seed", seed, 0, MAX_SEED, hint=" Use -1 or leave it out for a random seed.", param="seed")
 
 
-def check_sampling(*, temperature: object, top_p: object, top_k: object) -> None:
-    import math
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidSettingError(f"{name} must be a finite number, got {value!r}", param=name)
+    return float(value)
 
-    for name, value in (("temperature", temperature), ("top_p", top_p)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InvalidSettingError(f"{name} must be a finite number, got {value!r}")
-    if not 0.0 <= temperature <= 2.0:  # type: ignore[operator]
-        raise InvalidSettingError(f"temperature must be between 0 and 2, got {temperature}")
-    if not 0.0 < top_p <= 1.0:  # type: ignore[operator]
-        raise InvalidSettingError(f"top_p must be in (0, 1], got {top_p}")
-    check_int("top_k", top_k, 0, hint=" 0 means no top-k limit.")
+
+def check_temperature(value: object) -> float:
+    """0 (greedy) to 2."""
+    t = _number("temperature", value)
+    if not 0.0 <= t <= 2.0:
+        raise InvalidSettingError(f"temperature must be between 0 and 2, got {value}", param="temperature")
+    return t
+
+
+def check_top_p(value: object) -> float:
+    """In (0, 1]; 1 keeps the whole distribution."""
+    p = _number("top_p", value)
+    if not 0.0 < p <= 1.0:
+        raise InvalidSettingError(f"top_p must be in (0, 1], got {value}", param="top_p")
+    return p
+
+
+def check_top_k(value: object) -> int:
+    """0 (no limit) or more."""
+    return check_int("top_k", value, 0, hint=" 0 means no top-k limit.", param="top_k")

@@ -1,1 +1,155 @@
-"""Where a request meets its defaults (filled in by the design step)."""
+"""Where a request meets its defaults: the one step between a job and a decode.
+
+Every entry point (HTTP endpoint, chat page, CLI, benchmarks) builds a
+:class:`~engine.runtime.jobs.Generate` that says only what the user asked for; a value
+left out is ``None``. Two steps turn it into a decode, both here:
+
+* :func:`resolve` (no model needed) fills each value left out from the defaults, in
+  layers — the job's own, then the submitter's (``Generate.defaults``: the endpoint's
+  settings), then the engine's (the app's or the CLI's), then :data:`BUILTIN` — and checks
+  every value with :mod:`engine.runtime.limits`, the one place ranges are written. A
+  resolved job is complete: the engine resolves before it forwards a job to a worker
+  process, so a model pooled over RPC runs exactly what a local one would.
+* :func:`prepare` meets the model: renders and tokenizes the prompt (reusing the
+  conversation's tokens), takes the model's limits (its end tokens, its deepest draft)
+  and chooses the draft source and depth policy, giving :class:`Prepared`.
+
+Later features hook in here: a grammar, tool and reasoning formats, the prompt cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from engine.errors import InvalidRequestError
+from engine.runtime import limits
+from engine.runtime.decode.depth import DraftDepth, Mtp
+from engine.runtime.decode.loop import DecodeParams
+from engine.runtime.decode.policy import DepthPolicy, FixedDepth
+from engine.runtime.decode.policystore import load_policy, policy_path
+from engine.runtime.decode.sampling import SamplingParams
+from engine.runtime.jobs import Defaults, Generate
+from engine.runtime.load.loader import LoadedModel, MtpSource
+from engine.runtime.prompt.chat import PromptCache
+
+
+#: what a request gets when no layer sets a value (plain greedy, MTP on at depth 1)
+BUILTIN = Defaults(max_tokens=256, temperature=0.0, top_p=1.0, top_k=0, mtp=Mtp.ON, draft_depth=DraftDepth(1),
+                   sampled_draft=False)  # fmt: skip
+
+_DEFAULTED = tuple(f.name for f in fields(Defaults))
+
+
+def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
+    """``job`` with every value given and checked (idempotent). Raises
+    :class:`InvalidRequestError` naming the field at fault."""
+    layers = BUILTIN if engine_defaults is None else engine_defaults.over(BUILTIN)
+    if job.defaults is not None:
+        layers = job.defaults.over(layers)
+    values = {name: getattr(job, name) for name in _DEFAULTED}
+    values = {name: getattr(layers, name) if v is None else v for name, v in values.items()}
+    try:
+        mtp = Mtp(values["mtp"])
+    except ValueError:
+        raise InvalidRequestError(f"mtp must be 'on' or 'off', got {values['mtp']!r}", param="mtp") from None
+    return replace(
+        job,
+        max_tokens=limits.check_max_tokens(values["max_tokens"]),
+        temperature=limits.check_temperature(values["temperature"]),
+        top_p=limits.check_top_p(values["top_p"]),
+        top_k=limits.check_top_k(values["top_k"]),
+        seed=limits.check_seed(job.seed),
+        stop=limits.check_stop(job.stop),
+        mtp=mtp,
+        draft_depth=_depth(values["draft_depth"]),
+        sampled_draft=bool(values["sampled_draft"]),
+        defaults=None,
+    )
+
+
+def check(job: Generate) -> None:
+    """Raise :class:`InvalidRequestError` for any value of ``job`` out of range (what
+    :func:`resolve` would refuse), without the engine's defaults."""
+    resolve(job)
+
+
+def _depth(value: object) -> DraftDepth:
+    try:
+        return DraftDepth.parse(value)
+    except InvalidRequestError as e:
+        raise InvalidRequestError(str(e), param="draft_depth") from None
+
+
+@dataclass
+class Prepared:
+    """A resolved job met with its model: what the decode loop runs."""
+
+    prompt: list[int]
+    #: the rendered prompt text (None for token-id prompts): the conversation cache's key
+    prompt_text: str | None
+    params: DecodeParams
+
+    @property
+    def learns(self) -> bool:
+        """The depth policy is auto's, which learns and is saved after the run."""
+        return getattr(self.params.depth, "learns", False)
+
+
+def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
+    """The prompt tokens and decode parameters of a resolved ``job`` on ``lm``."""
+    model = lm.model
+    prompt_text = None
+    end_tokens: frozenset[int] = frozenset()
+    end_strings: tuple[str, ...] = ()
+    if job.messages is not None:
+        template = lm.template
+        prompt_text = template.render(
+            job.messages,
+            bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
+            eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
+        )
+        # a template that writes the BOS token gets no second one
+        prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
+        end_tokens, end_strings = template.end_tokens, template.end_strings
+    elif isinstance(job.prompt, str):
+        prompt_text = job.prompt
+        prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
+    elif isinstance(job.prompt, list):
+        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < model.n_vocab for t in job.prompt):
+            raise InvalidRequestError(f"prompt token ids must be integers in [0, {model.n_vocab})", param="prompt")
+        prompt = list(job.prompt)
+    else:
+        raise InvalidRequestError("give either a prompt or messages", param="prompt")
+    if not prompt:
+        raise InvalidRequestError("the prompt is empty", param="prompt")
+    assert job.max_tokens is not None and job.temperature is not None and job.top_p is not None
+    assert job.top_k is not None and isinstance(job.draft_depth, DraftDepth)
+    speculate = job.mtp is Mtp.ON and lm.source != MtpSource.OFF
+    params = DecodeParams(
+        max_tokens=job.max_tokens,
+        stop=(*job.stop, *end_strings),
+        end_tokens=end_tokens,
+        sampling=SamplingParams(job.temperature, job.top_p, job.top_k, job.seed),
+        sampled_draft=bool(job.sampled_draft),
+        depth=depth_policy(lm, job.draft_depth) if speculate else None,
+        ignore_eog=job.ignore_eog,
+    )
+    return Prepared(prompt, prompt_text, params)
+
+
+def depth_policy(lm: LoadedModel, depth: DraftDepth) -> DepthPolicy:
+    """The policy for ``depth`` on ``lm``: auto's is one per loaded model, starting from
+    what this machine learned before; a fixed depth must fit the contexts' sizing."""
+    if depth.is_auto:
+        if lm.auto_policy is None:
+            lm.auto_policy_path = policy_path(lm)
+            lm.auto_policy = load_policy(lm.auto_policy_path, lm.max_draft_depth)
+        return lm.auto_policy
+    assert depth.fixed is not None
+    if depth.fixed > lm.max_draft_depth:
+        raise InvalidRequestError(
+            f"draft depth {depth.fixed} exceeds this model's maximum of {lm.max_draft_depth} "
+            "(reload it with a larger max draft depth)",
+            param="draft_depth",
+        )
+    return FixedDepth(depth.fixed)

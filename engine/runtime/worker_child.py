@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                     spec = replace(msg[1], probe=False)  # this process is the isolation the probe would give
                     current = engine.submit(J.LoadModel(spec), on_event=on_event)
                 elif kind == "run":
-                    current = engine.submit(msg[1], on_event=on_event)
+                    # the parent resolved the job and filters its events: relay every one
+                    job = msg[1]
+                    current = engine.submit(replace(job, rounds=True) if isinstance(job, J.Generate) else job,
+                                            on_event=on_event)  # fmt: skip
                 elif kind == "cancel" and current is not None:
                     current.cancel()
             except Exception as e:  # refused before it ran (queue full, engine stopping)

@@ -58,6 +58,7 @@ def from_exception(exc: BaseException, retry_after_s: int = 2) -> HTTPError:
             if isinstance(exc, cls):
                 code = "model_not_found" if isinstance(exc, NoModelLoadedError) else exc.code
                 headers = {"Retry-After": str(retry_after_s)} if status == 429 else None
-                return HTTPError(status, str(exc), type_=type_, code=code, headers=headers)
+                param = getattr(exc, "param", None)
+                return HTTPError(status, str(exc), type_=type_, code=code, headers=headers, param=param)
         return HTTPError(500, str(exc), type_="server_error", code=exc.code)
     return HTTPError(500, "Internal server error.", type_="server_error", code="internal_error")

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.runtime import jobs as J
+from engine.runtime.decode.depth import Mtp
 from engine.server import errors as E
 from engine.server.bridge import JobStream
 from engine.server.schemas import Parsed
@@ -60,14 +61,10 @@ def timings(res: J.GenerateResult) -> dict:
         "predicted_per_second": s.tokens_per_second,
         "draft_n": s.drafted,
         "draft_n_accepted": s.accepted,
-        "speculative": s.mtp == "on",
+        "speculative": s.mtp is Mtp.ON,
         "sampling": "sampled" if s.sampled else "greedy",
-        "draft_depth": s.draft_depth,
+        "draft_depth": s.depth_json,
     }
-
-
-def _finish(res: J.GenerateResult) -> str:
-    return "length" if res.finish_reason in ("length", "cancelled") else "stop"
 
 
 async def _disconnected(request: Request) -> None:
@@ -147,7 +144,7 @@ async def run(request: Request, parsed: Parsed, shape: Shape) -> Response:
                 "created": created,
                 "model": parsed.model,
                 "system_fingerprint": FINGERPRINT,
-                "choices": [shape.final(res.text, _finish(res))],
+                "choices": [shape.final(res.text, res.finish_reason)],
                 "usage": usage(res),
                 "timings": timings(res),
             }
@@ -217,7 +214,7 @@ async def _sse(
                 break
             elif isinstance(ev, J.Done):
                 res: J.GenerateResult = ev.result
-                yield chunk(shape.end(_finish(res)), timings=timings(res))
+                yield chunk(shape.end(res.finish_reason), timings=timings(res))
                 if parsed.include_usage:
                     yield chunk(None, usage=usage(res))
                 break

@@ -1,7 +1,10 @@
-"""Parsing and checking OpenAI request bodies into engine jobs.
+"""OpenAI request bodies mapped to engine jobs.
 
 Only what the engine honours is accepted; anything it would silently ignore in a way
-that changes the result (n > 1, logprobs, tools, penalties) is a 400 that says so.
+that changes the result (n > 1, logprobs, tools, penalties) is a 400 that says so. JSON
+types are checked here; values are checked by the engine's request step
+(:mod:`engine.runtime.request`, ranges in :mod:`engine.runtime.limits`), before the job
+is queued, and defaults (the endpoint's settings, then the engine's) are applied there.
 """
 
 from __future__ import annotations
@@ -9,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime import limits
-from engine.runtime.decode.depth import AUTO_TEXT, DraftDepth
+from engine.runtime.decode.depth import AUTO_TEXT, Mtp
+from engine.runtime.request import check
 from engine.server.errors import HTTPError
 
 
@@ -39,7 +42,9 @@ def _get(body: dict, key: str, types: tuple[type, ...], default: Any = None) -> 
     return v
 
 
-def _common(body: dict, models: dict[str, dict], default_depth: int | str | None) -> dict[str, Any]:
+def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
+    """The request's fields as job values (JSON types checked here; ranges by the engine's
+    request step, :func:`engine.runtime.request.check`)."""
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = body.get("model")
@@ -64,87 +69,54 @@ def _common(body: dict, models: dict[str, dict], default_depth: int | str | None
     if rf not in (None, {"type": "text"}):
         raise _bad("only response_format {'type': 'text'} is supported", "response_format")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is None:
-        max_tokens = 512
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise _bad("'max_tokens' must be an integer >= 1", "max_tokens")
-    try:
-        stop = limits.check_stop(body.get("stop") or ())
-    except InvalidRequestError as e:
-        raise _bad(str(e), "stop") from None
-    temperature = float(_get(body, "temperature", (int, float), 0.0))
-    if not 0.0 <= temperature <= 2.0:
-        raise _bad("'temperature' must be between 0 and 2", "temperature")
-    top_p = float(_get(body, "top_p", (int, float), 1.0))
-    if not 0.0 < top_p <= 1.0:
-        raise _bad("'top_p' must be in (0, 1]", "top_p")
-    top_k = _get(body, "top_k", (int,), 0)
-    if top_k < 0:
-        raise _bad("'top_k' must be >= 0 (0: no limit)", "top_k")
-    try:
-        seed = limits.check_seed(_get(body, "seed", (int,), None))
-    except InvalidRequestError as e:
-        raise _bad(str(e), "seed") from None
+    if max_tokens is not None:
+        limits.check_max_tokens(max_tokens, low=1)
     stream = bool(_get(body, "stream", (bool,), False))
     opts = _get(body, "stream_options", (dict,), {}) or {}
     include_usage = bool(opts.get("include_usage", False))
-    mtp = _get(body, "mtp", (str,), "on")
-    if mtp not in ("on", "off"):
+    mtp = _get(body, "mtp", (str,), None)
+    if mtp is not None and mtp not in tuple(Mtp):
         raise _bad("'mtp' must be 'on' or 'off'", "mtp")
-    ignore_eos = bool(_get(body, "ignore_eos", (bool,), False))  # llama-server's extension
-    sampled_draft = bool(_get(body, "sampled_draft", (bool,), False))  # MTP Studio's extension
-    depth = body.get("draft_depth", default_depth)
-    if depth is not None:
-        if isinstance(depth, str) and depth != AUTO_TEXT:  # JSON: a number or "auto", not "3"
-            raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth")
-        try:
-            depth = DraftDepth.parse(depth)
-        except InvalidRequestError:
-            raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth") from None
+    depth = body.get("draft_depth")
+    if isinstance(depth, str) and depth != AUTO_TEXT:  # JSON: a number or "auto", not "3"
+        raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth")
     return {
         "model": model,
         "max_tokens": max_tokens,
-        "stop": stop,
-        "temperature": temperature,
-        "top_p": top_p,
-        "top_k": top_k,
-        "seed": seed,
+        "stop": body.get("stop") or (),
+        "temperature": _get(body, "temperature", (int, float), None),
+        "top_p": _get(body, "top_p", (int, float), None),
+        "top_k": _get(body, "top_k", (int,), None),
+        "seed": _get(body, "seed", (int,), None),
         "stream": stream,
         "include_usage": include_usage,
-        "mtp": mtp,
+        "mtp": Mtp(mtp) if mtp is not None else None,
         "draft_depth": depth,
-        "ignore_eos": ignore_eos,
-        "sampled_draft": sampled_draft,
+        "ignore_eog": bool(_get(body, "ignore_eos", (bool,), False)),  # llama-server's extension
+        "sampled_draft": _get(body, "sampled_draft", (bool,), None),  # MTP Studio's extension
     }
 
 
-def _job(c: dict[str, Any], **prompt: Any) -> J.Generate:
-    return J.Generate(
-        model=c["model"],
-        max_tokens=c["max_tokens"],
-        stop=c["stop"],
-        temperature=c["temperature"],
-        top_p=c["top_p"],
-        top_k=c["top_k"],
-        seed=c["seed"],
-        mtp=c["mtp"],
-        draft_depth=c["draft_depth"],
-        ignore_eog=c["ignore_eos"],
-        sampled_draft=c["sampled_draft"],
-        **prompt,
-    )
+_JOB_FIELDS = ("model", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "mtp", "draft_depth",
+               "ignore_eog", "sampled_draft")  # fmt: skip
 
 
-def parse_chat(body: Any, models: dict[str, dict], default_depth: int | str | None = None) -> Parsed:
-    c = _common(body, models, default_depth)
+def _parsed(c: dict[str, Any], defaults: J.Defaults | None, **prompt: Any) -> Parsed:
+    job = J.Generate(**{k: c[k] for k in _JOB_FIELDS}, rounds=False, defaults=defaults, **prompt)
+    check(job)  # a bad value is a 400 now, not after the job waited its turn in the queue
+    return Parsed(job, c["model"], c["stream"], c["include_usage"])
+
+
+def parse_chat(body: Any, models: dict[str, dict], defaults: J.Defaults | None = None) -> Parsed:
+    c = _common(body, models)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list", "messages")
-    return Parsed(_job(c, messages=messages), c["model"], c["stream"], c["include_usage"])
+    return _parsed(c, defaults, messages=messages)
 
 
-def parse_completion(body: Any, models: dict[str, dict], default_depth: int | str | None = None) -> Parsed:
-    c = _common(body, models, default_depth)
+def parse_completion(body: Any, models: dict[str, dict], defaults: J.Defaults | None = None) -> Parsed:
+    c = _common(body, models)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -159,4 +131,4 @@ def parse_completion(body: Any, models: dict[str, dict], default_depth: int | st
         raise _bad("'echo' is not supported", "echo")
     if body.get("suffix"):
         raise _bad("'suffix' is not supported", "suffix")
-    return Parsed(_job(c, prompt=prompt), c["model"], c["stream"], c["include_usage"])
+    return _parsed(c, defaults, prompt=prompt)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 
+from engine.rpc.endpoints import is_loopback
 from engine.runtime.decode.depth import DraftDepth
+from engine.runtime.jobs import Defaults
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,11 @@ class ServerSettings:
     #: requests waiting or running at once; beyond this, 429 with Retry-After
     max_pending: int = 16
     retry_after_s: int = 2
-    #: draft depth for greedy requests that do not ask for one (None: the engine's)
+    #: draft depth (an integer or "auto") for requests that do not ask for one, greedy or
+    #: sampled alike (None: the engine's default)
     draft_depth: DraftDepth | int | str | None = None
+    #: tokens generated for requests that give no max_tokens
+    max_tokens: int = 512
     #: host names accepted in the ``Host`` header besides loopback names (DNS-rebinding
     #: guard); bound to a non-loopback address with this empty, any host is accepted
     allowed_hosts: tuple[str, ...] = field(default=())
@@ -31,6 +35,11 @@ class ServerSettings:
     body_timeout_s: float = 30.0
     #: open connections at once; beyond this, new requests get 503
     max_connections: int = 64
+
+    @property
+    def request_defaults(self) -> Defaults:
+        """The endpoint's defaults for what a request leaves out (over the engine's)."""
+        return Defaults(max_tokens=self.max_tokens, draft_depth=self.draft_depth)
 
     def check(self) -> None:
         """Raise ValueError when the settings would expose the endpoint unsafely."""
@@ -81,12 +90,3 @@ def _host_name(host_header: str) -> str | None:
     if port and not port.isdigit():
         return None
     return name.rstrip(".") or None
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

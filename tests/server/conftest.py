@@ -6,6 +6,7 @@ import pytest
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
@@ -15,7 +16,7 @@ MODEL = "partial"
 
 @pytest.fixture(scope="package")
 def engine(fixtures):
-    eng = Engine(EngineDefaults(draft_depth=2)).start()
+    eng = Engine(EngineDefaults(request=Defaults(draft_depth=2))).start()
     eng.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, mtp=MtpSource.INTEGRATED, n_ctx=512, name=MODEL))).result(60)
     yield eng
     eng.stop()

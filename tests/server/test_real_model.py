@@ -8,6 +8,7 @@ import pytest
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
@@ -21,7 +22,7 @@ MARKUP = ("<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>", "<bo
 def gemma_client(gemma):
     from openai import OpenAI
 
-    eng = Engine(EngineDefaults(draft_depth="auto")).start()
+    eng = Engine(EngineDefaults(request=Defaults(draft_depth="auto"))).start()
     eng.submit(J.LoadModel(LoadSpec(gemma, n_ctx=1024, name=NAME))).result(120)
     srv = ServerThread(eng, ServerSettings(port=0)).start()
     srv.wait_ready()

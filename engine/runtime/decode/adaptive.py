@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from engine.runtime.decode.depth import AUTO
 from engine.runtime.decode.stats import RoundStats
 
 PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
@@ -65,7 +66,8 @@ class AdaptiveDepth:
     """Depth policy for ``draft_depth="auto"``. One per loaded model: what it learns
     about costs carries over between generations."""
 
-    name = "auto"
+    draft_depth = AUTO
+    learns = True
 
     def __init__(self, max_depth: int = 8):
         if max_depth < 1:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from engine.runtime.decode.depth import DraftDepth, Mtp
+from engine.runtime.decode.stopping import StopReason
+
 
 @dataclass(frozen=True, kw_only=True)
 class RoundStats:
@@ -34,8 +37,9 @@ class RoundStats:
 class GenerationStats:
     """Running totals of one generation. Mutated only by the decoder."""
 
-    mtp: str = "off"
-    draft_depth: int | str = 0
+    mtp: Mtp = Mtp.OFF
+    #: the depth asked for (None: no speculation)
+    draft_depth: DraftDepth | None = None
     prompt_tokens: int = 0
     prompt_tokens_reused: int = 0
     prompt_ms: float = 0.0
@@ -48,7 +52,7 @@ class GenerationStats:
     target_forwards: int = 0  # target decodes after the prompt
     rollback_repairs: int = 0  # rollbacks llama.cpp refused, repaired by re-prefill
     generation_ms: float = 0.0
-    stop_reason: str = ""
+    stop_reason: StopReason | None = None
     drafted_at: list[int] = field(default_factory=list)  # per draft position
     accepted_at: list[int] = field(default_factory=list)
     accept_len_hist: list[int] = field(default_factory=list)  # rounds by accepted length
@@ -66,7 +70,8 @@ class GenerationStats:
 
     @property
     def mean_accept_len(self) -> float:
-        """Mean accepted drafts per speculative round."""
+        """Mean accepted drafts per speculative round, not counting the target's own
+        token each round adds (tokens per round = this + 1)."""
         spec_rounds = sum(self.accept_len_hist)
         if not spec_rounds:
             return 0.0
@@ -96,9 +101,30 @@ class GenerationStats:
                 self.accepted_at[i] += 1
             self.accept_len_hist[r.accepted] += 1
 
+    def add(self, other: GenerationStats) -> None:
+        """Add ``other``'s speculation counts to these (totals over generations)."""
+        self.rounds += other.rounds
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        self.generated += other.generated
+        self.draft_ms += other.draft_ms
+        self.verify_ms += other.verify_ms
+        self.generation_ms += other.generation_ms
+        for mine, theirs in ((self.drafted_at, other.drafted_at), (self.accepted_at, other.accepted_at),
+                             (self.accept_len_hist, other.accept_len_hist)):  # fmt: skip
+            _grow(mine, len(theirs))
+            for i, n in enumerate(theirs):
+                mine[i] += n
+
+    @property
+    def depth_json(self) -> int | str:
+        """The draft depth as JSON: K, "auto", or 0 without speculation."""
+        return 0 if self.draft_depth is None else self.draft_depth.to_json()
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(
+            draft_depth=self.depth_json,
             rejected=self.rejected,
             acceptance=self.acceptance,
             mean_accept_len=self.mean_accept_len,

@@ -9,14 +9,34 @@ same checker serves plain and speculative decoding, so both stop at the same tok
 from __future__ import annotations
 
 import codecs
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-STOP_EOG = "eog"
-STOP_MAX_TOKENS = "max_tokens"
-STOP_STRING = "stop_string"
-STOP_CANCELLED = "cancelled"
-STOP_CONTEXT_FULL = "context_full"
+
+class StopReason(enum.StrEnum):
+    """Why a generation ended: the one vocabulary from the decoder to every client."""
+
+    EOG = "eog"  # the model's end of generation (or a chat template's end of turn)
+    MAX_TOKENS = "max_tokens"
+    STOP_STRING = "stop_string"
+    CANCELLED = "cancelled"
+    CONTEXT_FULL = "context_full"
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's ``finish_reason``."""
+        return _FINISH_REASON[self]
+
+
+#: the one table from stop reason to OpenAI's finish_reason ("length": cut short)
+_FINISH_REASON = {
+    StopReason.EOG: "stop",
+    StopReason.STOP_STRING: "stop",
+    StopReason.MAX_TOKENS: "length",
+    StopReason.CONTEXT_FULL: "length",
+    StopReason.CANCELLED: "length",
+}
 
 
 @dataclass
@@ -26,7 +46,7 @@ class Pushed:
 
     emitted: bool
     text: str
-    stop: str | None
+    stop: StopReason | None
 
 
 class StopChecker:
@@ -49,14 +69,14 @@ class StopChecker:
         self._hold = max((len(s) for s in self.stop_strings), default=1) - 1
         self.tokens: list[int] = []
         self.text = ""
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
 
     def push(self, token: int) -> Pushed:
         if self.stop_reason is not None:
             raise RuntimeError("push after stop")
         if not self.ignore_eog and self._is_eog(token):
-            self.stop_reason = STOP_EOG
-            return Pushed(False, self._flush(), STOP_EOG)
+            self.stop_reason = StopReason.EOG
+            return Pushed(False, self._flush(), StopReason.EOG)
         self.tokens.append(token)
         self._held += self._decoder.decode(self._piece(token))
         out = ""
@@ -66,11 +86,11 @@ class StopChecker:
                 out = self._held[:i]
                 self._held = ""
                 self.text += out
-                self.stop_reason = STOP_STRING
-                return Pushed(True, out, STOP_STRING)
+                self.stop_reason = StopReason.STOP_STRING
+                return Pushed(True, out, StopReason.STOP_STRING)
         if len(self.tokens) >= self.max_tokens:
-            self.stop_reason = STOP_MAX_TOKENS
-            return Pushed(True, self._flush(), STOP_MAX_TOKENS)
+            self.stop_reason = StopReason.MAX_TOKENS
+            return Pushed(True, self._flush(), StopReason.MAX_TOKENS)
         if self._hold and self._held:
             release = self._releasable()
             out, self._held = self._held[:release], self._held[release:]
@@ -79,7 +99,7 @@ class StopChecker:
         self.text += out
         return Pushed(True, out, None)
 
-    def finish(self, reason: str) -> str:
+    def finish(self, reason: StopReason) -> str:
         """Stop from outside (cancel, context full); returns held-back text."""
         if self.stop_reason is None:
             self.stop_reason = reason

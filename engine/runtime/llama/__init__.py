@@ -4,6 +4,7 @@
 are decided); ``model``, ``context`` and ``batch`` wrap ``llama_model``, ``llama_context``
 and ``llama_batch`` with numpy views; ``owned`` frees them on the thread that made them;
 ``devices`` lists ggml's compute devices; ``quantize`` runs llama.cpp's quantizer;
-``exact`` is the batch-invariant configuration. Engine thread only, like everything that
+``exact`` is the batch-invariant configuration; ``cachekey`` keys what was learned about
+a (model files, build, settings) combination. Engine thread only, like everything that
 touches a context.
 """

@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr, format="%(message)s")
     extra = not a.no_extra_bufts
 
-    from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+    from engine.runtime.decode.loop import DecodeParams, generate
+
+    from engine.runtime.decode.policy import FixedDepth
 
     _say(stage="load")
     try:

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from engine.runtime.llama.batch import LOGITS_ALL
-from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.load.loader import LoadedModel
 
 

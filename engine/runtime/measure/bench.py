@@ -21,10 +21,12 @@ from typing import Any
 from engine.errors import Cancelled, InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.adaptive import AdaptiveDepth
-from engine.runtime.decode.loop import DecodeParams, DepthPolicy, FixedDepth, Generation, generate
+from engine.runtime.decode.loop import DecodeParams, Generation, generate
+from engine.runtime.decode.policy import DepthPolicy, FixedDepth
 from engine.runtime.measure.batchnoise import top2_margin
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.decode.sampling import SamplingParams
+from engine.runtime.decode.stats import GenerationStats
 
 DEFAULT_PROMPTS = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -38,11 +40,8 @@ DEFAULT_PROMPTS = (
 class ArmResult:
     depth: str
     tokens_per_second: list[float] = field(default_factory=list)  # one per measured run
-    drafted: int = 0
-    accepted: int = 0
-    rounds_by_accepted: list[int] = field(default_factory=list)
-    drafted_at: list[int] = field(default_factory=list)
-    accepted_at: list[int] = field(default_factory=list)
+    #: the measured runs' speculation counts, summed (GenerationStats.add)
+    totals: GenerationStats = field(default_factory=GenerationStats)
     depth_choices: dict[int, int] = field(default_factory=dict)  # auto: rounds per depth
     mismatches: list[str] = field(default_factory=list)
     #: plain decoding's top-2 logit margin where each mismatch began (near-ties are the
@@ -53,18 +52,6 @@ class ArmResult:
     def median(self) -> float:
         return statistics.median(self.tokens_per_second) if self.tokens_per_second else 0.0
 
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accept_len(self) -> float:
-        n = sum(self.rounds_by_accepted)
-        return sum(i * c for i, c in enumerate(self.rounds_by_accepted)) / n if n else 0.0
-
-    @property
-    def acceptance_by_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
 
 
 @dataclass
@@ -104,9 +91,9 @@ class BenchResult:
                     "tokens_per_second_max": max(tps) if tps else 0.0,
                     "tokens_per_second_runs": tps,
                     "speedup": self.speedup(a),
-                    "acceptance": a.acceptance,
-                    "mean_accept_len": a.mean_accept_len,
-                    "acceptance_by_position": a.acceptance_by_position,
+                    "acceptance": a.totals.acceptance,
+                    "mean_accept_len": a.totals.mean_accept_len,
+                    "acceptance_by_position": a.totals.acceptance_by_position,
                     "depth_choices": {str(k): v for k, v in sorted(a.depth_choices.items())},
                     "identical": not a.mismatches,
                     "mismatches": a.mismatches,
@@ -207,11 +194,7 @@ def run_bench(
                 st = g.stats
                 tokens[a] += st.generated
                 ms[a] += st.generation_ms
-                res.drafted += st.drafted
-                res.accepted += st.accepted
-                _add(res.rounds_by_accepted, st.accept_len_hist)
-                _add(res.drafted_at, st.drafted_at)
-                _add(res.accepted_at, st.accepted_at)
+                res.totals.add(st)
                 if isinstance(policy, AdaptiveDepth) and before is not None:
                     for k, n in (policy.depth_counts - before).items():
                         res.depth_choices[k] = res.depth_choices.get(k, 0) + n
@@ -241,13 +224,6 @@ def margin_at(lm: LoadedModel, prompt: list[int], tokens: list[int], i: int) -> 
     m = top2_margin(s.target.logits(-1))
     s.reset()
     return m
-
-
-def _add(into: list[int], values: list[int]) -> None:
-    if len(into) < len(values):
-        into.extend([0] * (len(values) - len(into)))
-    for i, v in enumerate(values):
-        into[i] += v
 
 
 @dataclass(frozen=True)

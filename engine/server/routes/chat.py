@@ -31,7 +31,7 @@ SHAPE = Shape(
 
 async def chat_completions(request: Request):
     body = await json_body(request)
-    parsed = parse_chat(body, request.app.state.engine.models(), request.app.state.settings.draft_depth)
+    parsed = parse_chat(body, request.app.state.engine.models(), request.app.state.settings.request_defaults)
     return await run(request, parsed, SHAPE)
 
 

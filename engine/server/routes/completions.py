@@ -21,7 +21,7 @@ SHAPE = Shape(
 
 async def completions(request: Request):
     body = await json_body(request)
-    parsed = parse_completion(body, request.app.state.engine.models(), request.app.state.settings.draft_depth)
+    parsed = parse_completion(body, request.app.state.engine.models(), request.app.state.settings.request_defaults)
     return await run(request, parsed, SHAPE)
 
 

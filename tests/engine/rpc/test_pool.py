@@ -18,7 +18,9 @@ from engine.errors import InvalidRequestError, InvalidSettingError, NativeCrashE
 from engine.rpc.endpoints import hello
 from engine.rpc.proxy import CountingProxy
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine
+from engine.runtime.decode.depth import AUTO, Mtp
+from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.jobs import Defaults
 from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.demo import demo_model_path
@@ -258,3 +260,19 @@ def test_the_weight_cache_is_handed_to_llama_cpp(tmp_path):
         assert (tmp_path / "rpc-cache").is_dir()
     finally:
         server.stop()
+
+
+def test_a_request_without_a_depth_gets_the_engines_default_locally_and_pooled():
+    """Defaults are resolved before a job goes to the worker process: a pooled model runs
+    at the depth a local one does (the worker used to fall back to its own default, 1)."""
+    helper = start_server()  # its own: an RPC server serves one client, and the pair is held
+    try:
+        got = {}
+        for where, spec in (("local", _spec()), ("pooled", _spec(helper.endpoint))):
+            with Engine(EngineDefaults(request=Defaults(draft_depth="auto"))) as engine:
+                engine.submit(J.LoadModel(spec)).result(120)
+                got[where] = engine.submit(J.Generate(prompt=PROMPTS[0], max_tokens=16, ignore_eog=True)).result(120)
+    finally:
+        helper.stop()
+    assert got["local"].stats.draft_depth == got["pooled"].stats.draft_depth == AUTO
+    assert got["pooled"].stats.mtp is Mtp.ON

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from engine.runtime.decode.loop import DecodeParams, FixedDepth, Generation, generate
+from engine.runtime.decode.loop import DecodeParams, Generation, generate
+
+from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.load.loader import LoadedModel, LoadSpec, MtpSource, load
 
 PROMPTS = (

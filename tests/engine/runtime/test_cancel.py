@@ -7,7 +7,9 @@ import threading
 
 import pytest
 
-from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.decode.loop import DecodeParams, generate
+
+from engine.runtime.decode.policy import FixedDepth
 from tests.engine.runtime.helpers import load_fixture
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 3

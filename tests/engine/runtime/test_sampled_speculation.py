@@ -15,8 +15,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from engine.runtime.decode import loop as D
-from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.decode import accept as A
+from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.decode.sampling import SamplingParams
 from tests.engine.runtime.helpers import PROMPTS, load_fixture
 
@@ -99,8 +100,8 @@ def test_speculative_sampling_has_the_plain_distribution(lm, plain_samples, dept
 def test_a_wrong_acceptance_rule_is_caught(lm, plain_samples, monkeypatch):
     """Accept every sampled draft (ignore p/q): the output follows the MTP head instead of
     the target, and the same test rejects it."""
-    monkeypatch.setattr(D._Run, "_accept_rejection", lambda self, pos0, drafts, q: (
-        len(drafts), self.sampler.sample(self.s.target.logits(len(drafts)), pos0 + 1 + len(drafts))))  # fmt: skip
+    monkeypatch.setattr(A, "_rejection", lambda rows, drafts, sampler, pos0, q: (
+        len(drafts), sampler.sample(rows.logits(len(drafts)), pos0 + 1 + len(drafts))))  # fmt: skip
     spec, _ = _samples(lm, 3, range(10**6, 10**6 + SEEDS), sampled_draft=True)
     worst = max(two_sample_chi2(plain_samples[i], spec[i])[0] / chi2_critical(two_sample_chi2(plain_samples[i], spec[i])[1])
                 for i in range(1, N_TOKENS))  # fmt: skip
@@ -111,14 +112,13 @@ def test_an_argmax_acceptance_while_sampling_is_caught(lm, plain_samples, monkey
     """Greedy acceptance (keep a draft when it is the target's argmax) is wrong while
     sampling; the test sees the distribution move."""
 
-    def greedy_accept(self, pos0, drafts):
-        rows = self.s.target
+    def greedy_accept(rows, drafts, sampler, pos0):
         a = 0
         while a < len(drafts) and drafts[a] == int(np.argmax(rows.logits(a))):
             a += 1
-        return a, self.sampler.sample(rows.logits(a), pos0 + 1 + a)
+        return a, sampler.sample(rows.logits(a), pos0 + 1 + a)
 
-    monkeypatch.setattr(D._Run, "_accept_sampled", greedy_accept)
+    monkeypatch.setattr(A, "_sample_and_compare", greedy_accept)
     spec, _ = _samples(lm, 3, range(10**6, 10**6 + SEEDS))
     stats = [two_sample_chi2(plain_samples[i], spec[i]) for i in range(1, N_TOKENS)]
     assert any(stat > chi2_critical(df) for stat, df in stats)

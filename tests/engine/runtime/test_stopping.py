@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.runtime.decode.loop import DecodeParams, FixedDepth, generate
+from engine.runtime.decode.loop import DecodeParams, generate
+
+from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.decode.stopping import StopChecker
 from tests.engine.runtime.helpers import load_fixture, run
 

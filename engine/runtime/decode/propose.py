@@ -1,0 +1,109 @@
+"""Draft sources: what proposes the tokens a speculative round verifies.
+
+The loop (:mod:`engine.runtime.decode.loop`) runs each round as propose → verify →
+settle, the shape of llama.cpp's ``common_speculative`` and vLLM's proposers: a
+:class:`DraftSource` is told the prompt (:meth:`~DraftSource.begin`), asked for up to
+``k`` tokens after the last one (:meth:`~DraftSource.draft`), and told which of them the
+target kept (:meth:`~DraftSource.accept`). :class:`MtpDraft` is the model's MTP head;
+a grammar's forced tokens are the next source to plug in here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from engine.runtime.decode.sampling import DRAFT, Sampler
+from engine.runtime.decode.session import Choose, Prefill, Session
+
+#: most MTP entries caught up before a draft; older ones (left while drafting was off)
+#: become holes in the MTP context
+CATCH_UP_LIMIT = 16
+
+
+@dataclass
+class Proposal:
+    """Drafted tokens, and for sampled drafts the distribution each was drawn from."""
+
+    tokens: list[int] = field(default_factory=list)
+    #: per draft, the head's sampling distribution (rejection sampling); None: argmax drafts
+    q: list[np.ndarray] | None = None
+    #: MTP catch-up entries fed before the first draft, and the time that took
+    sync_rows: int = 0
+    sync_ms: float = 0.0
+
+
+class DraftSource(Protocol):
+    def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
+              idle: bool) -> Prefill: ...  # fmt: skip
+
+    def draft(self, id_last: int, pos0: int, k: int) -> Proposal: ...
+
+    def accept(self, tokens: list[int], hidden: np.ndarray) -> None: ...
+
+
+class MtpDraft:
+    """Drafts with the MTP head over the session's MTP context.
+
+    The head drafts from the target's hidden states: entry ``p`` of the MTP context is
+    (token ``p``, the target's hidden row of ``p - 1``). After a verify, the kept tokens'
+    entries wait in the session's lag and are fed in one batch before the next draft."""
+
+    def __init__(self, session: Session, sampler: Sampler | None, cancel: threading.Event | None):
+        assert session.draft is not None
+        self.s = session
+        #: set: sample the drafts from the head (rejection sampling); None: its argmax
+        self.sampler = sampler
+        self.cancel = cancel
+
+    def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
+              idle: bool) -> Prefill:  # fmt: skip
+        """Prefill the target and feed the prompt's MTP entries along with it (deferred
+        to the lag while the depth policy is ``idle``)."""
+        return self.s.prefill(prompt, speculative=True, cancel=cancel, choose_first=choose_first,
+                              defer_mtp=CATCH_UP_LIMIT if idle else None)  # fmt: skip
+
+    def draft(self, id_last: int, pos0: int, k: int) -> Proposal:
+        """Up to ``k`` chained drafts after ``id_last`` (at ``pos0``). The chain's entries
+        are removed from the MTP context before returning, whatever happens."""
+        s = self.s
+        out = Proposal(q=[] if self.sampler is not None else None)
+        if k < 1:
+            return out
+        t0 = time.perf_counter()
+        s.phase("draft", self.cancel)
+        out.sync_rows = len(s.lag.tokens)
+        s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT)  # entries up to id_last; yields d1
+        out.sync_ms = (time.perf_counter() - t0) * 1000
+        d, h = s.draft_head(self._pick(pos0 + 1, out))
+        out.tokens.append(d)
+        try:
+            for j in range(1, k):
+                s.phase("draft", self.cancel)
+                d, h = s.draft_step(d, h, self._pick(pos0 + 1 + j, out))
+                out.tokens.append(d)
+        finally:
+            s.truncate_draft(pos0 + 1)  # drop the chain; entry pos0 (id_last) stays
+        return out
+
+    def _pick(self, pos: int, out: Proposal) -> Choose | None:
+        sampler = self.sampler
+        if sampler is None:
+            return None  # the head's argmax
+
+        def choose(logits: np.ndarray) -> int:
+            q = sampler.dense(logits)
+            assert out.q is not None
+            out.q.append(q)
+            return sampler.sample_dense(q, pos, DRAFT)
+
+        return choose
+
+    def accept(self, tokens: list[int], hidden: np.ndarray) -> None:
+        """Queue the MTP entries of the tokens the target kept (the last one is the
+        target's own next token), each with the target's hidden row before it."""
+        self.s.lag.extend(tokens, hidden)

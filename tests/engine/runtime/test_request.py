@@ -1,0 +1,78 @@
+"""Where a request meets its defaults: layering, checking once, what the engine runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import InvalidRequestError
+from engine.runtime import jobs as J
+from engine.runtime.decode.depth import AUTO, DraftDepth, Mtp
+from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.load.loader import LoadSpec, MtpSource
+from engine.runtime.request import BUILTIN, check, resolve
+
+
+def test_a_value_comes_from_the_first_layer_that_sets_it():
+    engine = J.Defaults(max_tokens=100, draft_depth=AUTO, temperature=0.5)
+    server = J.Defaults(max_tokens=512)
+    job = resolve(J.Generate(prompt="x", top_k=7, defaults=server), engine)
+    assert job.max_tokens == 512  # the submitter's layer over the engine's
+    assert job.draft_depth == AUTO and job.temperature == 0.5  # the engine's, where the submitter is silent
+    assert job.top_k == 7  # the request's own value over every layer
+    assert job.top_p == BUILTIN.top_p and job.mtp is Mtp.ON and job.sampled_draft is False  # built-in
+    assert job.defaults is None
+
+
+def test_resolving_is_idempotent_and_parses_each_value_once():
+    job = resolve(J.Generate(prompt="x", draft_depth="3", mtp="off", stop="END", seed=-1))
+    assert job.draft_depth == DraftDepth(3) and job.mtp is Mtp.OFF and job.stop == ("END",) and job.seed is None
+    assert resolve(job, J.Defaults(draft_depth=AUTO, max_tokens=9)) == job  # complete: no layer changes it
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("max_tokens", -1), ("temperature", 2.5), ("top_p", 0.0), ("top_k", -3), ("seed", 2**64), ("stop", ["x"] * 5),
+     ("draft_depth", 0), ("mtp", "sometimes"), ("temperature", float("nan"))],
+)  # fmt: skip
+def test_every_value_is_checked_in_one_place_and_names_its_field(field, value):
+    with pytest.raises(InvalidRequestError) as err:
+        check(J.Generate(prompt="x", **{field: value}))
+    assert err.value.param == field
+
+
+def test_an_out_of_range_default_layer_is_refused_too():
+    with pytest.raises(InvalidRequestError) as err:
+        resolve(J.Generate(prompt="x"), J.Defaults(top_p=3.0))
+    assert err.value.param == "top_p"
+
+
+@pytest.fixture(scope="module")
+def auto_engine(fixtures):
+    with Engine(EngineDefaults(request=J.Defaults(draft_depth=AUTO))) as eng:
+        eng.submit(J.LoadModel(LoadSpec(fixtures["full"].path, mtp=MtpSource.INTEGRATED, name="full"))).result(60)
+        yield eng
+
+
+def test_observers_see_the_job_as_it_runs(auto_engine):
+    seen = []
+    auto_engine.observe(lambda h, ev: seen.append(h.job) if isinstance(ev, J.Started) else None)
+    r = auto_engine.submit(J.Generate(prompt="Hello", max_tokens=8)).result(60)
+    job = seen[-1]
+    assert job.draft_depth == AUTO and job.max_tokens == 8 and job.temperature == 0.0
+    assert r.stats.draft_depth == AUTO and r.stats.mtp is Mtp.ON
+
+
+def test_a_job_that_wants_no_round_events_gets_none_while_observers_do(auto_engine):
+    observed, got = [], []
+    auto_engine.observe(lambda h, ev: observed.append((h.id, ev)))
+    h = auto_engine.submit(J.Generate(prompt="Hello", max_tokens=12, draft_depth=2, rounds=False), on_event=got.append)
+    r = h.result(60)
+    assert r.stats.rounds > 0 and not any(isinstance(ev, J.Round) for ev in got)
+    assert any(isinstance(ev, J.Round) for jid, ev in observed if jid == h.id)
+    assert "".join(ev.text for ev in got if isinstance(ev, J.Tokens)) == r.text
+
+
+def test_a_refused_request_starts_and_fails_with_words(auto_engine):
+    events = list(auto_engine.submit(J.Generate(prompt="x", temperature=-1)).events(timeout=30))
+    assert isinstance(events[0], J.Started) and isinstance(events[-1], J.Failed)
+    assert "temperature" in events[-1].message and events[-1].error.param == "temperature"
