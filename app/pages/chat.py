@@ -47,6 +47,8 @@ def figures_line(stats: GenerationStats | None, live_tps: float | None = None, m
     if stats is not None and stats.drafted:
         parts.append(f"acceptance {stats.acceptance:.2f}")
         parts.append(f"mean accepted {stats.mean_accept_len:.2f}")
+    if stats is not None and stats.forced:
+        parts.append(f"{stats.forced} forced (free)")
     if stats is not None and stats.sampled:
         parts.append("sampled drafts" if stats.sampled_draft else "sampled")
     if stats is not None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
-from engine.errors import InvalidRequestError, MtpStudioError
+from engine.errors import InvalidRequestError, InvalidSettingError, MtpStudioError
 from engine.runtime.decode.depth import DraftDepth
 
 
@@ -75,6 +75,10 @@ def register(sub) -> None:
         help="while sampling, sample the drafts too (rejection sampling: higher acceptance, exact in distribution, "
         "but not the same text as plain sampling with the same seed)",
     )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json-schema", type=Path, metavar="FILE", help="the output follows this JSON schema (README: Structured output)")
+    g.add_argument("--grammar", type=Path, metavar="FILE", help="the output follows this GBNF or Lark grammar")
+    g.add_argument("--regex", metavar="RE", help="the output matches this regular expression")
     p.add_argument("--json", action="store_true", help="print one JSON object with tokens, text and stats")
     p.set_defaults(func=run)
 
@@ -105,6 +109,31 @@ def load_spec(args, max_draft_depth: int = 4):
     )
 
 
+def grammar_arg(args):
+    """``--json-schema FILE``, ``--grammar FILE`` or ``--regex RE`` as a checked constraint."""
+    from engine.runtime.decode.grammar import GrammarSpec, compile_grammar
+
+    spec = None
+    if getattr(args, "json_schema", None) is not None:
+        try:
+            schema = json.loads(args.json_schema.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise InvalidSettingError(f"cannot read {args.json_schema}: {e.strerror}") from None
+        except ValueError as e:
+            raise InvalidSettingError(f"{args.json_schema} is not valid JSON: {e}") from None
+        spec = GrammarSpec.json_schema(schema, param="--json-schema")
+    elif getattr(args, "grammar", None) is not None:
+        try:
+            spec = GrammarSpec("gbnf", args.grammar.read_text(encoding="utf-8"), "--grammar")
+        except OSError as e:
+            raise InvalidSettingError(f"cannot read {args.grammar}: {e.strerror}") from None
+    elif getattr(args, "regex", None) is not None:
+        spec = GrammarSpec("regex", args.regex, "--regex")
+    if spec is not None:
+        compile_grammar(spec)  # refused now, with words, before the model loads
+    return spec
+
+
 def rpc_options(args) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
     """``--rpc`` and ``--tensor-split``, validated. Raises :class:`InvalidSettingError`."""
     from engine.rpc.endpoints import parse_endpoints, parse_tensor_split
@@ -126,6 +155,7 @@ def run(args) -> int:
         except ValueError as e:
             return die(f"{args.chat_json} is not valid JSON: {e}", EXIT_USAGE)
     try:
+        grammar = grammar_arg(args)
         spec = load_spec(args)
     except MtpStudioError as e:
         return die(str(e), EXIT_USAGE)
@@ -148,6 +178,7 @@ def run(args) -> int:
                 seed=args.seed,
                 draft_depth=args.draft_depth,
                 sampled_draft=args.sampled_draft,
+                grammar=grammar,
             )
             if args.json:
                 result = engine.submit(job).result()

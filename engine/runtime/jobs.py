@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from engine.runtime.decode.depth import DraftDepth, Mtp
+from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import StopReason
 from engine.runtime.load.loader import LoadSpec
@@ -75,6 +76,8 @@ class Generate:
     #: draft depth K >= 1, or "auto" (adaptive), parsed by DraftDepth.parse
     draft_depth: DraftDepth | int | str | None = None
     ignore_eog: bool = False
+    #: a grammar the output must follow (JSON schema, any JSON object, Lark/GBNF, regex)
+    grammar: GrammarSpec | None = None
     #: deliver per-round :class:`Round` events to the submitter (observers always get
     #: them); off for clients that only want text, such as the HTTP endpoint
     rounds: bool = True
@@ -169,6 +172,7 @@ class GenerateResult:
                 "stop_reason": s.stop_reason,
                 "sampled": s.sampled,
                 "sampled_draft": s.sampled_draft,
+                "forced": s.forced,
                 "seed": s.seed,
             },
         }

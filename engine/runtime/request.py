@@ -24,11 +24,14 @@ from dataclasses import dataclass, fields, replace
 from engine.errors import InvalidRequestError
 from engine.runtime import limits
 from engine.runtime.decode.depth import DraftDepth, Mtp
+from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.loop import DecodeParams
 from engine.runtime.decode.policy import DepthPolicy, FixedDepth
 from engine.runtime.decode.policystore import load_policy, policy_path
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.jobs import Defaults, Generate
+from engine.runtime.llama.model import Model
+from engine.runtime.llama.vocab import grammar_tokenizer
 from engine.runtime.load.loader import LoadedModel, MtpSource
 from engine.runtime.prompt.chat import PromptCache
 
@@ -52,6 +55,8 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         mtp = Mtp(values["mtp"])
     except ValueError:
         raise InvalidRequestError(f"mtp must be 'on' or 'off', got {values['mtp']!r}", param="mtp") from None
+    if job.grammar is not None:
+        compile_grammar(job.grammar)  # a grammar that cannot be used is refused before the job runs
     return replace(
         job,
         max_tokens=limits.check_max_tokens(values["max_tokens"]),
@@ -133,8 +138,15 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         sampled_draft=bool(job.sampled_draft),
         depth=depth_policy(lm, job.draft_depth) if speculate else None,
         ignore_eog=job.ignore_eog,
+        constraint=_constraint(job.grammar, model, end_tokens) if job.grammar is not None else None,
     )
     return Prepared(prompt, prompt_text, params)
+
+
+def _constraint(spec: GrammarSpec, model: Model, end_tokens: frozenset[int]) -> Constraint:
+    """A fresh matcher for one generation, over the model's vocabulary as llguidance sees
+    it (built once per model and set of end tokens)."""
+    return Constraint(grammar_tokenizer(model, end_tokens), compile_grammar(spec), model.n_vocab)
 
 
 def depth_policy(lm: LoadedModel, depth: DraftDepth) -> DepthPolicy:

@@ -61,6 +61,7 @@ def timings(res: J.GenerateResult) -> dict:
         "predicted_per_second": s.tokens_per_second,
         "draft_n": s.drafted,
         "draft_n_accepted": s.accepted,
+        "forced_n": s.forced,  # tokens a grammar forced: chosen by no model
         "speculative": s.mtp is Mtp.ON,
         "sampling": "sampled" if s.sampled else "greedy",
         "draft_depth": s.depth_json,

@@ -1,7 +1,9 @@
 """OpenAI request bodies mapped to engine jobs.
 
 Only what the engine honours is accepted; anything it would silently ignore in a way
-that changes the result (n > 1, logprobs, tools, penalties) is a 400 that says so. JSON
+that changes the result (n > 1, logprobs, tools, penalties) is a 400 that says so.
+Output constraints (``response_format``, ``json_schema``, ``grammar``, ``regex``) become
+the job's grammar. JSON
 types are checked here; values are checked by the engine's request step
 (:mod:`engine.runtime.request`, ranges in :mod:`engine.runtime.limits`), before the job
 is queued, and defaults (the endpoint's settings, then the engine's) are applied there.
@@ -15,6 +17,7 @@ from typing import Any
 from engine.runtime import jobs as J
 from engine.runtime import limits
 from engine.runtime.decode.depth import AUTO_TEXT, Mtp
+from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.request import check
 from engine.server.errors import HTTPError
 
@@ -65,9 +68,6 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
         raise _bad("'logprobs' is not supported", "logprobs")
     if body.get("tools") or body.get("functions"):
         raise _bad("tool calling is not supported by this endpoint", "tools")
-    rf = body.get("response_format")
-    if rf not in (None, {"type": "text"}):
-        raise _bad("only response_format {'type': 'text'} is supported", "response_format")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None:
         limits.check_max_tokens(max_tokens, low=1)
@@ -94,11 +94,43 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
         "draft_depth": depth,
         "ignore_eog": bool(_get(body, "ignore_eos", (bool,), False)),  # llama-server's extension
         "sampled_draft": _get(body, "sampled_draft", (bool,), None),  # MTP Studio's extension
+        "grammar": _grammar(body),
     }
 
 
+def _grammar(body: dict) -> GrammarSpec | None:
+    """The output constraint: OpenAI's ``response_format`` (``json_object``,
+    ``json_schema``), llama-server's ``json_schema`` and ``grammar`` (GBNF or Lark) fields,
+    or MTP Studio's ``regex``. At most one."""
+    found: list[GrammarSpec] = []
+    rf = body.get("response_format")
+    if rf is not None:
+        kind = rf.get("type") if isinstance(rf, dict) else None
+        if kind == "json_object":
+            found.append(GrammarSpec("json_object"))
+        elif kind == "json_schema":
+            js = rf.get("json_schema")
+            if not isinstance(js, dict) or "schema" not in js:
+                raise _bad("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
+                           "response_format")  # fmt: skip
+            found.append(GrammarSpec.json_schema(js["schema"]))
+        elif kind != "text":
+            raise _bad("response_format type must be 'text', 'json_object' or 'json_schema'", "response_format")
+    if body.get("json_schema") is not None:
+        found.append(GrammarSpec.json_schema(body["json_schema"], param="json_schema"))
+    for key, kind in (("grammar", "gbnf"), ("regex", "regex")):
+        text = body.get(key)
+        if text is not None:
+            if not isinstance(text, str) or not text.strip():
+                raise _bad(f"'{key}' must be a non-empty string", key)
+            found.append(GrammarSpec(kind, text, key))
+    if len(found) > 1:
+        raise _bad("give one output constraint: response_format, json_schema, grammar or regex", found[1].param)
+    return found[0] if found else None
+
+
 _JOB_FIELDS = ("model", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "mtp", "draft_depth",
-               "ignore_eog", "sampled_draft")  # fmt: skip
+               "ignore_eog", "sampled_draft", "grammar")  # fmt: skip
 
 
 def _parsed(c: dict[str, Any], defaults: J.Defaults | None, **prompt: Any) -> Parsed:

@@ -64,3 +64,19 @@ def test_errors_go_to_stderr_with_a_nonzero_exit(fixtures, tmp_path):
     bad.write_text("{nope")
     p = mtp_studio("generate", "--model", str(fixtures["full"].path), "--chat-json", str(bad))
     assert p.returncode == 2 and "not valid JSON" in p.stderr
+
+
+def test_generate_with_a_json_schema_and_a_bad_grammar(tmp_path):
+    from engine.synth.demo import demo_model_path
+
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["ok", "n"], "additionalProperties": False}  # fmt: skip
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    out = mtp_json("generate", "--model", str(demo_model_path()), "--prompt", "JSON:", "--max-tokens", "40",
+                   "--draft-depth", "2", "--json-schema", str(tmp_path / "s.json"))  # fmt: skip
+    value = json.loads(out["text"])
+    assert set(value) == {"ok", "n"} and isinstance(value["ok"], bool) and 0 <= value["n"] <= 9
+    assert out["stats"]["forced"] > 0 and out["stats"]["stop_reason"] == "eog"
+    (tmp_path / "bad.gbnf").write_text("root ::= undefined")
+    r = mtp_studio("generate", "--model", str(demo_model_path()), "--prompt", "x", "--grammar", str(tmp_path / "bad.gbnf"))
+    assert r.returncode != 0 and "gbnf" in r.stderr and "Traceback" not in r.stderr

@@ -27,8 +27,9 @@ import numpy as np
 from engine.errors import Cancelled
 from engine.runtime.decode.accept import accept
 from engine.runtime.decode.depth import Mtp
+from engine.runtime.decode.grammar import Constraint
 from engine.runtime.decode.policy import DepthPolicy
-from engine.runtime.decode.propose import DraftSource, MtpDraft
+from engine.runtime.decode.propose import DraftSource, MtpDraft, Proposal
 from engine.runtime.decode.sampling import Sampler, SamplingParams
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.stats import GenerationStats, RoundStats
@@ -50,6 +51,8 @@ class DecodeParams:
     ignore_eog: bool = False
     #: tokens that end the reply like end-of-generation (a chat template's turn markers)
     end_tokens: frozenset[int] = frozenset()
+    #: a grammar the output must follow (fresh per generation: it holds the matcher state)
+    constraint: Constraint | None = None
 
 
 @dataclass
@@ -92,16 +95,20 @@ def generate(
     if params.end_tokens:
         ends = params.end_tokens
         is_end = lambda t: t in ends or model.is_eog(t)  # noqa: E731
-    checker = StopChecker(
-        model.piece, is_end, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=params.ignore_eog
-    )
+    # under a grammar, the grammar decides where the output may end
+    ignore_eog = params.ignore_eog and params.constraint is None
+    checker = StopChecker(model.piece, is_end, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=ignore_eog)
     repairs0 = session.repairs
     t0 = time.perf_counter()
     run = _Run(session, params, checker, stats, cancel, on_emit, on_round)
     if not greedy:
         stats.seed = run.sampler.seed
     source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel) if policy is not None else None
-    first = None if greedy else (lambda logits: run.sampler.sample(logits, len(prompt)))
+    c = params.constraint
+    if c is not None:
+        first = lambda logits: c.choose(logits, len(prompt), run.sampler.sample)  # noqa: E731
+    else:
+        first = None if greedy else (lambda logits: run.sampler.sample(logits, len(prompt)))
     try:
         if source is not None:
             assert policy is not None
@@ -126,6 +133,8 @@ def generate(
     stats.rollback_repairs = session.repairs - repairs0
     stats.generated = len(checker.tokens)
     stats.stop_reason = checker.stop_reason or stats.stop_reason
+    if c is not None:
+        stats.forced = c.forced_count
     return Generation(list(checker.tokens), checker.text, stats)
 
 
@@ -175,6 +184,7 @@ class _Run:
     # ------------------------------------------------------------------ plain
     def plain(self, tok: int) -> None:
         s = self.s
+        c = self.p.constraint
         n_ctx = s.n_ctx
         index = 0
         while True:
@@ -184,19 +194,31 @@ class _Run:
             if len(s.target_tokens) + 1 >= n_ctx:
                 self._finish(StopReason.CONTEXT_FULL)
                 return
+            forced: list[int] = []
+            if c is not None:  # tokens the grammar forces ride along in the same forward
+                room = min(self.checker.max_tokens - len(self.checker.tokens), s.target.n_batch - 1,
+                           n_ctx - 2 - len(s.target_tokens))  # fmt: skip
+                forced = c.forced_run(max(room, 0))
+                for t in forced:
+                    c.take(t, forced=True)
+                if forced:
+                    _, stop = self._push(forced)
+                    if stop:
+                        return
             try:
                 s.phase("decode", self.cancel)
             except Cancelled:
                 self._finish(StopReason.CANCELLED)
                 return
             t = time.perf_counter()
-            s.decode_target([tok], logits=LOGITS_LAST, hidden=False)
+            s.decode_target([tok, *forced], logits=LOGITS_LAST, hidden=False)
             logits = s.target.logits(-1)
-            tok = self.sampler.sample(logits, len(s.target_tokens))
+            pos = len(s.target_tokens)
+            tok = c.choose(logits, pos, self.sampler.sample) if c is not None else self.sampler.sample(logits, pos)
             now = time.perf_counter()
             self.stats.target_forwards += 1
-            self._round(RoundStats(index=index, depth=0, drafted=0, accepted=0, emitted=1, draft_ms=0.0,
-                                   verify_ms=(now - t) * 1000, t=now - self.t_gen))  # fmt: skip
+            self._round(RoundStats(index=index, depth=0, drafted=0, accepted=0, emitted=1 + len(forced), draft_ms=0.0,
+                                   verify_ms=(now - t) * 1000, t=now - self.t_gen, forced=len(forced)))  # fmt: skip
             index += 1
 
     # ------------------------------------------------------------ speculative
@@ -212,9 +234,10 @@ class _Run:
                 break
             remaining = self.checker.max_tokens - len(self.checker.tokens)
             # the verify batch may fill the context up to n_ctx - 1 tokens, as plain decoding does
-            k = max(0, min(policy.next_depth(), remaining - 1, n_ctx - 2 - pos0, s.target.n_batch - 1))
+            room = max(0, min(remaining - 1, n_ctx - 2 - pos0, s.target.n_batch - 1))
+            k = min(policy.next_depth(), room)
             try:
-                stop, id_last = self._spec_round(index, id_last, pos0, k, policy, source)
+                stop, id_last = self._spec_round(index, id_last, pos0, k, room, policy, source)
             except Cancelled:
                 self._finish(StopReason.CANCELLED)
                 stop = StopReason.CANCELLED
@@ -222,12 +245,23 @@ class _Run:
         # Entries still in the lag are fed by the next prefill if it needs them.
 
     def _spec_round(
-        self, index: int, id_last: int, pos0: int, k: int, policy: DepthPolicy, source: DraftSource
+        self, index: int, id_last: int, pos0: int, k: int, room: int, policy: DepthPolicy, source: DraftSource
     ) -> tuple[StopReason | None, int]:
-        """One round; returns the stop reason (None: go on) and the next ``id_last``."""
+        """One round; returns the stop reason (None: go on) and the next ``id_last``.
+        ``k``: the policy's depth; ``room``: the most drafts the batch and context take."""
         s = self.s
+        c = self.p.constraint
         t0 = time.perf_counter()
-        proposal = source.draft(id_last, pos0, k)  # propose
+        forced = c.forced_run(room) if c is not None else []
+        if forced:  # the grammar's forced tokens are the draft: no head call, all accepted
+            proposal = Proposal(list(forced))
+        else:
+            proposal = source.draft(id_last, pos0, k)  # propose
+            if c is not None and proposal.tokens:  # only what the grammar allows is worth verifying
+                n = c.valid_prefix(proposal.tokens)
+                del proposal.tokens[n:]
+                if proposal.q is not None:
+                    del proposal.q[n:]
         drafts = proposal.tokens
         t1 = time.perf_counter()
 
@@ -235,7 +269,7 @@ class _Run:
         hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=True)
         assert hv is not None
         self.stats.target_forwards += 1
-        a, nxt = accept(s.target, drafts, self.sampler, pos0, proposal.q)
+        a, nxt = accept(s.target, drafts, self.sampler, pos0, proposal.q, c)
         t2 = time.perf_counter()
         accepted = [*drafts[:a], nxt]
         try:
@@ -249,9 +283,10 @@ class _Run:
         t3 = time.perf_counter()
         r = RoundStats(
             index=index,
-            depth=len(drafts),
-            drafted=len(drafts),
-            accepted=a,
+            depth=0 if forced else len(drafts),
+            drafted=0 if forced else len(drafts),
+            accepted=0 if forced else a,
+            forced=a if forced else 0,
             emitted=emitted,
             draft_ms=((t1 - t0) + (t3 - t2)) * 1000,
             verify_ms=(t2 - t1) * 1000,
@@ -261,7 +296,8 @@ class _Run:
             sync_ms=proposal.sync_ms,
         )
         self._round(r)
-        policy.observe(r)
+        if not forced:  # a forced round says nothing about the head or the depth
+            policy.observe(r)
         return stop, nxt
 
     def _settle(self, source: DraftSource, pos0: int, kept: int, accepted: list[int], hv: np.ndarray) -> None:

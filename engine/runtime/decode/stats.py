@@ -27,6 +27,8 @@ class RoundStats:
     drafts: tuple[int, ...] = ()  # the drafted tokens (tests compare draft sources)
     sync_rows: int = 0  # MTP catch-up entries fed before the first draft (part of draft_ms)
     sync_ms: float = 0.0
+    #: tokens a grammar forced this round: decoded in the same forward, chosen by no model
+    forced: int = 0
 
     @property
     def rejected(self) -> int:
@@ -59,6 +61,8 @@ class GenerationStats:
     sampled: bool = False  # temperature > 0
     sampled_draft: bool = False  # drafts sampled from the MTP head, rejection-sampled
     seed: int | None = None  # the seed sampling used (given or drawn), to replay it
+    #: emitted tokens a grammar forced (chosen by no model; free with or without MTP)
+    forced: int = 0
 
     @property
     def rejected(self) -> int:

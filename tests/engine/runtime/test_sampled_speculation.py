@@ -18,7 +18,9 @@ import pytest
 from engine.runtime.decode import accept as A
 from engine.runtime.decode.loop import DecodeParams, generate
 from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.sampling import SamplingParams
+from engine.runtime.llama.vocab import grammar_tokenizer
 from tests.engine.runtime.helpers import PROMPTS, load_fixture
 
 ALPHA_Z = 3.0902  # one-sided normal quantile for alpha = 0.001
@@ -33,13 +35,18 @@ def lm(fixtures):
     m.close()
 
 
-def _run(lm, seed: int, depth: int | None, *, sampled_draft: bool = False, temperature=1.0, top_k=8, top_p=1.0):
+def _run(lm, seed: int, depth: int | None, *, sampled_draft: bool = False, temperature=1.0, top_k=8, top_p=1.0,
+         grammar: GrammarSpec | None = None):  # fmt: skip
+    constraint = None
+    if grammar is not None:
+        constraint = Constraint(grammar_tokenizer(lm.model), compile_grammar(grammar), lm.model.n_vocab)
     params = DecodeParams(
         max_tokens=N_TOKENS,
         sampling=SamplingParams(temperature, top_p, top_k, seed),
         depth=FixedDepth(depth) if depth else None,
         sampled_draft=sampled_draft,
         ignore_eog=True,
+        constraint=constraint,
     )
     return generate(lm.session, lm.model.prompt_tokens(PROMPTS[0]), params)
 
@@ -162,3 +169,21 @@ def _run_n(lm, seed, depth, n, **kw):
     params = DecodeParams(max_tokens=n, sampling=SamplingParams(kw["temperature"], kw["top_p"], kw["top_k"], seed),
                           depth=FixedDepth(depth) if depth else None, ignore_eog=True)  # fmt: skip
     return generate(lm.session, lm.model.prompt_tokens(PROMPTS[1]), params)
+
+
+#: a constraint that forbids part of what the model likes (no letter e) and never ends
+NO_E = GrammarSpec("regex", "[^eE]{1,64}")
+
+
+@pytest.mark.parametrize("sampled_draft", [False, True], ids=["argmax-draft", "sampled-draft"])
+def test_constrained_speculative_sampling_has_the_constrained_distribution(lm, sampled_draft):
+    """Under a grammar, every verify row is sampled from the masked distribution (and
+    rejection sampling uses the masked p), so speculation keeps constrained plain
+    sampling's distribution."""
+    plain, _ = _samples(lm, None, range(SEEDS), grammar=NO_E)
+    spec, drafted = _samples(lm, 3, range(10**6, 10**6 + SEEDS), grammar=NO_E, sampled_draft=sampled_draft)
+    assert drafted > SEEDS  # speculation ran under the grammar
+    assert all(b"e" not in lm.model.piece(b).lower() for c in spec for (_, b) in c)
+    for i in range(1, N_TOKENS):
+        stat, df = two_sample_chi2(plain[i], spec[i])
+        assert stat < chi2_critical(df), f"position {i}: chi2 {stat:.1f} with {df} df"
