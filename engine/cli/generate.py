@@ -75,6 +75,9 @@ def register(sub) -> None:
         help="while sampling, sample the drafts too (rejection sampling: higher acceptance, exact in distribution, "
         "but not the same text as plain sampling with the same seed)",
     )
+    p.add_argument("--presence-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per token already generated")
+    p.add_argument("--frequency-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per time generated")
+    p.add_argument("--repeat-penalty", type=float, default=None, help="llama.cpp's: above 0 (1: off)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json-schema", type=Path, metavar="FILE", help="the output follows this JSON schema (README: Structured output)")
     g.add_argument("--grammar", type=Path, metavar="FILE", help="the output follows this GBNF or Lark grammar")
@@ -179,6 +182,9 @@ def run(args) -> int:
                 draft_depth=args.draft_depth,
                 sampled_draft=args.sampled_draft,
                 grammar=grammar,
+                presence_penalty=args.presence_penalty,
+                frequency_penalty=args.frequency_penalty,
+                repeat_penalty=args.repeat_penalty,
             )
             if args.json:
                 result = engine.submit(job).result()

@@ -346,7 +346,7 @@ class Engine:
                 prep.prompt,
                 prep.params,
                 cancel=h.cancel_event,
-                on_emit=lambda toks, text: h._emit(J.Tokens(tuple(toks), text)),
+                on_emit=lambda toks, text, lps: h._emit(J.Tokens(tuple(toks), text, None if lps is None else tuple(lps))),
                 on_round=lambda r: h._emit(J.Round(r)),
             )
         finally:
@@ -358,7 +358,7 @@ class Engine:
             cache.remember(prep.prompt_text, prep.prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
         else:
             cache.remember("", [], "", [])
-        result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt))
+        result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs)
         self._count(result, len(prep.prompt))
         return result
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
+from engine.runtime.decode.loop import TokenLogprob
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import StopReason
 from engine.runtime.load.loader import LoadSpec
@@ -78,6 +79,12 @@ class Generate:
     ignore_eog: bool = False
     #: a grammar the output must follow (JSON schema, any JSON object, Lark/GBNF, regex)
     grammar: GrammarSpec | None = None
+    #: report each token's log-probability and this many alternatives (0-20); None: off
+    logprobs: int | None = None
+    #: repetition penalties over the generated tokens (decode.penalties); None: none
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
     #: deliver per-round :class:`Round` events to the submitter (observers always get
     #: them); off for clients that only want text, such as the HTTP endpoint
     rounds: bool = True
@@ -113,6 +120,8 @@ class Progress:
 class Tokens:
     tokens: tuple[int, ...]
     text: str
+    #: per token, when the job asked for log-probabilities (decode.loop.TokenLogprob)
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,8 @@ class GenerateResult:
     stats: GenerationStats
     model: str
     prompt_tokens: int
+    #: per token, when the job asked for them
+    logprobs: list[TokenLogprob] | None = None
 
     @property
     def stop_reason(self) -> StopReason | None:

@@ -141,3 +141,20 @@ def check_top_p(value: object) -> float:
 def check_top_k(value: object) -> int:
     """0 (no limit) or more."""
     return check_int("top_k", value, 0, hint=" 0 means no top-k limit.", param="top_k")
+
+
+def check_penalty(name: str, value: object) -> float:
+    """``presence_penalty`` / ``frequency_penalty``: -2 to 2, as OpenAI's API allows."""
+    v = _number(name, value)
+    if not -2.0 <= v <= 2.0:
+        raise InvalidSettingError(f"{name} must be between -2 and 2, got {value}", param=name)
+    return v
+
+
+def check_repeat_penalty(value: object) -> float:
+    """llama.cpp's ``repeat_penalty``: above 0, at most 10 (1: off)."""
+    v = _number("repeat_penalty", value)
+    if not 0.0 < v <= 10.0:
+        raise InvalidSettingError(f"repeat_penalty must be above 0 and at most 10 (1: off), got {value}",
+                                  param="repeat_penalty")  # fmt: skip
+    return v

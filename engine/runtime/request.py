@@ -26,6 +26,7 @@ from engine.runtime import limits
 from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.loop import DecodeParams
+from engine.runtime.decode.penalties import Penalties
 from engine.runtime.decode.policy import DepthPolicy, FixedDepth
 from engine.runtime.decode.policystore import load_policy, policy_path
 from engine.runtime.decode.sampling import SamplingParams
@@ -39,6 +40,9 @@ from engine.runtime.prompt.chat import PromptCache
 #: what a request gets when no layer sets a value (plain greedy, MTP on at depth 1)
 BUILTIN = Defaults(max_tokens=256, temperature=0.0, top_p=1.0, top_k=0, mtp=Mtp.ON, draft_depth=DraftDepth(1),
                    sampled_draft=False)  # fmt: skip
+
+#: most alternatives a token's log-probability comes with (OpenAI's limit)
+MAX_TOP_LOGPROBS = 20
 
 _DEFAULTED = tuple(f.name for f in fields(Defaults))
 
@@ -68,6 +72,12 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         mtp=mtp,
         draft_depth=_depth(values["draft_depth"]),
         sampled_draft=bool(values["sampled_draft"]),
+        presence_penalty=limits.check_penalty("presence_penalty", 0.0 if job.presence_penalty is None else job.presence_penalty),
+        frequency_penalty=limits.check_penalty("frequency_penalty",
+                                               0.0 if job.frequency_penalty is None else job.frequency_penalty),
+        repeat_penalty=limits.check_repeat_penalty(1.0 if job.repeat_penalty is None else job.repeat_penalty),
+        logprobs=None if job.logprobs is None else limits.check_int("top_logprobs", job.logprobs, 0, MAX_TOP_LOGPROBS,
+                                                                     param="top_logprobs"),
         defaults=None,
     )
 
@@ -139,6 +149,9 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         depth=depth_policy(lm, job.draft_depth) if speculate else None,
         ignore_eog=job.ignore_eog,
         constraint=_constraint(job.grammar, model, end_tokens) if job.grammar is not None else None,
+        logprobs=job.logprobs,
+        penalties=Penalties(job.presence_penalty or 0.0, job.frequency_penalty or 0.0,
+                            1.0 if job.repeat_penalty is None else job.repeat_penalty),
     )
     return Prepared(prompt, prompt_text, params)
 

@@ -34,6 +34,7 @@ class Shape:
     final: Callable[[str, str], dict]  # (text, finish_reason) -> choice
     delta: Callable[[str, bool], dict]  # (text, first) -> choice
     end: Callable[[str], dict]  # finish_reason -> last streamed choice
+    logprobs: Callable[[list], dict]  # TokenLogprob list -> the choice's "logprobs"
 
 
 def usage(res: J.GenerateResult) -> dict:
@@ -65,6 +66,37 @@ def timings(res: J.GenerateResult) -> dict:
         "speculative": s.mtp is Mtp.ON,
         "sampling": "sampled" if s.sampled else "greedy",
         "draft_depth": s.depth_json,
+    }
+
+
+def _with_logprobs(choice: dict, shape: Shape, lps) -> dict:
+    if lps is not None:
+        choice["logprobs"] = shape.logprobs(list(lps))
+    return choice
+
+
+def chat_logprobs(lps: list) -> dict:
+    """OpenAI's chat ``logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
+
+    def entry(piece: bytes, lp: float) -> dict:
+        return {"token": piece.decode("utf-8", "replace"), "logprob": lp, "bytes": list(piece)}
+
+    return {"content": [dict(entry(t.piece, t.logprob), top_logprobs=[entry(p, lp) for _, p, lp in t.top])
+                        for t in lps]}  # fmt: skip
+
+
+def completion_logprobs(lps: list) -> dict:
+    """The completions API's ``logprobs``: parallel lists of tokens, their log-probabilities,
+    the alternatives by text, and each token's offset in the text."""
+    offsets, at = [], 0
+    for t in lps:
+        offsets.append(at)
+        at += len(t.piece.decode("utf-8", "replace"))
+    return {
+        "tokens": [t.piece.decode("utf-8", "replace") for t in lps],
+        "token_logprobs": [t.logprob for t in lps],
+        "top_logprobs": [{p.decode("utf-8", "replace"): lp for _, p, lp in t.top} for t in lps],
+        "text_offset": offsets,
     }
 
 
@@ -145,7 +177,7 @@ async def run(request: Request, parsed: Parsed, shape: Shape) -> Response:
                 "created": created,
                 "model": parsed.model,
                 "system_fingerprint": FINGERPRINT,
-                "choices": [shape.final(res.text, res.finish_reason)],
+                "choices": [_with_logprobs(shape.final(res.text, res.finish_reason), shape, res.logprobs)],
                 "usage": usage(res),
                 "timings": timings(res),
             }
@@ -206,8 +238,8 @@ async def _sse(
         while True:
             ev = pending.pop(0) if pending else await stream.next()
             if isinstance(ev, J.Tokens):
-                if ev.text:
-                    yield chunk(shape.delta(ev.text, first))
+                if ev.text or ev.logprobs:
+                    yield chunk(_with_logprobs(shape.delta(ev.text, first), shape, ev.logprobs))
                     first = False
             elif isinstance(ev, J.Failed):
                 err = E.from_exception(ev.error)

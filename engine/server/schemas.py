@@ -1,7 +1,7 @@
 """OpenAI request bodies mapped to engine jobs.
 
 Only what the engine honours is accepted; anything it would silently ignore in a way
-that changes the result (n > 1, logprobs, tools, penalties) is a 400 that says so.
+that changes the result (n > 1, tools) is a 400 that says so.
 Output constraints (``response_format``, ``json_schema``, ``grammar``, ``regex``) become
 the job's grammar. JSON
 types are checked here; values are checked by the engine's request step
@@ -61,11 +61,6 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
     n = _get(body, "n", (int,), 1)
     if n != 1:
         raise _bad("only n=1 is supported", "n")
-    for key in ("presence_penalty", "frequency_penalty"):
-        if _get(body, key, (int, float), 0) != 0:
-            raise _bad(f"'{key}' is not supported (only 0)", key)
-    if body.get("logprobs") not in (None, False, 0):
-        raise _bad("'logprobs' is not supported", "logprobs")
     if body.get("tools") or body.get("functions"):
         raise _bad("tool calling is not supported by this endpoint", "tools")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -95,7 +90,27 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
         "ignore_eog": bool(_get(body, "ignore_eos", (bool,), False)),  # llama-server's extension
         "sampled_draft": _get(body, "sampled_draft", (bool,), None),  # MTP Studio's extension
         "grammar": _grammar(body),
+        "presence_penalty": _get(body, "presence_penalty", (int, float), None),
+        "frequency_penalty": _get(body, "frequency_penalty", (int, float), None),
+        "repeat_penalty": _get(body, "repeat_penalty", (int, float), None),  # llama-server's
+        "logprobs": _logprobs(body),
     }
+
+
+def _logprobs(body: dict) -> int | None:
+    """How many alternatives per token (None: no log-probabilities). Chat sends
+    ``logprobs: true`` and ``top_logprobs: N``; completions send ``logprobs: N``."""
+    lp = body.get("logprobs")
+    top = _get(body, "top_logprobs", (int,), None)
+    if lp is None or lp is False:
+        if top is not None:
+            raise _bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return None
+    if lp is True:
+        return 0 if top is None else top
+    if isinstance(lp, int) and not isinstance(lp, bool):
+        return lp
+    raise _bad("'logprobs' must be true/false (chat) or a number of alternatives (completions)", "logprobs")
 
 
 def _grammar(body: dict) -> GrammarSpec | None:
@@ -130,7 +145,8 @@ def _grammar(body: dict) -> GrammarSpec | None:
 
 
 _JOB_FIELDS = ("model", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "mtp", "draft_depth",
-               "ignore_eog", "sampled_draft", "grammar")  # fmt: skip
+               "ignore_eog", "sampled_draft", "grammar", "presence_penalty", "frequency_penalty",
+               "repeat_penalty", "logprobs")  # fmt: skip
 
 
 def _parsed(c: dict[str, Any], defaults: J.Defaults | None, **prompt: Any) -> Parsed:

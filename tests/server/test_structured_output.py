@@ -117,6 +117,9 @@ def test_a_structure_cut_short_says_length(client):
         ({"regex": "(("}, "regex"),
         ({"json_schema": {"enum": ["x" * 100] * 5000}}, "json_schema"),
         ({"json_schema": {"type": "object"}, "grammar": 'root ::= "a"'}, "grammar"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"presence_penalty": 3}, "presence_penalty"),
     ],
 )  # fmt: skip
 def test_bad_constraints_are_400s_with_words(served, extra, param):
@@ -125,3 +128,25 @@ def test_bad_constraints_are_400s_with_words(served, extra, param):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param and err["message"]
+
+
+def test_logprobs_on_chat_and_completions(client):
+    msgs = [{"role": "user", "content": "Hello!"}]
+    got = {}
+    for mtp in ("off", "on"):
+        r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, logprobs=True, top_logprobs=3,
+                                           extra_body={"mtp": mtp})  # fmt: skip
+        content = r.choices[0].logprobs.content
+        assert "".join(e.token for e in content) == r.choices[0].message.content
+        for e in content:  # greedy: the chosen token is the most likely one, and probabilities sum below 1
+            assert len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token
+            assert e.logprob == pytest.approx(e.top_logprobs[0].logprob) and sum(2.718281828 ** t.logprob for t in e.top_logprobs) <= 1.0001
+        got[mtp] = [e.logprob for e in content]
+    assert got["on"] == pytest.approx(got["off"], abs=1e-3)  # the same rows, verified in a batch or one at a time
+    stream = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, logprobs=True, stream=True)
+    streamed = [e for c in stream if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert len(streamed) == 8 and all(not e.top_logprobs for e in streamed)
+    c = client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=6, logprobs=2)
+    lp = c.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 6 and "".join(lp.tokens) == c.choices[0].text
+    assert lp.text_offset[0] == 0 and all(len(t) == 2 for t in lp.top_logprobs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from engine.errors import Cancelled
 from engine.runtime.decode.accept import accept
 from engine.runtime.decode.depth import Mtp
 from engine.runtime.decode.grammar import Constraint
+from engine.runtime.decode.penalties import Penalties, PenalizedRows
 from engine.runtime.decode.policy import DepthPolicy
 from engine.runtime.decode.propose import DraftSource, MtpDraft, Proposal
 from engine.runtime.decode.sampling import Sampler, SamplingParams
@@ -53,6 +55,10 @@ class DecodeParams:
     end_tokens: frozenset[int] = frozenset()
     #: a grammar the output must follow (fresh per generation: it holds the matcher state)
     constraint: Constraint | None = None
+    #: repetition penalties, by the tokens generated before each position
+    penalties: Penalties = field(default_factory=Penalties)
+    #: report each token's log-probability and this many alternatives (0-20); None: off
+    logprobs: int | None = None
 
 
 @dataclass
@@ -60,13 +66,40 @@ class Generation:
     tokens: list[int]
     text: str
     stats: GenerationStats
+    #: per emitted token, when asked (:class:`TokenLogprob`)
+    logprobs: list[TokenLogprob] | None = None
 
     @property
     def stop_reason(self) -> StopReason | None:
         return self.stats.stop_reason
 
 
-EmitFn = Callable[[list[int], str], None]
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log-probability under the model's own row (before penalties, the grammar
+    mask, temperature and top-k/top-p), and the most likely alternatives there. A token a
+    grammar forced into a batch with no row of its own reports 0.0 and no alternatives."""
+
+    token: int
+    piece: bytes
+    logprob: float
+    #: (token, its bytes, log-probability), most likely first
+    top: tuple[tuple[int, bytes, float], ...] = ()
+
+
+def token_logprob(row: np.ndarray, token: int, n_top: int, piece: Callable[[int], bytes]) -> TokenLogprob:
+    x = np.asarray(row, dtype=np.float64)
+    m = x.max()
+    lse = m + np.log(np.exp(x - m).sum())
+    top: tuple[tuple[int, bytes, float], ...] = ()
+    if n_top > 0:
+        idx = np.argpartition(-x, min(n_top, x.size) - 1)[:n_top]
+        idx = idx[np.argsort(-x[idx], kind="stable")]
+        top = tuple((int(i), piece(int(i)), float(x[i] - lse)) for i in idx)
+    return TokenLogprob(token, piece(token), float(x[token] - lse), top)
+
+
+EmitFn = Callable[[list[int], str, list[TokenLogprob] | None], None]
 RoundFn = Callable[[RoundStats], None]
 
 
@@ -126,12 +159,16 @@ def generate(
         stats.stop_reason = StopReason.MAX_TOKENS
     elif source is not None:
         assert policy is not None
+        run.note_lp(pf.logits, pf.first_token)
         run.speculative(pf.first_token, policy, source)
     else:
+        run.note_lp(pf.logits, pf.first_token)
         run.plain(pf.first_token)
     stats.generation_ms = (time.perf_counter() - run.t_gen) * 1000
     stats.rollback_repairs = session.repairs - repairs0
     stats.generated = len(checker.tokens)
+    if params.logprobs is not None:
+        return Generation(list(checker.tokens), checker.text, stats, run.emitted_lps)
     stats.stop_reason = checker.stop_reason or stats.stop_reason
     if c is not None:
         stats.forced = c.forced_count
@@ -151,10 +188,26 @@ class _Run:
         self.on_round = on_round
         self.sampler = Sampler(params.sampling)
         self.t_gen = 0.0
+        #: generated tokens so far, by count (penalties)
+        self.counts: Counter = Counter()
+        #: log-probabilities of tokens chosen but not pushed yet, and of those emitted
+        self.pending_lps: list[TokenLogprob] = []
+        self.emitted_lps: list[TokenLogprob] = []
 
-    def _emit(self, tokens: list[int], text: str) -> None:
+    def note_lp(self, row: np.ndarray | None, token: int) -> None:
+        """Record the log-probability of ``token`` chosen from ``row`` (None: forced)."""
+        if self.p.logprobs is not None:
+            piece = self.s.target.model.piece
+            lp = TokenLogprob(token, piece(token), 0.0) if row is None else token_logprob(row, token, self.p.logprobs, piece)
+            self.pending_lps.append(lp)
+
+    def _emit(self, tokens: list[int], text: str, lps: list[TokenLogprob] | None = None) -> None:
         if self.on_emit is not None and (tokens or text):
-            self.on_emit(tokens, text)
+            self.on_emit(tokens, text, lps)
+
+    def penalized(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` penalised by the output so far (the row itself when no penalty)."""
+        return self.p.penalties.apply(logits, self.counts) if self.p.penalties.active else logits
 
     def _finish(self, reason: StopReason) -> None:
         self._emit([], self.checker.finish(reason))
@@ -174,11 +227,17 @@ class _Run:
             r: Pushed = self.checker.push(tok)
             if r.emitted:
                 out.append(tok)
+                self.counts[tok] += 1
             text.append(r.text)
             if r.stop:
                 stop = r.stop
                 break
-        self._emit(out, "".join(text))
+        lps = None
+        if self.p.logprobs is not None:
+            lps = self.pending_lps[: len(out)]
+            del self.pending_lps[: len(tokens)]
+            self.emitted_lps.extend(lps)
+        self._emit(out, "".join(text), lps)
         return len(out), stop
 
     # ------------------------------------------------------------------ plain
@@ -201,6 +260,7 @@ class _Run:
                 forced = c.forced_run(max(room, 0))
                 for t in forced:
                     c.take(t, forced=True)
+                    self.note_lp(None, t)
                 if forced:
                     _, stop = self._push(forced)
                     if stop:
@@ -212,9 +272,11 @@ class _Run:
                 return
             t = time.perf_counter()
             s.decode_target([tok, *forced], logits=LOGITS_LAST, hidden=False)
-            logits = s.target.logits(-1)
+            raw = s.target.logits(-1)
+            logits = self.penalized(raw)
             pos = len(s.target_tokens)
             tok = c.choose(logits, pos, self.sampler.sample) if c is not None else self.sampler.sample(logits, pos)
+            self.note_lp(raw, tok)
             now = time.perf_counter()
             self.stats.target_forwards += 1
             self._round(RoundStats(index=index, depth=0, drafted=0, accepted=0, emitted=1 + len(forced), draft_ms=0.0,
@@ -269,7 +331,11 @@ class _Run:
         hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=True)
         assert hv is not None
         self.stats.target_forwards += 1
-        a, nxt = accept(s.target, drafts, self.sampler, pos0, proposal.q, c)
+        rows = s.target if not self.p.penalties.active else PenalizedRows(s.target, self.p.penalties, self.counts, drafts)
+        a, nxt = accept(rows, drafts, self.sampler, pos0, proposal.q, c)
+        if self.p.logprobs is not None:
+            for i, t in enumerate([*drafts[:a], nxt]):
+                self.note_lp(None if i < a and forced else s.target.logits(i), t)
         t2 = time.perf_counter()
         accepted = [*drafts[:a], nxt]
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from engine.server.generation import Shape, run
+from engine.server.generation import Shape, chat_logprobs, run
 from engine.server.request import json_body
 from engine.server.schemas import parse_chat
 
@@ -25,6 +25,7 @@ SHAPE = Shape(
         "logprobs": None,
         "finish_reason": None,
     },
+    logprobs=chat_logprobs,
     end=lambda finish: {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish},
 )
 

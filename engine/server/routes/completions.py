@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from engine.server.generation import Shape, run
+from engine.server.generation import Shape, completion_logprobs, run
 from engine.server.request import json_body
 from engine.server.schemas import parse_completion
 
@@ -15,6 +15,7 @@ SHAPE = Shape(
     id_prefix="cmpl-",
     final=lambda text, finish: {"index": 0, "text": text, "logprobs": None, "finish_reason": finish},
     delta=lambda text, first: {"index": 0, "text": text, "logprobs": None, "finish_reason": None},
+    logprobs=completion_logprobs,
     end=lambda finish: {"index": 0, "text": "", "logprobs": None, "finish_reason": finish},
 )
 
