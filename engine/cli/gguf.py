@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -101,33 +100,40 @@ def run_validate(args) -> int:
     return EXIT_OK if report.valid else EXIT_INVALID
 
 
-def run_compose(args) -> int:
-    from engine.gguf.compose import compose
-
-    cancel = threading.Event()
+def _progress(args, verb: str):
+    """A throttled percentage on stderr (silent with --json)."""
     last = [0.0]
 
     def progress(done: int, total: int) -> None:
         now = time.monotonic()
         if not args.json and (now - last[0] > 0.5 or done == total):
             last[0] = now
-            print(f"\rcomposing: {100 * done / max(total, 1):5.1f}%", end="", file=sys.stderr, flush=True)
+            print(f"\r{verb}: {100 * done / max(total, 1):5.1f}%", end="", file=sys.stderr, flush=True)
 
-    def on_term(_sig, _frame) -> None:
-        raise KeyboardInterrupt  # unwinds through compose, which removes its temp files
+    return progress
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+
+def _on_term(_sig, _frame) -> None:
+    raise KeyboardInterrupt  # unwinds through compose/split, which remove their temp files
+
+
+def _failed(args, e: MtpStudioError) -> int:
+    if args.json:
+        print(json.dumps({"ok": False, "error": {"code": e.code, "message": str(e)}}))
+    return die(str(e), EXIT_INVALID)
+
+
+def run_compose(args) -> int:
+    from engine.gguf.compose import compose
+
+    previous = signal.signal(signal.SIGTERM, _on_term)
     try:
-        result = compose(args.target, args.head, args.out, set_kv=args.set_kv, overwrite=args.force, progress=progress)
-    except KeyboardInterrupt:
-        cancel.set()
-        return die("cancelled; nothing was written", EXIT_INVALID)
-    except Cancelled:
+        result = compose(args.target, args.head, args.out, set_kv=args.set_kv, overwrite=args.force,
+                         progress=_progress(args, "composing"))  # fmt: skip
+    except (KeyboardInterrupt, Cancelled):
         return die("cancelled; nothing was written", EXIT_INVALID)
     except MtpStudioError as e:
-        if args.json:
-            print(json.dumps({"ok": False, "error": {"code": e.code, "message": str(e)}}))
-        return die(str(e), EXIT_INVALID)
+        return _failed(args, e)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
@@ -165,33 +171,15 @@ def run_split(args) -> int:
     from engine.gguf.split import split_model
     from engine.gguf.validate import validate_path
 
-    cancel = threading.Event()
-    last = [0.0]
-
-    def progress(done: int, total: int) -> None:
-        now = time.monotonic()
-        if not args.json and (now - last[0] > 0.5 or done == total):
-            last[0] = now
-            print(f"\rsplitting: {100 * done / max(total, 1):5.1f}%", end="", file=sys.stderr, flush=True)
-
-    def on_term(_sig, _frame) -> None:
-        raise KeyboardInterrupt  # unwinds through split_model, which removes its temp files
-
-    def fail(e: MtpStudioError) -> int:
-        if args.json:
-            print(json.dumps({"ok": False, "error": {"code": e.code, "message": str(e)}}))
-        return die(str(e), EXIT_INVALID)
-
     prefix = args.out.with_name(args.out.name.removesuffix(".gguf"))
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.signal(signal.SIGTERM, _on_term)
     try:
         outs = split_model(args.file, args.shards, prefix, max_tensors=args.max_tensors, max_bytes=args.max_size,
-                           overwrite=args.force, progress=progress, cancel=cancel)  # fmt: skip
+                           overwrite=args.force, progress=_progress(args, "splitting"))  # fmt: skip
     except (KeyboardInterrupt, Cancelled):
-        cancel.set()
         return die("cancelled; nothing was written", EXIT_INVALID)
     except MtpStudioError as e:
-        return fail(e)
+        return _failed(args, e)
     finally:
         signal.signal(signal.SIGTERM, previous)
     report, _facts, _ms = validate_path(outs[0])
@@ -199,7 +187,7 @@ def run_split(args) -> int:
         for o in outs:
             o.unlink(missing_ok=True)
         errors = "; ".join(str(e) for e in report.errors[:3])
-        return fail(ComposeError(f"The shards failed validation and were removed: {errors}", code="output_invalid"))
+        return _failed(args, ComposeError(f"The shards failed validation and were removed: {errors}", code="output_invalid"))
     if args.json:
         print(json.dumps({"ok": True, "outputs": [str(o) for o in outs], "validation": report.to_json()}))
     else:
