@@ -6,6 +6,8 @@ Signals:
 
 from __future__ import annotations
 
+import json
+
 import html
 
 from PySide6.QtCore import Qt, Signal
@@ -33,6 +35,7 @@ from app.history import Conversation
 from app.widgets.page import page_layout
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import DraftDepth, Mtp
+from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.decode.stats import GenerationStats
 
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
@@ -71,6 +74,7 @@ class ChatPage(QWidget):
         self._live_tokens = 0
         self._live_stats = GenerationStats()
         self._t_first: float | None = None
+        self._grammar: GrammarSpec | None = None  # the attached JSON schema of the reply being made
         self._build()
         self._connect()
         self._load_history()
@@ -135,7 +139,15 @@ class ChatPage(QWidget):
             "drafts accepted, the same distribution, but not the same text as without speculation for a seed"
         )
         samp.addWidget(self.sampled_draft)
+        self.schema_box = QCheckBox("JSON schema")
+        self.schema_box.setToolTip("Replies follow a JSON schema (structured output); tokens the schema forces cost nothing")
+        samp.addWidget(self.schema_box)
         rl.addLayout(samp)
+        self.schema_edit = QPlainTextEdit()
+        self.schema_edit.setPlaceholderText('Paste a JSON schema, e.g. {"type": "object", "properties": {...}}')
+        self.schema_edit.setFixedHeight(70)
+        self.schema_edit.setVisible(False)
+        rl.addWidget(self.schema_edit)
         self._show_sampling(self.ctx.settings.chat.__dict__)
 
         self.system = QPlainTextEdit()
@@ -187,6 +199,7 @@ class ChatPage(QWidget):
             w.valueChanged.connect(self._on_sampling)
         self.top_k.valueChanged.connect(self._on_sampling)
         self.sampled_draft.toggled.connect(self._on_sampling)
+        self.schema_box.toggled.connect(self.schema_edit.setVisible)
         self.source.currentIndexChanged.connect(self._on_source)
         self.system.textChanged.connect(self._on_system)
         self.models.loaded.connect(self._on_model_loaded)
@@ -293,10 +306,28 @@ class ChatPage(QWidget):
         text = self.input.toPlainText().strip()
         if not text or self.job is not None:
             return
+        try:
+            self._grammar = self._schema()
+        except ValueError as e:
+            self.hint.setText(str(e))
+            return
+        self.hint.setText("")
         self.input.clear()
         self.conv.messages.append({"role": "user", "content": text})
         self.ctx.chats.save(self.conv)
         self._start()
+
+    def _schema(self) -> GrammarSpec | None:
+        """The attached JSON schema, or None; ValueError (with words) when it is not JSON."""
+        if not self.schema_box.isChecked() or not self.schema_edit.toPlainText().strip():
+            return None
+        try:
+            schema = json.loads(self.schema_edit.toPlainText())
+        except ValueError as e:
+            raise ValueError(f"The JSON schema is not valid JSON: {e}") from None
+        if not isinstance(schema, dict):
+            raise ValueError("A JSON schema is a JSON object ({...}).")
+        return GrammarSpec.json_schema(schema)
 
     def regenerate(self) -> None:
         if self.job is not None or not self.conv.messages:
@@ -332,6 +363,7 @@ class ChatPage(QWidget):
             sampled_draft=s.chat.sampled_draft,
             draft_depth=DraftDepth.parse(depth),
             mtp=Mtp.OFF if self.source.currentData() == "off" else Mtp.ON,
+            grammar=self._grammar,
         )
         self.conv.sampling = {k: getattr(s.chat, k) for k in self.SAMPLING_KEYS}
         self.job = self.ctx.bridge.run(job)

@@ -159,3 +159,27 @@ def test_chat_samples_with_mtp_and_keeps_sampling_per_chat(qtbot, window, fixtur
     row = next(i for i in range(chat.history.count()) if chat.history.item(i).data(Qt.ItemDataRole.UserRole) == first)
     chat.history.setCurrentRow(row)  # back to the first chat: its sampling comes back
     assert chat.temperature.value() == 0.7 and chat.top_k.value() == 40
+
+
+def test_a_chat_with_a_json_schema_gets_json(qtbot, window):
+    import json
+
+    from engine.synth.demo import demo_model_path
+
+    load(qtbot, window, demo_model_path(), "integrated")
+    window.ctx.settings.chat.max_tokens = 80
+    chat = window.pages["chat"]
+    chat.schema_box.setChecked(True)
+    assert chat.schema_edit.isVisibleTo(chat)
+    chat.schema_edit.setPlainText("{not json")
+    chat.input.setPlainText("A pet, please.")
+    chat.send()
+    assert chat.job is None and "not valid JSON" in chat.hint.text()  # refused with words, nothing sent
+    schema = {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0,
+              "maximum": 20}}, "required": ["kind", "age"], "additionalProperties": False}  # fmt: skip
+    chat.schema_edit.setPlainText(json.dumps(schema))
+    chat.send()
+    wait_idle(qtbot, chat)
+    reply = json.loads(chat.conv.messages[-1]["content"])
+    assert reply["kind"] in ("cat", "dog") and 0 <= reply["age"] <= 20
+    assert "forced (free)" in chat.figures.text()
