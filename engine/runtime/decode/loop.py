@@ -362,7 +362,9 @@ class _Run:
             sync_ms=proposal.sync_ms,
         )
         self._round(r)
-        if not forced:  # a forced round says nothing about the head or the depth
+        if c is None:
+            # a constrained round's costs include the grammar's masks and its drafts were cut
+            # to what the grammar allows: it would teach auto about the grammar, not the model
             policy.observe(r)
         return stop, nxt
 

@@ -165,7 +165,8 @@ def test_a_constraint_that_cannot_be_used_is_refused_with_words(spec, words):
 
 
 @pytest.mark.parametrize("depth", ["3", "auto"])
-def test_exact_mode_constrained_mtp_output_is_bit_identical(tmp_path, depth):
+def test_exact_mode_constrained_mtp_output_is_bit_identical(tmp_path, monkeypatch, depth):
+    monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))  # auto learns in a home of its own
     from tests.engine.cli_helpers import mtp_json
 
     (tmp_path / "s.json").write_text(json.dumps(SCHEMAS["nested"]))

@@ -22,10 +22,11 @@ CODE = 'import os\n\n\ndef list_files(path):\n    """Return the names of the fil
 @pytest.mark.parametrize("flags", [["--presence-penalty", "1.5"], ["--frequency-penalty", "0.8"], ["--repeat-penalty", "1.8"],
                                    ["--presence-penalty", "0.5", "--frequency-penalty", "0.5", "--repeat-penalty", "1.3"]],
                          ids=["presence", "frequency", "repeat", "all"])  # fmt: skip
-def test_penalties_are_identical_with_and_without_mtp(flags):
+def test_penalties_are_identical_with_and_without_mtp(flags, tmp_path, monkeypatch):
     """On the trained demo (which repeats itself in code) in exact mode: the penalised
     output differs from the unpenalised one and is the same with MTP at depths 1, 3 and
     auto as without it, bit for bit."""
+    monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))  # auto learns in a home of its own
     common = ["generate", "--model", str(demo_model_path()), "--prompt", CODE, "--max-tokens", "64", "--exact"]
     none = mtp_json(*common, "--mtp", "off")
     plain = mtp_json(*common, "--mtp", "off", *flags)
