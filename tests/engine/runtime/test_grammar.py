@@ -156,6 +156,9 @@ def test_sampling_under_a_grammar_stays_inside_it(demo):
         (GrammarSpec("regex", "(unclosed"), "regex"),
         (GrammarSpec("lark", "start: ???"), "lark"),
         (GrammarSpec("json_schema", json.dumps({"enum": ["x" * 50] * (MAX_GRAMMAR_CHARS // 50)})), "characters"),
+        (GrammarSpec.json_schema({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}),
+         "Unimplemented keys"),  # an unsupported feature is named, never silently ignored
+        (GrammarSpec.json_schema({"$ref": "https://example.com/remote.json"}), "example.com"),  # no fetching
     ],
 )
 def test_a_constraint_that_cannot_be_used_is_refused_with_words(spec, words):
@@ -176,3 +179,30 @@ def test_exact_mode_constrained_mtp_output_is_bit_identical(tmp_path, monkeypatc
     spec = mtp_json(*common, "--draft-depth", depth)
     assert spec["tokens"] == plain["tokens"] and spec["stats"]["drafted"] > 0
     jsonschema.validate(json.loads(spec["text"]), SCHEMAS["nested"])
+
+
+def test_a_cancel_mid_structure_leaves_the_next_request_exact(demo):
+    """Cancelled at a verify: the contexts hold what was emitted, and the next constrained
+    request (a fresh matcher) gives what it gives on a fresh session."""
+    spec = GrammarSpec.json_schema(SCHEMAS["nested"])
+    fresh = _run(demo, spec, FixedDepth(2))
+    seen = []
+
+    def hook(phase):
+        seen.append(phase)
+        if phase == "verify" and seen.count("verify") == 3:
+            cancel.set()
+
+    import threading
+
+    cancel = threading.Event()
+    demo.session.phase_hook = hook
+    try:
+        params = DecodeParams(max_tokens=160, depth=FixedDepth(2), constraint=_constraint(demo, spec))
+        cut = generate(demo.session, demo.model.prompt_tokens(PROMPT), params, cancel=cancel)
+    finally:
+        demo.session.phase_hook = None
+    assert cut.stop_reason == "cancelled" and 0 < len(cut.tokens) < len(fresh.tokens)
+    assert cut.tokens == fresh.tokens[: len(cut.tokens)]
+    again = _run(demo, spec, FixedDepth(2))
+    assert again.tokens == fresh.tokens
