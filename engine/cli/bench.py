@@ -183,6 +183,8 @@ def _register_ab(p) -> None:
     p.add_argument("--sampled-draft", action="store_true", help="while sampling, sample the drafts (rejection sampling)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", type=Path, help="write a PNG: tokens/s by arm, acceptance by draft position")
+    p.add_argument("--profile", action="store_true",
+                   help="split each arm's time per token into llama.cpp calls, row reads, sampling and Python")  # fmt: skip
     p.set_defaults(func=_ab)
 
 
@@ -248,7 +250,8 @@ def _ab(args) -> int:
             sampling = SamplingParams(
                 limits.check_temperature(args.temperature), limits.check_top_p(args.top_p), limits.check_top_k(args.top_k)
             )
-            job = bench_job(arms, prompts, args.max_tokens, args.runs, sampling=sampling, sampled_draft=args.sampled_draft)
+            job = bench_job(arms, prompts, args.max_tokens, args.runs, sampling=sampling, sampled_draft=args.sampled_draft,
+                            profile=args.profile)  # fmt: skip
             handle = engine.submit(J.Call(job, "bench"))
             for ev in handle.events():
                 if isinstance(ev, J.Progress) and not args.json:
@@ -275,6 +278,8 @@ def _ab(args) -> int:
             )
             if a["depth"] == "auto" and a["depth_choices"]:
                 print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in a["depth_choices"].items()))
+    if args.profile and not args.json:
+        print_profile(body)
     if body.get("temperature") and not args.json:
         mode = "sampled drafts (rejection sampling)" if body["sampled_draft"] else "argmax drafts, sample-and-compare"
         print(f"sampling at temperature {body['temperature']:g}: {mode}")
@@ -288,6 +293,19 @@ def _ab(args) -> int:
                 print(f"mtp-studio: depth {a['depth']}: {m}", file=sys.stderr)
         return EXIT_INVALID
     return 0
+
+
+def print_profile(body: dict) -> None:
+    """The --profile table: ms per token by part, per arm."""
+    from engine.runtime.measure.profile import PARTS
+
+    print(f"\nwhere the time goes, ms per generated token ({'arms: ' + ', '.join(a['depth'] for a in body['arms'])}):")
+    print(f"{'part':<26}" + "".join(f"{a['depth']:>9}" for a in body["arms"]))
+    for part in PARTS:
+        print(f"{part:<26}" + "".join(f"{a['profile']['ms_per_token'][part]:9.3f}" for a in body["arms"]))
+    print(f"{'total':<26}" + "".join(f"{sum(a['profile']['ms_per_token'].values()):9.3f}" for a in body["arms"]))
+    print(f"{'ms per round':<26}" + "".join(f"{a['profile']['ms_per_round']:9.3f}" for a in body["arms"]))
+    print(f"{'tokens per round':<26}" + "".join(f"{a['profile']['tokens_per_round']:9.2f}" for a in body["arms"]))
 
 
 def _identical(body: dict, arm: dict) -> str:

@@ -24,6 +24,7 @@ from engine.runtime.decode.adaptive import AdaptiveDepth
 from engine.runtime.decode.loop import DecodeParams, Generation, generate
 from engine.runtime.decode.policy import DepthPolicy, FixedDepth
 from engine.runtime.measure.batchnoise import top2_margin
+from engine.runtime.measure.profile import Profiler
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.decode.stats import GenerationStats
@@ -42,6 +43,8 @@ class ArmResult:
     tokens_per_second: list[float] = field(default_factory=list)  # one per measured run
     #: the measured runs' speculation counts, summed (GenerationStats.add)
     totals: GenerationStats = field(default_factory=GenerationStats)
+    #: where the measured runs' time went (bench --profile)
+    profile: Profiler = field(default_factory=Profiler)
     depth_choices: dict[int, int] = field(default_factory=dict)  # auto: rounds per depth
     mismatches: list[str] = field(default_factory=list)
     #: plain decoding's top-2 logit margin where each mismatch began (near-ties are the
@@ -98,6 +101,7 @@ class BenchResult:
                     "identical": not a.mismatches,
                     "mismatches": a.mismatches,
                     "divergence_margins": a.divergence_margins,
+                    "profile": a.profile.to_json() if a.profile.tokens else None,
                 }
             )
         return {
@@ -146,8 +150,10 @@ def run_bench(
     generate_fn: GenerateFn = _generate,
     sampling: SamplingParams | None = None,
     sampled_draft: bool = False,
+    profile: bool = False,
 ) -> BenchResult:
-    """Interleaved A/B runs. ``generate_fn`` is a test seam (it can corrupt an arm).
+    """Interleaved A/B runs. ``profile``: time each measured run's parts
+    (:mod:`engine.runtime.measure.profile`; adds about a microsecond per call). ``generate_fn`` is a test seam (it can corrupt an arm).
 
     With ``sampling`` (temperature > 0) every arm samples, each prompt of each run with
     its own seed shared by all arms: with argmax drafts every arm must emit depth 0's
@@ -184,7 +190,14 @@ def run_bench(
                 seeded = replace(sampling, seed=run * 100_003 + i) if not sampling.greedy else sampling
                 params = DecodeParams(max_tokens=max_tokens, depth=policy, ignore_eog=True, sampling=seeded,
                                       sampled_draft=sampled_draft)  # fmt: skip
-                g = generate_fn(lm, prompt, params, a)
+                prof = res.profile if profile and run > 0 else None
+                if prof is not None:
+                    before_calls = prof.calls_total()
+                    with prof.attach(lm):
+                        g = generate_fn(lm, prompt, params, a)
+                    prof.add(g, before_calls)
+                else:
+                    g = generate_fn(lm, prompt, params, a)
                 outputs[(run, i, a)] = g.tokens
                 done += 1
                 if progress is not None:
@@ -239,6 +252,7 @@ class BenchJob:
     generate_fn: GenerateFn = _generate
     sampling: SamplingParams | None = None
     sampled_draft: bool = False
+    profile: bool = False
 
     def __call__(self, state, cancel, emit):
         return run_bench(
@@ -252,11 +266,12 @@ class BenchJob:
             generate_fn=self.generate_fn,
             sampling=self.sampling,
             sampled_draft=self.sampled_draft,
+            profile=self.profile,
         )
 
 
 def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generate_fn: GenerateFn = _generate,
-              sampling: SamplingParams | None = None, sampled_draft: bool = False) -> BenchJob:  # fmt: skip
+              sampling: SamplingParams | None = None, sampled_draft: bool = False, profile: bool = False) -> BenchJob:  # fmt: skip
     """A function for ``jobs.Call``: runs the benchmark on the engine thread."""
-    return BenchJob(tuple(arms), tuple(prompts), max_tokens, runs, model, generate_fn, sampling, sampled_draft)
+    return BenchJob(tuple(arms), tuple(prompts), max_tokens, runs, model, generate_fn, sampling, sampled_draft, profile)
 

@@ -36,6 +36,28 @@ def test_run_bench_result(partial):
     assert sum(body["arms"][3]["depth_choices"].values()) > 0
 
 
+def test_profile_splits_each_arms_time_and_leaves_nothing_attached(partial):
+    from engine.runtime.decode.grammar import Constraint
+    from engine.runtime.decode.sampling import Sampler
+    from engine.runtime.measure.profile import PARTS
+
+    methods = {name: Sampler.__dict__[name] for name in ("sample", "dense", "sample_dense")}
+    res = run_bench(partial, arms=["0", "2"], prompts=["Hello there"], max_tokens=32, runs=2, profile=True)
+    plain, spec = (a["profile"] for a in res.to_json()["arms"])
+    for prof, arm in ((plain, res.arm("0")), (spec, res.arm("2"))):
+        assert set(prof["ms_per_token"]) == set(PARTS) and prof["tokens"] == arm.totals.generated
+        # the parts add up to the arm's own generation time per token
+        measured = arm.totals.generation_ms / arm.totals.generated
+        assert sum(prof["ms_per_token"].values()) == pytest.approx(measured, rel=0.02)
+        assert prof["ms_per_token"]["target decode"] > 0 and prof["ms_per_token"]["python between calls"] > 0
+    assert plain["ms_per_token"]["mtp decode"] == 0 and spec["ms_per_token"]["mtp decode"] > 0
+    assert spec["tokens_per_round"] > plain["tokens_per_round"]
+    # the timers are gone: the contexts use their class's methods and the classes are as they were
+    assert "decode" not in vars(partial.session.target) and "decode" not in vars(partial.session.draft)
+    assert all(Sampler.__dict__[n] is m for n, m in methods.items()) and partial.session.phase_hook is None
+    assert Constraint.__dict__["allowed"].__qualname__ == "Constraint.allowed"
+
+
 def test_a_mismatching_arm_fails_the_benchmark(partial):
     def corrupt(lm, prompt, params, arm):
         g = generate(lm.session, prompt, params)
