@@ -100,6 +100,10 @@ class PerformancePage(QWidget):
         self.bench_result.setObjectName("Hint")
         self.bench_result.setWordWrap(True)
         bl.addWidget(self.bench_result, 1)
+        self.bench_verdict = QLabel("")  # says so when MTP cannot pay on this model here
+        self.bench_verdict.setWordWrap(True)
+        self.bench_verdict.setVisible(False)
+        bl.addWidget(self.bench_verdict)
         grid.addWidget(bench, 2, 1)
         lay.addLayout(grid, 1)
         self.bench_btn.clicked.connect(self.run_bench)
@@ -172,7 +176,10 @@ class PerformancePage(QWidget):
             text += f" · acceptance {s.acceptance:.2f} · mean accepted {s.mean_accept_len:.2f}"
         on = [v for k, v in self.speeds.items() if k.startswith("MTP on")]
         if "MTP off" in self.speeds and on and self.speeds["MTP off"] > 0:
-            text += f" · MTP speedup {on[0] / self.speeds['MTP off']:.2f}x"
+            ratio = on[0] / self.speeds["MTP off"]
+            text += f" · MTP speedup {ratio:.2f}x"
+            if ratio < 1.0:
+                text += " — drafting costs more than it saves on this model here (Benchmark tells why)"
         self.summary.setText(text)
 
     def showEvent(self, event) -> None:
@@ -221,7 +228,12 @@ class PerformancePage(QWidget):
             "outputs differ at near-ties: llama.cpp's kernels are not batch-invariant in this configuration "
             "(Backend page: exact arithmetic)"
         )
+        auto = next((a for a in body["arms"] if a["depth"] == "auto" and a["depth_choices"]), None)
+        if auto is not None:
+            rows.append("auto chose depths: " + ", ".join(f"{k}: {v}" for k, v in auto["depth_choices"].items()))
         self.bench_result.setText("<pre>" + "\n".join(rows) + f"\n{verdict}</pre>")
+        self.bench_verdict.setText(body.get("verdict") or "")
+        self.bench_verdict.setVisible(bool(body.get("verdict")))
         self.last_bench = body
         base = next(a for a in body["arms"] if a["depth"] == "0")["tokens_per_second_median"]
         best = max(body["arms"], key=lambda a: a["tokens_per_second_median"])

@@ -278,6 +278,12 @@ def _ab(args) -> int:
             )
             if a["depth"] == "auto" and a["depth_choices"]:
                 print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in a["depth_choices"].items()))
+    if body.get("verdict") and not args.json:
+        print(f"\n{body['verdict']}")
+    elif not args.json:
+        for a in body["arms"]:
+            if a["costs"] and a["speedup"] < 1.0:
+                print(f"       loses: {a['costs']}")
     if args.profile and not args.json:
         print_profile(body)
     if body.get("temperature") and not args.json:

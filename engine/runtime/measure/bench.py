@@ -29,6 +29,9 @@ from engine.runtime.load.loader import LoadedModel
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.decode.stats import GenerationStats
 
+#: paired runs on this kind of machine move by a few percent: a smaller gain is no gain
+NOISE = 1.03
+
 DEFAULT_PROMPTS = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
     "Explain how a hash map works, with an example in Python.",
@@ -82,6 +85,28 @@ class BenchResult:
         ratios = [a / b for a, b in zip(arm.tokens_per_second, base) if b > 0]
         return statistics.median(ratios) if ratios else 0.0
 
+    def cost_line(self, arm: ArmResult) -> str:
+        """Per generated token: drafting and verifying at this arm, against a plain token."""
+        t = arm.totals
+        plain = self.arm("0").totals
+        n, n0 = max(t.generated, 1), max(plain.generated, 1)
+        return (f"depth {arm.depth}: drafting {t.draft_ms / n:.3f} ms + verifying {t.verify_ms / n:.3f} ms per token "
+                f"against {plain.generation_ms / n0:.3f} ms plain; acceptance {t.acceptance:.2f}, "
+                f"{1 + t.mean_accept_len:.2f} tokens per round")  # fmt: skip
+
+    def verdict(self) -> str | None:
+        """A sentence when MTP does not pay on this model here (no arm beats plain by more
+        than the noise of paired runs, 3%): what a drafted token costs against what it saves."""
+        mtp = [a for a in self.arms if a.depth != "0"]
+        if not mtp:
+            return None
+        best = max(mtp, key=self.speedup)
+        if self.speedup(best) >= NOISE:
+            return None
+        return (f"MTP does not pay on this model here: the best arm, depth {best.depth}, runs at "
+                f"{self.speedup(best):.2f}x plain. {self.cost_line(best)[0].upper()}{self.cost_line(best)[1:]}. "
+                "Drafting costs more than the target decodes it saves; auto stops drafting and probes now and then.")  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
         arms = []
         for a in self.arms:
@@ -102,6 +127,7 @@ class BenchResult:
                     "mismatches": a.mismatches,
                     "divergence_margins": a.divergence_margins,
                     "profile": a.profile.to_json() if a.profile.tokens else None,
+                    "costs": self.cost_line(a) if a.depth != "0" and any(x.depth == "0" for x in self.arms) else None,
                 }
             )
         return {
@@ -112,6 +138,7 @@ class BenchResult:
             "temperature": self.temperature,
             "sampled_draft": self.sampled_draft,
             "identical": self.identical if not self.sampled_draft else None,
+            "verdict": self.verdict() if any(a.depth == "0" for a in self.arms) else None,
             "arms": arms,
         }
 

@@ -127,3 +127,29 @@ def test_bench_at_a_temperature_checks_seeded_identity_and_prints_one_json(fixtu
     assert next(a for a in body["arms"] if a["depth"] == "2")["acceptance_by_position"]
     sd = mtp_json(*common, "--sampled-draft")
     assert sd["sampled_draft"] is True and sd["identical"] is None
+
+
+def test_a_model_where_mtp_cannot_pay_is_told_in_words(fixtures):
+    lm = load_fixture(fixtures["random"], "integrated", max_depth=4)  # a head whose drafts are never right
+    try:
+        res = run_bench(lm, arms=["0", "1", "3"], prompts=["Hello there"], max_tokens=32, runs=2)
+    finally:
+        lm.close()
+    body = res.to_json()
+    assert all(a["speedup"] < 1.0 for a in body["arms"][1:])
+    v = body["verdict"]
+    assert v.startswith("MTP does not pay on this model here") and "ms per token against" in v and "acceptance 0.0" in v
+    r = mtp_studio("bench", "--model", str(fixtures["random"].path), "--depths", "1", "--runs", "1", "--max-tokens", "16")
+    assert r.returncode == 0 and "MTP does not pay" in r.stdout
+
+
+def test_no_verdict_where_mtp_pays():
+    from engine.runtime.decode.stats import GenerationStats
+    from engine.runtime.measure.bench import ArmResult, BenchResult
+
+    def arm(depth, tps):
+        return ArmResult(depth, [tps, tps], GenerationStats(generated=100, generation_ms=10.0, draft_ms=3.0, verify_ms=6.0))
+
+    assert BenchResult("m", [arm("0", 100.0), arm("1", 104.0)], 2, 32, 1).verdict() is None
+    told = BenchResult("m", [arm("0", 100.0), arm("1", 102.0)], 2, 32, 1).verdict()  # within the noise: no gain
+    assert told and "depth 1" in told and "1.02x" in told
