@@ -25,6 +25,8 @@ MAX_BATCH = 8192
 #: token is checked against each, on the one engine thread
 MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256
+#: most alternatives a token's log-probability comes with (OpenAI's limit)
+MAX_TOP_LOGPROBS = 20
 #: a seed is an unsigned 64-bit number; -1 means "no seed" (llama.cpp's convention)
 MAX_SEED = 2**64 - 1
 
@@ -158,3 +160,8 @@ def check_repeat_penalty(value: object) -> float:
         raise InvalidSettingError(f"repeat_penalty must be above 0 and at most 10 (1: off), got {value}",
                                   param="repeat_penalty")  # fmt: skip
     return v
+
+
+def check_top_logprobs(value: object) -> int:
+    """Alternatives per token with its log-probability: 0 to :data:`MAX_TOP_LOGPROBS`."""
+    return check_int("top_logprobs", value, 0, MAX_TOP_LOGPROBS, param="top_logprobs")

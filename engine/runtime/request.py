@@ -41,9 +41,6 @@ from engine.runtime.prompt.chat import PromptCache
 BUILTIN = Defaults(max_tokens=256, temperature=0.0, top_p=1.0, top_k=0, mtp=Mtp.ON, draft_depth=DraftDepth(1),
                    sampled_draft=False)  # fmt: skip
 
-#: most alternatives a token's log-probability comes with (OpenAI's limit)
-MAX_TOP_LOGPROBS = 20
-
 _DEFAULTED = tuple(f.name for f in fields(Defaults))
 
 
@@ -72,12 +69,10 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         mtp=mtp,
         draft_depth=_depth(values["draft_depth"]),
         sampled_draft=bool(values["sampled_draft"]),
-        presence_penalty=limits.check_penalty("presence_penalty", 0.0 if job.presence_penalty is None else job.presence_penalty),
-        frequency_penalty=limits.check_penalty("frequency_penalty",
-                                               0.0 if job.frequency_penalty is None else job.frequency_penalty),
-        repeat_penalty=limits.check_repeat_penalty(1.0 if job.repeat_penalty is None else job.repeat_penalty),
-        logprobs=None if job.logprobs is None else limits.check_int("top_logprobs", job.logprobs, 0, MAX_TOP_LOGPROBS,
-                                                                     param="top_logprobs"),
+        presence_penalty=limits.check_penalty("presence_penalty", _or(job.presence_penalty, 0.0)),
+        frequency_penalty=limits.check_penalty("frequency_penalty", _or(job.frequency_penalty, 0.0)),
+        repeat_penalty=limits.check_repeat_penalty(_or(job.repeat_penalty, 1.0)),
+        logprobs=None if job.logprobs is None else limits.check_top_logprobs(job.logprobs),
         defaults=None,
     )
 
@@ -86,6 +81,10 @@ def check(job: Generate) -> None:
     """Raise :class:`InvalidRequestError` for any value of ``job`` out of range (what
     :func:`resolve` would refuse), without the engine's defaults."""
     resolve(job)
+
+
+def _or(value: object, default: float) -> object:
+    return default if value is None else value
 
 
 def _depth(value: object) -> DraftDepth:
@@ -139,6 +138,7 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         raise InvalidRequestError("the prompt is empty", param="prompt")
     assert job.max_tokens is not None and job.temperature is not None and job.top_p is not None
     assert job.top_k is not None and isinstance(job.draft_depth, DraftDepth)
+    assert job.presence_penalty is not None and job.frequency_penalty is not None and job.repeat_penalty is not None
     speculate = job.mtp is Mtp.ON and lm.source != MtpSource.OFF
     params = DecodeParams(
         max_tokens=job.max_tokens,
@@ -150,8 +150,7 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         ignore_eog=job.ignore_eog,
         constraint=_constraint(job.grammar, model, end_tokens) if job.grammar is not None else None,
         logprobs=job.logprobs,
-        penalties=Penalties(job.presence_penalty or 0.0, job.frequency_penalty or 0.0,
-                            1.0 if job.repeat_penalty is None else job.repeat_penalty),
+        penalties=Penalties(job.presence_penalty, job.frequency_penalty, job.repeat_penalty),
     )
     return Prepared(prompt, prompt_text, params)
 
