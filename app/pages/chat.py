@@ -306,16 +306,22 @@ class ChatPage(QWidget):
         text = self.input.toPlainText().strip()
         if not text or self.job is not None:
             return
-        try:
-            self._grammar = self._schema()
-        except ValueError as e:
-            self.hint.setText(str(e))
+        if not self._take_schema():
             return
-        self.hint.setText("")
         self.input.clear()
         self.conv.messages.append({"role": "user", "content": text})
         self.ctx.chats.save(self.conv)
         self._start()
+
+    def _take_schema(self) -> bool:
+        """Read the attached schema for the next reply; False (said in the hint) if it is not JSON."""
+        try:
+            self._grammar = self._schema()
+        except ValueError as e:
+            self.hint.setText(str(e))
+            return False
+        self.hint.setText("")
+        return True
 
     def _schema(self) -> GrammarSpec | None:
         """The attached JSON schema, or None; ValueError (with words) when it is not JSON."""
@@ -334,7 +340,7 @@ class ChatPage(QWidget):
             return
         if self.conv.messages[-1]["role"] == "assistant":
             self.conv.messages.pop()
-        if not self.conv.messages or self.conv.messages[-1]["role"] != "user":
+        if not self.conv.messages or self.conv.messages[-1]["role"] != "user" or not self._take_schema():
             return
         self._start()
 

@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from engine.cli import EXIT_INVALID, EXIT_OK, die
@@ -117,6 +118,16 @@ def _on_term(_sig, _frame) -> None:
     raise KeyboardInterrupt  # unwinds through compose/split, which remove their temp files
 
 
+@contextmanager
+def _term_interrupts():
+    """SIGTERM cancels like Ctrl-C while the block runs."""
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _failed(args, e: MtpStudioError) -> int:
     if args.json:
         print(json.dumps({"ok": False, "error": {"code": e.code, "message": str(e)}}))
@@ -126,16 +137,14 @@ def _failed(args, e: MtpStudioError) -> int:
 def run_compose(args) -> int:
     from engine.gguf.compose import compose
 
-    previous = signal.signal(signal.SIGTERM, _on_term)
     try:
-        result = compose(args.target, args.head, args.out, set_kv=args.set_kv, overwrite=args.force,
-                         progress=_progress(args, "composing"))  # fmt: skip
+        with _term_interrupts():
+            result = compose(args.target, args.head, args.out, set_kv=args.set_kv, overwrite=args.force,
+                             progress=_progress(args, "composing"))  # fmt: skip
     except (KeyboardInterrupt, Cancelled):
         return die("cancelled; nothing was written", EXIT_INVALID)
     except MtpStudioError as e:
         return _failed(args, e)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(result.to_json()))
     else:
@@ -172,16 +181,14 @@ def run_split(args) -> int:
     from engine.gguf.validate import validate_path
 
     prefix = args.out.with_name(args.out.name.removesuffix(".gguf"))
-    previous = signal.signal(signal.SIGTERM, _on_term)
     try:
-        outs = split_model(args.file, args.shards, prefix, max_tensors=args.max_tensors, max_bytes=args.max_size,
-                           overwrite=args.force, progress=_progress(args, "splitting"))  # fmt: skip
+        with _term_interrupts():
+            outs = split_model(args.file, args.shards, prefix, max_tensors=args.max_tensors, max_bytes=args.max_size,
+                               overwrite=args.force, progress=_progress(args, "splitting"))  # fmt: skip
     except (KeyboardInterrupt, Cancelled):
         return die("cancelled; nothing was written", EXIT_INVALID)
     except MtpStudioError as e:
         return _failed(args, e)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     report, _facts, _ms = validate_path(outs[0])
     if not report.valid:
         for o in outs:

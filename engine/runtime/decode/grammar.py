@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,8 +45,8 @@ class GrammarSpec:
 
     kind: str
     source: str = ""
-    #: the request field it came from (for the 400's ``param``)
-    param: str = "response_format"
+    #: the request field it came from (for the 400's ``param``; not part of its identity)
+    param: str = field(default="response_format", compare=False)
 
     @classmethod
     def json_schema(cls, schema: Any, param: str = "response_format") -> GrammarSpec:
@@ -125,8 +125,20 @@ class Constraint:
         ff = self.matcher.compute_ff_tokens()
         return ff[0] if ff else None
 
+    def take_forced(self, limit: int) -> list[int]:
+        """Consume the forced tokens from here on (at most ``limit``) and return them."""
+        out = self._consume_forced(limit)
+        self.forced_count += len(out)
+        return out
+
     def forced_run(self, limit: int) -> list[int]:
         """The forced tokens from here on (at most ``limit``), without consuming them."""
+        out = self._consume_forced(limit)
+        if out:
+            self.matcher.rollback(len(out))
+        return out
+
+    def _consume_forced(self, limit: int) -> list[int]:
         out: list[int] = []
         while len(out) < limit:
             t = self.forced()
@@ -134,8 +146,6 @@ class Constraint:
                 break
             self._consume(t)
             out.append(t)
-        if out:
-            self.matcher.rollback(len(out))
         return out
 
     def valid_prefix(self, tokens: list[int]) -> int:
@@ -150,10 +160,7 @@ class Constraint:
     def masked(self, logits: np.ndarray) -> np.ndarray:
         """A copy of ``logits`` with every forbidden token at -inf."""
         out = np.array(logits, dtype=np.float32, copy=True)
-        allowed = self.allowed()
-        out[: allowed.size][~allowed] = -np.inf
-        if out.size > allowed.size:
-            out[allowed.size :] = -np.inf
+        out[~self.allowed()] = -np.inf
         return out
 
     # ---------------------------------------------------------------- choose
@@ -178,10 +185,8 @@ class Constraint:
             return p
         return dense(self.masked(logits))
 
-    def take(self, token: int, *, forced: bool = False) -> None:
-        """Consume a token chosen elsewhere (a forced token, a rejection-sampling draw)."""
-        if forced:
-            self.forced_count += 1
+    def take(self, token: int) -> None:
+        """Consume a token chosen elsewhere (a rejection-sampling draw)."""
         self._consume(token)
 
     def _consume(self, token: int) -> None:

@@ -167,12 +167,11 @@ def generate(
     stats.generation_ms = (time.perf_counter() - run.t_gen) * 1000
     stats.rollback_repairs = session.repairs - repairs0
     stats.generated = len(checker.tokens)
-    if params.logprobs is not None:
-        return Generation(list(checker.tokens), checker.text, stats, run.emitted_lps)
     stats.stop_reason = checker.stop_reason or stats.stop_reason
     if c is not None:
         stats.forced = c.forced_count
-    return Generation(list(checker.tokens), checker.text, stats)
+    lps = run.emitted_lps if params.logprobs is not None else None
+    return Generation(list(checker.tokens), checker.text, stats, lps)
 
 
 class _Run:
@@ -188,7 +187,8 @@ class _Run:
         self.on_round = on_round
         self.sampler = Sampler(params.sampling)
         self.t_gen = 0.0
-        #: generated tokens so far, by count (penalties)
+        #: penalties, when any applies; then the generated tokens so far, by count
+        self.penalties = params.penalties if params.penalties.active else None
         self.counts: Counter = Counter()
         #: log-probabilities of tokens chosen but not pushed yet, and of those emitted
         self.pending_lps: list[TokenLogprob] = []
@@ -207,7 +207,7 @@ class _Run:
 
     def penalized(self, logits: np.ndarray) -> np.ndarray:
         """``logits`` penalised by the output so far (the row itself when no penalty)."""
-        return self.p.penalties.apply(logits, self.counts) if self.p.penalties.active else logits
+        return self.penalties.apply(logits, self.counts) if self.penalties is not None else logits
 
     def _finish(self, reason: StopReason) -> None:
         self._emit([], self.checker.finish(reason))
@@ -227,11 +227,12 @@ class _Run:
             r: Pushed = self.checker.push(tok)
             if r.emitted:
                 out.append(tok)
-                self.counts[tok] += 1
             text.append(r.text)
             if r.stop:
                 stop = r.stop
                 break
+        if self.penalties is not None:
+            self.counts.update(out)
         lps = None
         if self.p.logprobs is not None:
             lps = self.pending_lps[: len(out)]
@@ -257,9 +258,8 @@ class _Run:
             if c is not None:  # tokens the grammar forces ride along in the same forward
                 room = min(self.checker.max_tokens - len(self.checker.tokens), s.target.n_batch - 1,
                            n_ctx - 2 - len(s.target_tokens))  # fmt: skip
-                forced = c.forced_run(max(room, 0))
+                forced = c.take_forced(max(room, 0))
                 for t in forced:
-                    c.take(t, forced=True)
                     self.note_lp(None, t)
                 if forced:
                     _, stop = self._push(forced)
@@ -331,7 +331,7 @@ class _Run:
         hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=True)
         assert hv is not None
         self.stats.target_forwards += 1
-        rows = s.target if not self.p.penalties.active else PenalizedRows(s.target, self.p.penalties, self.counts, drafts)
+        rows = s.target if self.penalties is None else PenalizedRows(s.target, self.penalties, self.counts, drafts)
         a, nxt = accept(rows, drafts, self.sampler, pos0, proposal.q, c)
         if self.p.logprobs is not None:
             for i, t in enumerate([*drafts[:a], nxt]):

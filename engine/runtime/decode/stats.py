@@ -6,7 +6,7 @@ drafted tokens the target confirmed, not the share of rounds with any acceptance
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.stopping import StopReason
@@ -124,18 +124,6 @@ class GenerationStats:
     def depth_json(self) -> int | str:
         """The draft depth as JSON: K, "auto", or 0 without speculation."""
         return 0 if self.draft_depth is None else self.draft_depth.to_json()
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(
-            draft_depth=self.depth_json,
-            rejected=self.rejected,
-            acceptance=self.acceptance,
-            mean_accept_len=self.mean_accept_len,
-            acceptance_by_position=self.acceptance_by_position,
-            tokens_per_second=self.tokens_per_second,
-        )
-        return d
 
 
 def _grow(xs: list[int], n: int) -> None:

@@ -46,6 +46,8 @@ class Model(OwnedPtr):
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
+        #: llguidance tokenizers by end-token set (engine.runtime.llama.vocab)
+        self.grammar_tokenizers: dict = {}
 
     # ----------------------------------------------------------------- loading
     @classmethod

@@ -21,9 +21,8 @@ def grammar_tokenizer(model: Model, end_tokens: frozenset[int] = frozenset()):
     it is complete. Cached on the model."""
     import llguidance
 
-    cache: dict = model.__dict__.setdefault("_grammar_tokenizers", {})
     key = frozenset(end_tokens)
-    tok = cache.get(key)
+    tok = model.grammar_tokenizers.get(key)
     if tok is None:
         L = llama()
         vocab = model._vocab
@@ -47,5 +46,5 @@ def grammar_tokenizer(model: Model, end_tokens: frozenset[int] = frozenset()):
         tok = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
             tokens=entries, vocab_ptr=vocab, tokenize_fptr=fptr, eos_token=sorted(ends) or [model.eos], slices=None
         )
-        cache[key] = tok
+        model.grammar_tokenizers[key] = tok
     return tok

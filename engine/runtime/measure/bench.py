@@ -103,8 +103,9 @@ class BenchResult:
         best = max(mtp, key=self.speedup)
         if self.speedup(best) >= NOISE:
             return None
+        costs = self.cost_line(best)
         return (f"MTP does not pay on this model here: the best arm, depth {best.depth}, runs at "
-                f"{self.speedup(best):.2f}x plain. {self.cost_line(best)[0].upper()}{self.cost_line(best)[1:]}. "
+                f"{self.speedup(best):.2f}x plain. {costs[0].upper()}{costs[1:]}. "
                 "Drafting costs more than the target decodes it saves; auto stops drafting and probes now and then.")  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
@@ -127,7 +128,7 @@ class BenchResult:
                     "mismatches": a.mismatches,
                     "divergence_margins": a.divergence_margins,
                     "profile": a.profile.to_json() if a.profile.tokens else None,
-                    "costs": self.cost_line(a) if a.depth != "0" and any(x.depth == "0" for x in self.arms) else None,
+                    "costs": self.cost_line(a) if a.depth != "0" else None,
                 }
             )
         return {
@@ -138,7 +139,7 @@ class BenchResult:
             "temperature": self.temperature,
             "sampled_draft": self.sampled_draft,
             "identical": self.identical if not self.sampled_draft else None,
-            "verdict": self.verdict() if any(a.depth == "0" for a in self.arms) else None,
+            "verdict": self.verdict(),
             "arms": arms,
         }
 

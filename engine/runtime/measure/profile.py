@@ -86,7 +86,7 @@ class Profiler:
             for name in names:
                 real = cls.__dict__[name]
                 classes.append((cls, name, real))
-                setattr(cls, name, self._method(part, real))
+                setattr(cls, name, self._timed(part, real))  # unbound: the instance comes first in *a
         try:
             yield
         finally:
@@ -96,20 +96,6 @@ class Profiler:
                 delattr(obj, name)  # the class's method shows through again
             for cls, name, real in classes:
                 setattr(cls, name, real)
-
-    def _method(self, part: str, real: Callable) -> Callable:
-        seconds = self.seconds
-
-        def timed(obj, *a, **kw):
-            if not self.active:
-                return real(obj, *a, **kw)
-            t = time.perf_counter()
-            try:
-                return real(obj, *a, **kw)
-            finally:
-                seconds[part] += time.perf_counter() - t
-
-        return timed
 
     def add(self, g: Generation, calls_before: float) -> None:
         """Account one measured generation: its time not spent in timed calls is Python's.

@@ -76,3 +76,9 @@ def test_a_refused_request_starts_and_fails_with_words(auto_engine):
     events = list(auto_engine.submit(J.Generate(prompt="x", temperature=-1)).events(timeout=30))
     assert isinstance(events[0], J.Started) and isinstance(events[-1], J.Failed)
     assert "temperature" in events[-1].message and events[-1].error.param == "temperature"
+
+
+def test_log_probabilities_come_with_the_stop_reason_and_counts(auto_engine):
+    r = auto_engine.submit(J.Generate(prompt="Hello", max_tokens=5, logprobs=2, ignore_eog=True)).result(60)
+    assert r.stop_reason == "max_tokens" and r.finish_reason == "length"
+    assert [t.token for t in r.logprobs] == r.tokens and all(len(t.top) == 2 for t in r.logprobs)
