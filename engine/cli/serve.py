@@ -34,6 +34,9 @@ def register(sub) -> None:
     )
     p.add_argument("--draft-depth", type=depth_arg, default=None, help="default draft depth, or 'auto'")
     p.add_argument("--max-pending", type=int, default=16, help="requests queued or running before 429")
+    p.add_argument("--thinking-budget", type=int, default=None, metavar="N",
+                   help="thinking models: most tokens a reply may think before its answer is started for it "
+                        "(requests may set thinking_budget_tokens; default unlimited)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -53,9 +56,14 @@ def run(args) -> int:
         allowed_hosts=tuple(h.lower() for h in args.allow_host),
         max_pending=args.max_pending,
         draft_depth=args.draft_depth,
+        thinking_budget=args.thinking_budget,
     )
     try:
         settings.check()
+        if args.thinking_budget is not None:
+            from engine.runtime.limits import check_thinking_budget
+
+            check_thinking_budget(args.thinking_budget)
     except ValueError as e:
         return die(str(e), EXIT_USAGE)
     # the endpoint's --draft-depth (in its settings) over the engine's auto

@@ -340,15 +340,19 @@ class Engine:
         cache = self._state.caches.setdefault(lm.name, PromptCache())
         prep = prepare(job, lm, cache)
         lm.session.phase_hook = job.phase_hook
+        parser = prep.reply.parser() if prep.reply is not None else None
+
+        def emit(toks: list[int], text: str, lps) -> None:
+            parts = tuple(parser.feed(text)) if parser is not None else None
+            h._emit(J.Tokens(tuple(toks), text, None if lps is None else tuple(lps), parts))
+
         try:
-            g = generate(
-                lm.session,
-                prep.prompt,
-                prep.params,
-                cancel=h.cancel_event,
-                on_emit=lambda toks, text, lps: h._emit(J.Tokens(tuple(toks), text, None if lps is None else tuple(lps))),
-                on_round=lambda r: h._emit(J.Round(r)),
-            )
+            g = generate(lm.session, prep.prompt, prep.params, cancel=h.cancel_event, on_emit=emit,
+                         on_round=lambda r: h._emit(J.Round(r)))  # fmt: skip
+            if parser is not None:
+                rest = parser.finish()
+                if rest:
+                    h._emit(J.Tokens((), "", None, tuple(rest)))
         finally:
             lm.session.phase_hook = None
             if prep.learns:
@@ -358,7 +362,8 @@ class Engine:
             cache.remember(prep.prompt_text, prep.prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
         else:
             cache.remember("", [], "", [])
-        result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs)
+        result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs,
+                                  parser.reply if parser is not None else None)  # fmt: skip
         self._count(result, len(prep.prompt))
         return result
 

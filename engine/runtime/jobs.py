@@ -18,6 +18,8 @@ from engine.runtime.decode.loop import TokenLogprob
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import StopReason
 from engine.runtime.load.loader import LoadSpec
+from engine.runtime.prompt.reply import Part, Reply
+from engine.runtime.prompt.tools import Tool, ToolChoice
 
 
 # ------------------------------------------------------------------------- jobs
@@ -45,6 +47,8 @@ class Defaults:
     mtp: Mtp | None = None
     draft_depth: DraftDepth | int | str | None = None
     sampled_draft: bool | None = None
+    #: most tokens a reply may think before its think block is closed for it
+    thinking_budget: int | None = None
 
     def over(self, base: Defaults) -> Defaults:
         """This layer on top of ``base``: its values where set, ``base``'s elsewhere."""
@@ -85,6 +89,17 @@ class Generate:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repeat_penalty: float | None = None
+    #: tools the model may call (chat only), which of them (None: auto with tools), and
+    #: whether one reply may hold several calls (None: yes)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    #: extra values for the chat template (e.g. ``{"enable_thinking": False}``)
+    chat_template_kwargs: dict | None = field(default=None, compare=False)
+    #: "auto": a thinking model's thinking is split from its content; "none": raw text
+    reasoning_format: str | None = None
+    #: most tokens the reply may think (None: the defaults'; unlimited unless set)
+    thinking_budget: int | None = None
     #: deliver per-round :class:`Round` events to the submitter (observers always get
     #: them); off for clients that only want text, such as the HTTP endpoint
     rounds: bool = True
@@ -122,6 +137,9 @@ class Tokens:
     text: str
     #: per token, when the job asked for log-probabilities (decode.loop.TokenLogprob)
     logprobs: tuple[TokenLogprob, ...] | None = None
+    #: the text split into thinking, content and tool calls (prompt.reply), when the
+    #: reply is split (a thinking template, or tools)
+    parts: tuple[Part, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +169,8 @@ class GenerateResult:
     prompt_tokens: int
     #: per token, when the job asked for them
     logprobs: list[TokenLogprob] | None = None
+    #: the reply split into thinking, content and tool calls (None: not split)
+    reply: Reply | None = None
 
     @property
     def stop_reason(self) -> StopReason | None:
@@ -158,8 +178,11 @@ class GenerateResult:
 
     @property
     def finish_reason(self) -> str:
-        """OpenAI's finish reason ("stop" or "length")."""
-        return self.stats.stop_reason.finish_reason if self.stats.stop_reason else "length"
+        """OpenAI's finish reason ("stop", "length" or "tool_calls")."""
+        reason = self.stats.stop_reason.finish_reason if self.stats.stop_reason else "length"
+        if reason == "stop" and self.reply is not None and self.reply.calls:
+            return "tool_calls"
+        return reason
 
     def to_json(self) -> dict:
         s = self.stats

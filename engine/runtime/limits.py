@@ -165,3 +165,12 @@ def check_repeat_penalty(value: object) -> float:
 def check_top_logprobs(value: object) -> int:
     """Alternatives per token with its log-probability: 0 to :data:`MAX_TOP_LOGPROBS`."""
     return check_int("top_logprobs", value, 0, MAX_TOP_LOGPROBS, param="top_logprobs")
+
+
+#: the largest thinking budget accepted (tokens)
+MAX_THINKING_BUDGET = 1 << 20
+
+
+def check_thinking_budget(value: object) -> int:
+    """Most tokens a reply may think: 0 (answer at once) to :data:`MAX_THINKING_BUDGET`."""
+    return check_int("thinking_budget_tokens", value, 0, MAX_THINKING_BUDGET, param="thinking_budget_tokens")

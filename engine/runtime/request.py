@@ -14,7 +14,10 @@ left out is ``None``. Two steps turn it into a decode, both here:
   conversation's tokens), takes the model's limits (its end tokens, its deepest draft)
   and chooses the draft source and depth policy, giving :class:`Prepared`.
 
-Later features hook in here: a grammar, tool and reasoning formats, the prompt cache.
+Tools and reasoning hook in here: :func:`prepare` renders the tools and the template's
+own arguments, detects the call format and whether the reply starts thinking, and gives
+one grammar for the whole reply (:mod:`engine.runtime.prompt.replygrammar`) and the plan
+the reply is split by (:class:`ReplyPlan`).
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ from engine.runtime.decode.policystore import load_policy, policy_path
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model
-from engine.runtime.llama.vocab import grammar_tokenizer
+from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer, shown_markers
 from engine.runtime.load.loader import LoadedModel, MtpSource
-from engine.runtime.prompt.chat import PromptCache
+from engine.runtime.prompt import reasoning, toolformats
+from engine.runtime.prompt.chat import PromptCache, template_kwargs
+from engine.runtime.prompt.reasoning import Thinking
+from engine.runtime.prompt.reply import ReplyParser
+from engine.runtime.prompt.replygrammar import reply_grammar
+from engine.runtime.prompt.toolformats import ToolFormat
+from engine.runtime.prompt.tools import Tool, ToolChoice, check_tool_schemas, normalize_messages
 
 
 #: what a request gets when no layer sets a value (plain greedy, MTP on at depth 1)
@@ -58,6 +67,12 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         raise InvalidRequestError(f"mtp must be 'on' or 'off', got {values['mtp']!r}", param="mtp") from None
     if job.grammar is not None:
         compile_grammar(job.grammar)  # a grammar that cannot be used is refused before the job runs
+    if job.tools:
+        check_tool_schemas(job.tools)
+    if job.reasoning_format not in (None, "auto", "deepseek", "none"):
+        raise InvalidRequestError("reasoning_format must be 'auto', 'deepseek' or 'none'", param="reasoning_format")
+    template_kwargs(job.chat_template_kwargs)
+    budget = job.thinking_budget if job.thinking_budget is not None else values["thinking_budget"]
     return replace(
         job,
         max_tokens=limits.check_max_tokens(values["max_tokens"]),
@@ -73,6 +88,7 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         frequency_penalty=limits.check_penalty("frequency_penalty", _or(job.frequency_penalty, 0.0)),
         repeat_penalty=limits.check_repeat_penalty(_or(job.repeat_penalty, 1.0)),
         logprobs=None if job.logprobs is None else limits.check_top_logprobs(job.logprobs),
+        thinking_budget=None if budget is None else limits.check_thinking_budget(budget),
         defaults=None,
     )
 
@@ -94,6 +110,24 @@ def _depth(value: object) -> DraftDepth:
         raise InvalidRequestError(str(e), param="draft_depth") from None
 
 
+@dataclass(frozen=True)
+class ReplyPlan:
+    """How a chat reply is split into thinking, content and tool calls."""
+
+    #: the template's thinking markers (None: no split, or ``reasoning_format: none``)
+    thinking: Thinking | None = None
+    #: the prompt left a think block open: the reply starts thinking
+    in_thinking: bool = False
+    #: the call format to parse (None: no tools offered, or tool_choice none)
+    fmt: ToolFormat | None = None
+    tools: tuple[Tool, ...] = ()
+
+    def parser(self) -> ReplyParser | None:
+        if self.thinking is None and self.fmt is None:
+            return None
+        return ReplyParser(self.thinking, self.in_thinking, self.fmt, self.tools)
+
+
 @dataclass
 class Prepared:
     """A resolved job met with its model: what the decode loop runs."""
@@ -102,6 +136,8 @@ class Prepared:
     #: the rendered prompt text (None for token-id prompts): the conversation cache's key
     prompt_text: str | None
     params: DecodeParams
+    #: how the reply is split (chat replies only)
+    reply: ReplyPlan | None = None
 
     @property
     def learns(self) -> bool:
@@ -115,16 +151,25 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
     prompt_text = None
     end_tokens: frozenset[int] = frozenset()
     end_strings: tuple[str, ...] = ()
+    plan: ReplyPlan | None = None
+    think: Thinking | None = None
+    grammar = job.grammar
     if job.messages is not None:
         template = lm.template
-        prompt_text = template.render(
-            job.messages,
-            bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
-            eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
-        )
+        prompt_text, plan, think = _render_chat(job, template, model)
         # a template that writes the BOS token gets no second one
         prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
         end_tokens, end_strings = template.end_tokens, template.end_strings
+        grammar = reply_grammar(
+            lit=grammar_literal(model),
+            thinking=think,
+            budget=job.thinking_budget,
+            answer=job.grammar,
+            fmt=plan.fmt,
+            tools=job.tools,
+            choice=job.tool_choice or ToolChoice("auto" if job.tools else "none"),
+            parallel=job.parallel_tool_calls is not False,
+        )
     elif isinstance(job.prompt, str):
         prompt_text = job.prompt
         prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
@@ -140,6 +185,7 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
     assert job.top_k is not None and isinstance(job.draft_depth, DraftDepth)
     assert job.presence_penalty is not None and job.frequency_penalty is not None and job.repeat_penalty is not None
     speculate = job.mtp is Mtp.ON and lm.source != MtpSource.OFF
+    markers = (plan.fmt.trigger,) if plan is not None and plan.fmt is not None else ()
     params = DecodeParams(
         max_tokens=job.max_tokens,
         stop=(*job.stop, *end_strings),
@@ -148,11 +194,33 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         sampled_draft=bool(job.sampled_draft),
         depth=depth_policy(lm, job.draft_depth) if speculate else None,
         ignore_eog=job.ignore_eog,
-        constraint=_constraint(job.grammar, model, end_tokens) if job.grammar is not None else None,
+        constraint=_constraint(grammar, model, end_tokens) if grammar is not None else None,
         logprobs=job.logprobs,
         penalties=Penalties(job.presence_penalty, job.frequency_penalty, job.repeat_penalty),
+        shown_tokens=shown_markers(model, markers) if markers else frozenset(),
+        thinking_end=think.end if think is not None else None,
     )
-    return Prepared(prompt, prompt_text, params)
+    return Prepared(prompt, prompt_text, params, plan)
+
+
+def _render_chat(job: Generate, template, model: Model) -> tuple[str, ReplyPlan, Thinking | None]:
+    """The chat prompt with the request's tools and template arguments, how its reply will
+    be split, and the thinking markers when the reply starts thinking."""
+    tools = job.tools
+    choice = job.tool_choice or ToolChoice("auto" if tools else "none")
+    offered = tools if choice.mode != "none" else ()
+    messages, tool_list, fmt = toolformats.conversation(template.source, normalize_messages(job.messages or []), offered)
+    text = template.render(
+        messages,
+        bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
+        eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
+        tools=tool_list,
+        extra=job.chat_template_kwargs,
+    )
+    markers = reasoning.detect(template.source)
+    in_thinking = markers is not None and markers.opens(text)
+    plan = ReplyPlan(markers if job.reasoning_format != "none" else None, in_thinking, fmt, tools)
+    return text, plan, markers if in_thinking else None
 
 
 def _constraint(spec: GrammarSpec, model: Model, end_tokens: frozenset[int]) -> Constraint:

@@ -31,10 +31,12 @@ class Shape:
     object: str
     chunk_object: str
     id_prefix: str
-    final: Callable[[str, str], dict]  # (text, finish_reason) -> choice
-    delta: Callable[[str, bool], dict]  # (text, first) -> choice
+    final: Callable[[J.GenerateResult], dict]  # the result -> its choice
+    deltas: Callable[[J.Tokens], list[dict]]  # an engine event -> the streamed choices it makes
     end: Callable[[str], dict]  # finish_reason -> last streamed choice
     logprobs: Callable[[list], dict]  # TokenLogprob list -> the choice's "logprobs"
+    #: the first streamed choice, before any text (chat: the role)
+    opening: dict | None = None
 
 
 def usage(res: J.GenerateResult) -> dict:
@@ -66,7 +68,12 @@ def timings(res: J.GenerateResult) -> dict:
         "speculative": s.mtp is Mtp.ON,
         "sampling": "sampled" if s.sampled else "greedy",
         "draft_depth": s.depth_json,
-    }
+        # speculation inside the reply's think block and after it
+        "thinking": {"predicted_n": s.thinking_tokens, "draft_n": s.thinking_drafted,
+                     "draft_n_accepted": s.thinking_accepted},
+        "answer": {"predicted_n": s.generated - s.thinking_tokens, "draft_n": s.drafted - s.thinking_drafted,
+                   "draft_n_accepted": s.accepted - s.thinking_accepted},
+    }  # fmt: skip
 
 
 def _with_logprobs(choice: dict, shape: Shape, lps) -> dict:
@@ -177,7 +184,7 @@ async def run(request: Request, parsed: Parsed, shape: Shape) -> Response:
                 "created": created,
                 "model": parsed.model,
                 "system_fingerprint": FINGERPRINT,
-                "choices": [_with_logprobs(shape.final(res.text, res.finish_reason), shape, res.logprobs)],
+                "choices": [_with_logprobs(shape.final(res), shape, res.logprobs)],
                 "usage": usage(res),
                 "timings": timings(res),
             }
@@ -229,18 +236,15 @@ async def _sse(
         data.update(extra)
         return _event(data)
 
-    first = True
     try:
-        if shape.chunk_object == "chat.completion.chunk":
-            yield chunk(shape.delta("", True))
-            first = False
+        if shape.opening is not None:
+            yield chunk(dict(shape.opening))
         pending = list(buffered)
         while True:
             ev = pending.pop(0) if pending else await stream.next()
             if isinstance(ev, J.Tokens):
-                if ev.text or ev.logprobs:
-                    yield chunk(_with_logprobs(shape.delta(ev.text, first), shape, ev.logprobs))
-                    first = False
+                for i, choice in enumerate(shape.deltas(ev)):
+                    yield chunk(_with_logprobs(choice, shape, ev.logprobs if i == 0 else None))
             elif isinstance(ev, J.Failed):
                 err = E.from_exception(ev.error)
                 yield _event(E.body(err.message, err.type, err.code))

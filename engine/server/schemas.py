@@ -1,7 +1,9 @@
 """OpenAI request bodies mapped to engine jobs.
 
 Only what the engine honours is accepted; anything it would silently ignore in a way
-that changes the result (n > 1, tools) is a 400 that says so.
+that changes the result (n > 1, legacy ``functions``) is a 400 that says so. Chat requests
+may offer ``tools`` (with ``tool_choice`` and ``parallel_tool_calls``) and steer thinking
+(``chat_template_kwargs``, ``reasoning_format``, ``thinking_budget_tokens``).
 Output constraints (``response_format``, ``json_schema``, ``grammar``, ``regex``) become
 the job's grammar. JSON
 types are checked here; values are checked by the engine's request step
@@ -18,6 +20,8 @@ from engine.runtime import jobs as J
 from engine.runtime import limits
 from engine.runtime.decode.depth import AUTO_TEXT, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
+from engine.errors import InvalidRequestError
+from engine.runtime.prompt.tools import normalize_messages, parse_choice, parse_tools
 from engine.runtime.request import check
 from engine.server.errors import HTTPError
 
@@ -61,8 +65,8 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
     n = _get(body, "n", (int,), 1)
     if n != 1:
         raise _bad("only n=1 is supported", "n")
-    if body.get("tools") or body.get("functions"):
-        raise _bad("tool calling is not supported by this endpoint", "tools")
+    if body.get("functions") or body.get("function_call"):
+        raise _bad("'functions' is OpenAI's retired form: send 'tools' (and 'tool_choice') instead", "functions")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None:
         limits.check_max_tokens(max_tokens, low=1)
@@ -160,11 +164,24 @@ def parse_chat(body: Any, models: dict[str, dict], defaults: J.Defaults | None =
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list", "messages")
-    return _parsed(c, defaults, messages=messages)
+    try:
+        tools = parse_tools(body.get("tools"))
+        choice = parse_choice(body.get("tool_choice"), tools)
+        normalize_messages(messages)
+    except InvalidRequestError as e:
+        raise _bad(str(e), e.param) from None
+    parallel = _get(body, "parallel_tool_calls", (bool,), None)
+    kwargs = _get(body, "chat_template_kwargs", (dict,), None)
+    fmt = _get(body, "reasoning_format", (str,), None)
+    budget = body.get("thinking_budget_tokens")
+    return _parsed(c, defaults, messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
+                   chat_template_kwargs=kwargs, reasoning_format=fmt, thinking_budget=budget)  # fmt: skip
 
 
 def parse_completion(body: Any, models: dict[str, dict], defaults: J.Defaults | None = None) -> Parsed:
     c = _common(body, models)
+    if body.get("tools"):
+        raise _bad("'tools' needs the chat API (POST /v1/chat/completions)", "tools")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one

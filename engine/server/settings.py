@@ -26,6 +26,9 @@ class ServerSettings:
     draft_depth: DraftDepth | int | str | None = None
     #: tokens generated for requests that give no max_tokens
     max_tokens: int = 512
+    #: most tokens a reply may think for requests that give no thinking_budget_tokens
+    #: (None: unlimited)
+    thinking_budget: int | None = None
     #: host names accepted in the ``Host`` header besides loopback names (DNS-rebinding
     #: guard); bound to a non-loopback address with this empty, any host is accepted
     allowed_hosts: tuple[str, ...] = field(default=())
@@ -39,7 +42,7 @@ class ServerSettings:
     @property
     def request_defaults(self) -> Defaults:
         """The endpoint's defaults for what a request leaves out (over the engine's)."""
-        return Defaults(max_tokens=self.max_tokens, draft_depth=self.draft_depth)
+        return Defaults(max_tokens=self.max_tokens, draft_depth=self.draft_depth, thinking_budget=self.thinking_budget)
 
     def check(self) -> None:
         """Raise ValueError when the settings would expose the endpoint unsafely."""

@@ -110,9 +110,13 @@ def test_unknown_model_is_404_not_the_default(client):
 def test_unsupported_parameters_are_400(client):
     with pytest.raises(openai.BadRequestError, match="n=1"):
         client.chat.completions.create(model=MODEL, messages=MESSAGES, n=2)
-    with pytest.raises(openai.BadRequestError, match="tool calling"):
+    with pytest.raises(openai.BadRequestError, match="retired form"):
         client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]
+            model=MODEL, messages=MESSAGES, functions=[{"name": "f", "parameters": {}}]
+        )
+    with pytest.raises(openai.BadRequestError, match="chat API"):
+        client.completions.create(
+            model=MODEL, prompt="x", extra_body={"tools": [{"type": "function", "function": {"name": "f"}}]}
         )
 
 

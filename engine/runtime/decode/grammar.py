@@ -30,6 +30,9 @@ from engine.errors import DecodeError, InvalidRequestError
 
 #: what a request may ask for (``grammar`` is llama.cpp's GBNF, or Lark)
 KINDS = ("json_schema", "json_object", "lark", "gbnf", "regex")
+#: built here, never taken from a request: llguidance's own grammar list (JSON), e.g. a
+#: reply's thinking + answer + tool-call grammar (engine.runtime.prompt.replygrammar)
+INTERNAL_KINDS = ("llguidance",)
 #: largest grammar or schema text accepted (characters)
 MAX_GRAMMAR_CHARS = 200_000
 #: JSON is generated compact (no whitespace between tokens): a model cannot pad forever
@@ -69,7 +72,7 @@ def compile_grammar(spec: GrammarSpec) -> str:
     import llguidance
     from llguidance.gbnf_to_lark import any_to_lark
 
-    if spec.kind not in KINDS:
+    if spec.kind not in KINDS + INTERNAL_KINDS:
         raise InvalidRequestError(f"unknown constraint kind {spec.kind!r} (use one of {', '.join(KINDS)})",
                                   param=spec.param)  # fmt: skip
     if len(spec.source) > MAX_GRAMMAR_CHARS:
@@ -81,6 +84,8 @@ def compile_grammar(spec: GrammarSpec) -> str:
             grammar = llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
         elif spec.kind == "json_schema":
             grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.source, defaults=JSON_OPTIONS)
+        elif spec.kind == "llguidance":
+            grammar = spec.source
         elif spec.kind == "regex":
             grammar = llguidance.LLMatcher.grammar_from_regex(spec.source)
         elif spec.kind == "gbnf":

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -59,6 +59,12 @@ class DecodeParams:
     penalties: Penalties = field(default_factory=Penalties)
     #: report each token's log-probability and this many alternatives (0-20); None: off
     logprobs: int | None = None
+    #: control tokens shown as their text (a tool-call format's markers, which the reply
+    #: parser must see; control tokens otherwise render as nothing)
+    shown_tokens: frozenset[int] = frozenset()
+    #: the reply starts inside a think block that this marker ends: rounds are counted as
+    #: thinking until it is emitted (GenerationStats.thinking)
+    thinking_end: str | None = None
 
 
 @dataclass
@@ -130,10 +136,15 @@ def generate(
         is_end = lambda t: t in ends or model.is_eog(t)  # noqa: E731
     # under a grammar, the grammar decides where the output may end
     ignore_eog = params.ignore_eog and params.constraint is None
-    checker = StopChecker(model.piece, is_end, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=ignore_eog)
+    piece = model.piece
+    if params.shown_tokens:
+        shown = {t: model.token_text(t).encode("utf-8") for t in params.shown_tokens}
+        piece = lambda t: shown.get(t) or model.piece(t)  # noqa: E731
+    checker = StopChecker(piece, is_end, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=ignore_eog)
     repairs0 = session.repairs
     t0 = time.perf_counter()
     run = _Run(session, params, checker, stats, cancel, on_emit, on_round)
+    run.piece = piece
     if not greedy:
         stats.seed = run.sampler.seed
     source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel) if policy is not None else None
@@ -193,6 +204,10 @@ class _Run:
         #: log-probabilities of tokens chosen but not pushed yet, and of those emitted
         self.pending_lps: list[TokenLogprob] = []
         self.emitted_lps: list[TokenLogprob] = []
+        #: inside the reply's think block (until params.thinking_end is emitted)
+        self.thinking = params.thinking_end is not None
+        self._think_tail = ""
+        self.piece: Callable[[int], bytes] = session.target.model.piece
 
     def note_lp(self, row: np.ndarray | None, token: int) -> None:
         """Record the log-probability of ``token`` chosen from ``row`` (None: forced)."""
@@ -213,6 +228,8 @@ class _Run:
         self._emit([], self.checker.finish(reason))
 
     def _round(self, r: RoundStats) -> None:
+        if self.thinking:
+            r = replace(r, thinking=True)
         self.stats.record(r)
         if self.on_round is not None:
             self.on_round(r)
@@ -233,6 +250,8 @@ class _Run:
                 break
         if self.penalties is not None:
             self.counts.update(out)
+        if self.thinking:
+            self._note_thinking(out, "".join(text))
         lps = None
         if self.p.logprobs is not None:
             lps = self.pending_lps[: len(out)]
@@ -240,6 +259,26 @@ class _Run:
             self.emitted_lps.extend(lps)
         self._emit(out, "".join(text), lps)
         return len(out), stop
+
+    def _note_thinking(self, tokens: list[int], text: str) -> None:
+        """Count thinking tokens; the think block ends when its end marker is emitted."""
+        end = self.p.thinking_end
+        assert end is not None
+        tail = self._think_tail + text
+        i = tail.find(end)
+        if i < 0:
+            self.stats.thinking_tokens += len(tokens)
+            self._think_tail = tail[-len(end):]
+            return
+        # the tokens up to the one completing the marker are thinking
+        done, n = len(self._think_tail), 0
+        for t in tokens:
+            if done >= i + len(end):
+                break
+            done += len(self.piece(t).decode("utf-8", "replace"))
+            n += 1
+        self.stats.thinking_tokens += n
+        self.thinking = False
 
     # ------------------------------------------------------------------ plain
     def plain(self, tok: int) -> None:

@@ -29,6 +29,8 @@ class RoundStats:
     sync_ms: float = 0.0
     #: tokens a grammar forced this round: decoded in the same forward, chosen by no model
     forced: int = 0
+    #: the round ended inside the reply's think block
+    thinking: bool = False
 
     @property
     def rejected(self) -> int:
@@ -63,6 +65,10 @@ class GenerationStats:
     seed: int | None = None  # the seed sampling used (given or drawn), to replay it
     #: emitted tokens a grammar forced (chosen by no model; free with or without MTP)
     forced: int = 0
+    #: emitted tokens inside the reply's think block, and drafts made and accepted there
+    thinking_tokens: int = 0
+    thinking_drafted: int = 0
+    thinking_accepted: int = 0
 
     @property
     def rejected(self) -> int:
@@ -95,6 +101,9 @@ class GenerationStats:
         self.accepted += r.accepted
         self.draft_ms += r.draft_ms
         self.verify_ms += r.verify_ms
+        if r.thinking:
+            self.thinking_drafted += r.drafted
+            self.thinking_accepted += r.accepted
         if r.drafted:
             _grow(self.drafted_at, r.drafted)
             _grow(self.accepted_at, r.drafted)

@@ -38,6 +38,7 @@ from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
 from engine.runtime.decode.session import Session
+from engine.runtime.prompt import reasoning, toolformats
 from engine.runtime.prompt.templates import ChatTemplate, resolve_template
 
 
@@ -252,6 +253,7 @@ def load(
         raise
     name = spec.name or Path(spec.path).name.removesuffix(".gguf")
     template = resolve_template(model)
+    thinking = reasoning.detect(template.source)
     quant = _quant_name(target_set)
     info = {
         "path": str(spec.path),
@@ -268,6 +270,11 @@ def load(
         "quantization": quant,
         "add_bos": model.add_bos,
         "chat_template": template.describe(),
+        #: the template thinks in <think> blocks, and takes enable_thinking (a Think toggle)
+        "thinks": thinking is not None,
+        "think_toggle": thinking is not None and thinking.toggle,
+        #: the tool-call family its template writes (prompt.toolformats)
+        "tool_format": toolformats.detect(template.source).format.name,
         "extra_bufts": extra_bufts,
         #: fallbacks the load probe had to take, as sentences for the user
         "fallbacks": list(verdict.fallbacks),

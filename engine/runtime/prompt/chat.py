@@ -31,10 +31,27 @@ CHATML = (
 ROLES = ("system", "user", "assistant", "tool")
 
 
+def _generation_tag():
+    """``{% generation %}…{% endgeneration %}`` (transformers' assistant-mask markers, used
+    by LFM2.5 and Laguna templates): renders its body."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return Generation
+
+
 @lru_cache(maxsize=16)
 def _compile(template: str):
     from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import SandboxedEnvironment
 
     def raise_exception(message: str):
         raise TemplateError(message)
@@ -42,9 +59,18 @@ def _compile(template: str):
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         import json
 
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+        def plain(o):  # e.g. the generator of `tools | map(attribute='function')`
+            if hasattr(o, "__iter__") and not isinstance(o, (str, bytes, dict)):
+                return list(o)
+            raise TypeError(f"{type(o).__name__} is not JSON")
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                          default=plain)  # fmt: skip
+
+    # sandboxed (no access to Python internals); templates may build their own lists
+    # (Kimi's append to one), as llama.cpp's and vLLM's renderers allow
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                               extensions=["jinja2.ext.loopcontrols", _generation_tag()])  # fmt: skip
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
@@ -69,12 +95,36 @@ def validate_messages(messages: list[dict]) -> list[dict]:
                     raise InvalidRequestError(f"messages[{i}].content: only text parts are supported")
                 parts.append(str(part.get("text", "")))
             content = "".join(parts)
-        elif content is None:
+        elif content is None:  # an assistant turn that only calls tools: "" as llama.cpp passes it
             content = ""
         elif not isinstance(content, str):
             raise InvalidRequestError(f"messages[{i}].content must be a string")
-        out.append({**m, "role": role, "content": content})
+        reasoning = m.get("reasoning_content", m.get("reasoning"))
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise InvalidRequestError(f"messages[{i}].reasoning_content must be a string")
+        msg = {**m, "role": role, "content": content}
+        if reasoning is not None:
+            msg["reasoning_content"] = reasoning
+        out.append(msg)
     return out
+
+
+#: names a request's chat_template_kwargs may not set (the renderer's own)
+RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
+                      "strftime_now"})  # fmt: skip
+
+
+def template_kwargs(extra: dict | None) -> dict:
+    """A request's ``chat_template_kwargs`` (e.g. ``enable_thinking``), checked."""
+    if not extra:
+        return {}
+    if not isinstance(extra, dict):
+        raise InvalidRequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+    bad = [k for k in extra if not isinstance(k, str) or not k.isidentifier() or k in RESERVED]
+    if bad:
+        raise InvalidRequestError(f"'chat_template_kwargs' cannot set {', '.join(map(str, bad))}",
+                                  param="chat_template_kwargs")  # fmt: skip
+    return dict(extra)
 
 
 def render(
@@ -84,19 +134,29 @@ def render(
     add_generation_prompt: bool = True,
     bos_token: str = "",
     eos_token: str = "",
+    tools: list[dict] | None = None,
+    extra: dict | None = None,
 ) -> str:
+    """``messages`` rendered by ``template``, with ``tools`` (OpenAI's shape) and the
+    request's ``chat_template_kwargs`` (``extra``) in its context."""
     from jinja2 import TemplateError
 
     msgs = validate_messages(messages)
+    context = template_kwargs(extra)
+    if tools:
+        context["tools"] = tools
     try:
         return _compile(template or CHATML).render(
             messages=msgs,
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token,
             eos_token=eos_token,
+            **context,
         )
     except TemplateError as e:
         raise InvalidRequestError(f"the model's chat template rejected these messages: {e}") from None
+    except Exception as e:  # a template's own bug (a None it did not expect, str + dict …): still the request's 400
+        raise InvalidRequestError(f"the model's chat template failed on these messages: {type(e).__name__}: {e}") from None
 
 
 @dataclass

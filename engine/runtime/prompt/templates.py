@@ -39,11 +39,11 @@ class ChatTemplate:
             return f"llama.cpp built-in '{self.name}' (the file has none; chosen from its vocabulary)"
         return "ChatML (default: the file has no template and its vocabulary matches no built-in)"
 
-    def render(self, messages: list[dict], *, add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "") -> str:
+    def render(self, messages: list[dict], *, add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
+               tools: list[dict] | None = None, extra: dict | None = None) -> str:  # fmt: skip
         if self.source is not None:
-            return chat.render(
-                self.source, messages, add_generation_prompt=add_generation_prompt, bos_token=bos_token, eos_token=eos_token
-            )
+            return chat.render(self.source, messages, add_generation_prompt=add_generation_prompt, bos_token=bos_token,
+                               eos_token=eos_token, tools=tools, extra=extra)  # fmt: skip
         return apply_builtin(self.name, chat.validate_messages(messages), add_generation_prompt)
 
 

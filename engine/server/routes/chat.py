@@ -5,28 +5,60 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
+from engine.runtime import jobs as J
+from engine.runtime.prompt.reply import CONTENT, REASONING
 from engine.server.generation import Shape, chat_logprobs, run
 from engine.server.request import json_body
 from engine.server.schemas import parse_chat
+
+def _message(res: J.GenerateResult) -> dict:
+    """The reply as OpenAI's assistant message: thinking in ``reasoning_content``, calls in
+    ``tool_calls`` (``content`` null when there is only a call)."""
+    reply = res.reply
+    if reply is None:
+        return {"role": "assistant", "content": res.text}
+    msg: dict = {"role": "assistant", "content": reply.content if (reply.content or not reply.calls) else None}
+    if reply.reasoning:
+        msg["reasoning_content"] = reply.reasoning
+    if reply.calls:
+        msg["tool_calls"] = [c.to_openai() for c in reply.calls]
+    return msg
+
+
+def _choice(delta: dict) -> dict:
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+
+
+def _deltas(ev: J.Tokens) -> list[dict]:
+    """The streamed choices of one engine event: content, reasoning_content, and each call
+    as its id and name, then its arguments under the same index."""
+    if ev.parts is None:
+        return [_choice({"content": ev.text})] if (ev.text or ev.logprobs) else []
+    out = []
+    for p in ev.parts:
+        if p.kind == REASONING:
+            out.append(_choice({"reasoning_content": p.text}))
+        elif p.kind == CONTENT:
+            out.append(_choice({"content": p.text}))
+        elif p.call is not None:
+            c = p.call
+            head = {"index": p.index, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
+            out.append(_choice({"tool_calls": [head]}))
+            out.append(_choice({"tool_calls": [{"index": p.index, "function": {"arguments": c.arguments}}]}))
+    if not out and ev.logprobs:
+        out.append(_choice({"content": ""}))
+    return out
+
 
 SHAPE = Shape(
     object="chat.completion",
     chunk_object="chat.completion.chunk",
     id_prefix="chatcmpl-",
-    final=lambda text, finish: {
-        "index": 0,
-        "message": {"role": "assistant", "content": text},
-        "logprobs": None,
-        "finish_reason": finish,
-    },
-    delta=lambda text, first: {
-        "index": 0,
-        "delta": {"role": "assistant", "content": text} if first else {"content": text},
-        "logprobs": None,
-        "finish_reason": None,
-    },
+    final=lambda res: {"index": 0, "message": _message(res), "logprobs": None, "finish_reason": res.finish_reason},
+    deltas=_deltas,
     logprobs=chat_logprobs,
     end=lambda finish: {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish},
+    opening=_choice({"role": "assistant", "content": ""}),
 )
 
 

@@ -13,8 +13,8 @@ SHAPE = Shape(
     object="text_completion",
     chunk_object="text_completion",
     id_prefix="cmpl-",
-    final=lambda text, finish: {"index": 0, "text": text, "logprobs": None, "finish_reason": finish},
-    delta=lambda text, first: {"index": 0, "text": text, "logprobs": None, "finish_reason": None},
+    final=lambda res: {"index": 0, "text": res.text, "logprobs": None, "finish_reason": res.finish_reason},
+    deltas=lambda ev: [{"index": 0, "text": ev.text, "logprobs": None, "finish_reason": None}] if (ev.text or ev.logprobs) else [],
     logprobs=completion_logprobs,
     end=lambda finish: {"index": 0, "text": "", "logprobs": None, "finish_reason": finish},
 )

@@ -1,0 +1,173 @@
+"""A reply's text split as it streams: thinking, content and tool calls.
+
+:class:`ReplyParser` is fed the generated text piece by piece (as the engine emits it)
+and returns :class:`Part` s: thinking text until the template's end marker, then content,
+then tool calls in the template's format, each as soon as it is complete. Text that
+might be the start of a marker is held back until it is clear, so no marker ever
+reaches the content. Calls that do not parse are content: a model's malformed call is
+its answer, never an error. The same parser serves the endpoint and the chat page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.runtime.prompt.reasoning import Thinking
+from engine.runtime.prompt.toolformats import ToolFormat
+from engine.runtime.prompt.tools import Tool, ToolCall
+
+REASONING, CONTENT, CALL = "reasoning", "content", "call"
+
+
+@dataclass(frozen=True)
+class Part:
+    kind: str  # REASONING | CONTENT | CALL
+    text: str = ""
+    call: ToolCall | None = None
+    index: int = 0  # the call's index in the reply
+
+
+@dataclass
+class Reply:
+    """A whole reply, split."""
+
+    reasoning: str = ""
+    content: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def add(self, parts: list[Part]) -> None:
+        for p in parts:
+            if p.kind == REASONING:
+                self.reasoning += p.text
+            elif p.kind == CONTENT:
+                self.content += p.text
+            elif p.call is not None:
+                self.calls.append(p.call)
+
+
+def _held(buf: str, marker: str) -> int:
+    """How many characters at the end of ``buf`` could begin ``marker``."""
+    for n in range(min(len(marker) - 1, len(buf)), 0, -1):
+        if marker.startswith(buf[-n:]):
+            return n
+    return 0
+
+
+class ReplyParser:
+    """Incremental splitter for one reply.
+
+    ``thinking``: the template's markers (None: no split; ``reasoning_format: none``);
+    ``in_thinking``: the prompt left a think block open; ``fmt``/``tools``: parse calls in
+    this format (None: the reply is content)."""
+
+    def __init__(self, thinking: Thinking | None = None, in_thinking: bool = False, fmt: ToolFormat | None = None,
+                 tools: tuple[Tool, ...] = ()):  # fmt: skip
+        self.thinking = thinking
+        self.fmt = fmt
+        self.tools = tools
+        # "start": may still open a think block; "think"; "content"; "calls"
+        self.state = "think" if (thinking is not None and in_thinking) else ("start" if thinking is not None else "content")
+        self.buf = ""
+        self.lead = True  # strip whitespace at the start of content
+        self.calls: list[ToolCall] = []
+        self.reply = Reply()
+
+    # ------------------------------------------------------------------ feed
+    def feed(self, text: str) -> list[Part]:
+        self.buf += text
+        out: list[Part] = []
+        while True:
+            before = (self.state, len(self.buf))
+            self._step(out, final=False)
+            if (self.state, len(self.buf)) == before:
+                break
+        self.reply.add(out)
+        return out
+
+    def finish(self) -> list[Part]:
+        out: list[Part] = []
+        for _ in range(4):
+            self._step(out, final=True)
+        if self.state == "calls" and self.buf:
+            calls, end = self.fmt.scan(self.buf, self.tools) if self.fmt else ([], 0)
+            self._new_calls(calls, out)
+            rest = self.buf[end:] if calls else self.buf
+            if rest.strip():
+                out.append(Part(CONTENT, rest if self.calls or self.reply.content else rest.lstrip()))
+            self.buf = ""
+        self.reply.add(out)
+        return out
+
+    @property
+    def in_thinking(self) -> bool:
+        return self.state == "think"
+
+    # ----------------------------------------------------------------- steps
+    def _step(self, out: list[Part], final: bool) -> None:
+        if self.state == "start":
+            assert self.thinking is not None
+            stripped = self.buf.lstrip()
+            if stripped.startswith(self.thinking.start):
+                self.buf = stripped[len(self.thinking.start) :].lstrip("\n")
+                self.state = "think"
+            elif final or (stripped and not self.thinking.start.startswith(stripped)):
+                self.state = "content"
+        elif self.state == "think":
+            assert self.thinking is not None
+            i = self.buf.find(self.thinking.end)
+            if i >= 0:
+                self._emit(out, REASONING, self.buf[:i].rstrip("\n") if i else "")
+                self.buf = self.buf[i + len(self.thinking.end) :]
+                self.state = "content"
+                self.lead = True
+            else:
+                keep = 0 if final else _held(self.buf, self.thinking.end)
+                self._emit(out, REASONING, self.buf[: len(self.buf) - keep])
+                self.buf = self.buf[len(self.buf) - keep :]
+        elif self.state == "content":
+            if self.lead:
+                self.buf = self.buf.lstrip()
+                if not self.buf:
+                    return
+                self.lead = False
+            if self.fmt is None:
+                self._emit(out, CONTENT, self.buf)
+                self.buf = ""
+                return
+            i = self.fmt.find(self.buf)
+            if i >= 0:
+                self._emit(out, CONTENT, self.buf[:i].rstrip() if i else "")
+                self.buf = self.buf[i:]
+                self.state = "calls"
+            elif not self.fmt.trigger:  # JSON calls: only a reply that starts with one
+                if self.reply.content or self.buf.strip():
+                    self._emit(out, CONTENT, self.buf)
+                    self.buf = ""
+                    self.fmt = None
+            else:
+                keep = 0 if final else _held(self.buf, self.fmt.trigger)
+                self._emit(out, CONTENT, self.buf[: len(self.buf) - keep])
+                self.buf = self.buf[len(self.buf) - keep :]
+        elif self.state == "calls" and not final:
+            assert self.fmt is not None
+            calls, _ = self.fmt.scan(self.buf, self.tools)
+            self._new_calls(calls, out)
+
+    def _new_calls(self, calls: list[ToolCall], out: list[Part]) -> None:
+        for c in calls[len(self.calls) :]:
+            out.append(Part(CALL, call=c, index=len(self.calls)))
+            self.calls.append(c)
+
+    @staticmethod
+    def _emit(out: list[Part], kind: str, text: str) -> None:
+        if text:
+            out.append(Part(kind, text))
+
+
+def split(text: str, thinking: Thinking | None = None, in_thinking: bool = False, fmt: ToolFormat | None = None,
+          tools: tuple[Tool, ...] = ()) -> Reply:  # fmt: skip
+    """A whole reply's text split at once."""
+    p = ReplyParser(thinking, in_thinking, fmt, tools)
+    p.feed(text)
+    p.finish()
+    return p.reply
