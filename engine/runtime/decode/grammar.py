@@ -137,10 +137,21 @@ class Constraint:
         return out
 
     def forced_run(self, limit: int) -> list[int]:
-        """The forced tokens from here on (at most ``limit``), without consuming them."""
-        out = self._consume_forced(limit)
-        if out:
-            self.matcher.rollback(len(out))
+        """The forced tokens from here on (at most ``limit``), without consuming them
+        (found on a copy of the matcher: rolling back across a token-limited part of the
+        grammar, such as a thinking budget, does not restore its count)."""
+        if self.forced() is None:
+            return []
+        probe = self.matcher.deep_copy()
+        out: list[int] = []
+        while len(out) < limit and not probe.is_stopped():
+            ff = probe.compute_ff_tokens()
+            if not ff:
+                break
+            for t in ff[: limit - len(out)]:
+                if not probe.consume_token(t):
+                    return out
+                out.append(t)
         return out
 
     def _consume_forced(self, limit: int) -> list[int]:

@@ -48,7 +48,8 @@ def reply_grammar(
     if thinking is not None and budget is None and answer is None and not allowed:
         return None
     extra: list[dict] = []
-    rules = ["WS: /[ \\t\\r\\n]*/", f"TEXT: {_TEXT}"]
+    # whitespace between the parts, bounded: a model cannot pad a reply forever
+    rules = ["WS: /[ \\t\\r\\n]{0,3}/", f"TEXT: {_TEXT}"]
     if answer is not None:
         extra = _named(answer, "answer")
         plain = "@answer"
