@@ -17,6 +17,8 @@ from engine.runtime.prompt.toolformats import ToolFormat
 from engine.runtime.prompt.tools import Tool, ToolCall
 
 REASONING, CONTENT, CALL = "reasoning", "content", "call"
+#: what a JSON-call reply (Llama 3, generic) may start with
+_JSON_OPENERS = ("{", "<|python_tag|>")
 
 
 @dataclass(frozen=True)
@@ -140,12 +142,18 @@ class ReplyParser:
                 self.buf = self.buf[i:]
                 self.state = "calls"
             elif not self.fmt.trigger:  # JSON calls: only a reply that starts with one
-                if self.reply.content or self.buf.strip():
+                head = self.buf.lstrip()
+                if final or not any(m.startswith(head) for m in _JSON_OPENERS):
                     self._emit(out, CONTENT, self.buf)
                     self.buf = ""
                     self.fmt = None
             else:
-                keep = 0 if final else _held(self.buf, self.fmt.trigger)
+                # hold back what may begin the opening marker, and trailing whitespace (it
+                # belongs to the content only if more content follows)
+                keep = 0
+                if not final:
+                    keep = _held(self.buf, self.fmt.trigger)
+                    keep += len(self.buf[: len(self.buf) - keep]) - len(self.buf[: len(self.buf) - keep].rstrip())
                 self._emit(out, CONTENT, self.buf[: len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep :]
         elif self.state == "calls" and not final:

@@ -1,0 +1,162 @@
+"""Replies split into thinking, content and tool calls: every format's parser on recorded
+and malformed outputs, streamed piece by piece as the engine emits them, and the reply
+grammar (lazy calls under auto, a thinking budget) driven token by token on a real
+vocabulary."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine.runtime.prompt import toolformats as TF
+from engine.runtime.prompt.reasoning import Thinking
+from engine.runtime.prompt.reply import CALL, CONTENT, REASONING, ReplyParser, split
+from engine.runtime.prompt.tools import ToolChoice, parse_tools
+
+TOOLS = parse_tools([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "tags": {"type": "array"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
+        "a": {"type": "number"}, "b": {"type": "number"}}}}},
+])  # fmt: skip
+
+#: replies as the model families write them (shapes from their templates and model cards)
+RECORDED = {
+    TF.QWEN_XML: "I will check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n"
+                 "<parameter=days>\n3\n</parameter>\n<parameter=tags>\n[\"sun\", \"wind\"]\n</parameter>\n</function>\n"
+                 "</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n1.5\n</parameter>\n<parameter=b>\n2\n"
+                 "</parameter>\n</function>\n</tool_call>",
+    TF.HERMES: 'I will check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, '
+               '"tags": ["sun", "wind"]}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": "{\\"a\\": 1.5, '
+               '\\"b\\": 2}"}\n</tool_call>',
+    TF.LLAMA3: '<|python_tag|>{"name": "get_weather", "parameters": {"city": "San Francisco", "days": 3, "tags": '
+               '["sun", "wind"]}}; {"name": "add", "parameters": {"a": 1.5, "b": 2}}',
+    TF.MISTRAL: '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, "tags": '
+                '["sun", "wind"]}, "id": "abcdefghi"}, {"name": "add", "arguments": {"a": 1.5, "b": 2}}]',
+    TF.MISTRAL_ARGS: '[TOOL_CALLS]get_weather[CALL_ID]abc123def[ARGS]{"city": "San Francisco", "days": 3, "tags": '
+                     '["sun", "wind"]}[TOOL_CALLS]add[ARGS]{"a": 1.5, "b": 2}',
+    TF.DEEPSEEK: 'I will check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "San '
+                 'Francisco", "days": 3, "tags": ["sun", "wind"]}<｜tool▁call▁end｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>'
+                 '{"a": 1.5, "b": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    TF.DEEPSEEK_R1: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "San '
+                    'Francisco", "days": 3, "tags": ["sun", "wind"]}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>'
+                    'function<｜tool▁sep｜>add\n```json\n{"a": 1.5, "b": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    TF.FUNCTION_TAG: '<function=get_weather>{"city": "San Francisco", "days": 3, "tags": ["sun", "wind"]}</function>'
+                     '<function=add>{"a": 1.5, "b": 2}</function>',
+    TF.GENERIC: '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, "tags": '
+                '["sun", "wind"]}}, {"name": "add", "arguments": {"a": 1.5, "b": 2}}]}',
+}  # fmt: skip
+WANT = [("get_weather", {"city": "San Francisco", "days": 3, "tags": ["sun", "wind"]}), ("add", {"a": 1.5, "b": 2})]
+
+
+def _calls(reply) -> list[tuple[str, dict]]:
+    return [(c.name, json.loads(c.arguments)) for c in reply.calls]
+
+
+@pytest.mark.parametrize("fmt", list(RECORDED), ids=lambda f: f.name)
+def test_recorded_replies_parse_whole_and_streamed(fmt):
+    text = RECORDED[fmt]
+    whole = split(text, fmt=fmt, tools=TOOLS)
+    assert _calls(whole) == WANT
+    assert whole.content in ("", "I will check.")
+    # streamed in 3-character pieces: the same calls, each emitted once, and no markup in the content
+    p = ReplyParser(fmt=fmt, tools=TOOLS)
+    parts = [x for i in range(0, len(text), 3) for x in p.feed(text[i : i + 3])] + p.finish()
+    assert [(x.call.name, json.loads(x.call.arguments)) for x in parts if x.kind == CALL] == WANT
+    assert [x.index for x in parts if x.kind == CALL] == [0, 1]
+    assert "".join(x.text for x in parts if x.kind == CONTENT) == whole.content
+    # the writer's own output parses back
+    assert _calls(split(fmt.write(WANT), fmt=fmt, tools=TOOLS)) == WANT
+
+
+@pytest.mark.parametrize("fmt", list(RECORDED), ids=lambda f: f.name)
+def test_malformed_or_cut_calls_are_content_not_errors(fmt):
+    text = RECORDED[fmt]
+    for broken in (text[: len(text) * 2 // 3], text.replace("get_weather", "get weather\x00{", 1) + "}}}"):
+        reply = split(broken, fmt=fmt, tools=TOOLS)
+        # whatever did not parse is there as content, never lost and never an exception
+        assert reply.content or reply.calls
+        assert len(reply.calls) <= 2
+
+
+def test_xml_parameters_are_typed_by_the_tool_schema():
+    text = "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=days>\n42\n</parameter>\n</function>\n</tool_call>"  # noqa: E501
+    (call,) = split(text, fmt=TF.QWEN_XML, tools=TOOLS).calls
+    assert json.loads(call.arguments) == {"city": "42", "days": 42}
+
+
+def test_thinking_is_split_from_content_however_the_text_is_cut():
+    text = "Let me think </thin about it.</think>\n\nThe answer is 4."
+    for step in (1, 2, 5, len(text)):
+        p = ReplyParser(Thinking(), in_thinking=True)
+        parts = [x for i in range(0, len(text), step) for x in p.feed(text[i : i + step])] + p.finish()
+        assert "".join(x.text for x in parts if x.kind == REASONING) == "Let me think </thin about it."
+        assert "".join(x.text for x in parts if x.kind == CONTENT) == "The answer is 4."
+    # a model that opens the block itself
+    r = split("<think>\nhmm\n</think>\n\nYes.", Thinking(), in_thinking=False)
+    assert (r.reasoning, r.content) == ("hmm", "Yes.")
+    # thinking, then a call
+    r = split("plan</think>\n\n" + RECORDED[TF.QWEN_XML], Thinking(), True, TF.QWEN_XML, TOOLS)
+    assert r.reasoning == "plan" and _calls(r) == WANT and r.content == "I will check."
+
+
+def test_format_detection_reads_the_template_not_the_name():
+    assert TF.detect("{{ '<tool_call>\\n<function=' }}<parameter=").format is TF.QWEN_XML
+    assert TF.detect('{{ tools }} <tool_call> {"name": .., "arguments": ..}').format is TF.HERMES
+    assert TF.detect("[TOOL_CALLS] [ARGS]").format is TF.MISTRAL_ARGS
+    assert TF.detect("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}").format is TF.GENERIC
+
+
+# ---------------------------------------------------------------- grammar, token by token
+@pytest.fixture(scope="module")
+def demo_vocab():
+    from pathlib import Path
+
+    from engine.runtime.llama.model import Model
+    from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer
+
+    m = Model.load(Path(__file__).parents[3] / "resources" / "demo.gguf", load_mtp=False)
+    return m, grammar_tokenizer(m, frozenset()), grammar_literal(m)
+
+
+def _drive(demo_vocab, spec, prefix: str, steps: int, seed: int = 0) -> str:
+    """Text a random model writes under ``spec`` after being steered through ``prefix``."""
+    from engine.runtime.decode.grammar import Constraint, compile_grammar
+
+    m, tok, _ = demo_vocab
+    c = Constraint(tok, compile_grammar(spec), m.n_vocab)
+    out = m.tokenize(prefix, parse_special=False) if prefix else []
+    for t in out:
+        c.take(t)
+    rng = np.random.default_rng(seed)
+    for i in range(steps):
+        t = c.choose(rng.standard_normal(m.n_vocab).astype(np.float32), i, lambda row, pos: int(np.argmax(row)))
+        if m.is_eog(t):
+            break
+        out.append(t)
+    return m.detokenize(out)
+
+
+def test_auto_tools_are_lazy_until_the_call_opens_then_the_call_is_forced_valid(demo_vocab):
+    from engine.runtime.prompt.replygrammar import reply_grammar
+
+    bounded = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]}}}])  # fmt: skip
+    spec = reply_grammar(lit=demo_vocab[2], fmt=TF.QWEN_XML, tools=bounded, choice=ToolChoice("auto"))
+    free = _drive(demo_vocab, spec, "", 40)
+    assert "<tool_call>" not in free  # free text: the model was not pushed into a call
+    called = _drive(demo_vocab, spec, "Sure, checking. <tool_call>", 400)
+    r = split(called, fmt=TF.QWEN_XML, tools=bounded)
+    assert [c.name for c in r.calls] == ["pick"] and 0 <= json.loads(r.calls[0].arguments)["n"] <= 9
+
+
+def test_a_thinking_budget_forces_the_end_marker(demo_vocab):
+    from engine.runtime.prompt.replygrammar import reply_grammar
+
+    spec = reply_grammar(lit=demo_vocab[2], thinking=Thinking(), budget=7)
+    text = _drive(demo_vocab, spec, "", 60)
+    head, _, tail = text.partition("</think>")
+    assert _ and len(demo_vocab[0].tokenize(head, parse_special=False)) <= 7
+    assert reply_grammar(lit=demo_vocab[2], thinking=Thinking()) is None  # no budget, no constraint: no grammar
