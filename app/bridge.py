@@ -14,6 +14,9 @@ Bridge signals (GUI thread), for observers of every job:
     modelsChanged(dict)                  loaded models (name -> info), after a load/unload
 
 JobSignals (one job's, GUI thread):
+    parts(list[Part])                    the same text split into thinking, content and
+                                         tool calls (prompt.reply), emitted just before
+                                         tokens, only when the reply is split
     tokens(text, n_tokens)               text since the last flush
     rounds(list[RoundStats])
     progress(fraction, message)
@@ -42,6 +45,7 @@ class JobSignals(QObject):
     """One job's events. ``id`` is the engine's job id; :meth:`cancel` cancels it."""
 
     tokens = Signal(str, int)
+    parts = Signal(list)
     rounds = Signal(list)
     progress = Signal(float, str)
     failed = Signal(object)
@@ -117,12 +121,16 @@ class EngineBridge(QObject):
         self._last_flush = time.monotonic()
         text: dict[int, list[str]] = {}
         counts: dict[int, int] = {}
+        parts: dict[int, list] = {}
         rounds: dict[int, list] = {}
 
         def flush_job(jid: int) -> None:
             js = self._jobs.get(jid)
             if jid in text:
                 chunk, n = "".join(text.pop(jid)), counts.pop(jid, 0)
+                split = parts.pop(jid, None)
+                if js is not None and split is not None:
+                    js.parts.emit(split)
                 if js is not None:
                     js.tokens.emit(chunk, n)
             if jid in rounds:
@@ -135,6 +143,8 @@ class EngineBridge(QObject):
             if isinstance(ev, J.Tokens):
                 text.setdefault(jid, []).append(ev.text)
                 counts[jid] = counts.get(jid, 0) + len(ev.tokens)
+                if ev.parts is not None:
+                    parts.setdefault(jid, []).extend(ev.parts)
             elif isinstance(ev, J.Round):
                 rounds.setdefault(jid, []).append(ev.stats)
             elif isinstance(ev, J.Started):

@@ -43,6 +43,8 @@ class ChatPrefs:
     top_k: int = 0
     #: while sampling, sample the drafts too (rejection sampling)
     sampled_draft: bool = False
+    #: thinking models: most tokens a reply may think (0: unlimited)
+    thinking_budget: int = 0
 
 
 @dataclass
@@ -52,6 +54,8 @@ class ServerPrefs:
     api_key: str = ""
     cors_origins: list[str] = field(default_factory=list)
     autostart: bool = False
+    #: thinking models: the endpoint's default thinking budget (0: unlimited)
+    thinking_budget: int = 0
 
 
 @dataclass
@@ -143,6 +147,8 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "n_ctx": (64, 1 << 22),
     "max_draft_depth": (0, 16),
     "chat.max_tokens": (1, 1 << 20),
+    "chat.thinking_budget": (0, 1 << 20),
+    "server.thinking_budget": (0, 1 << 20),
     "chat.temperature": (0.0, 2.0),
     "chat.top_p": (0.01, 1.0),
     "chat.top_k": (0, 100_000),

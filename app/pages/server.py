@@ -96,7 +96,8 @@ class ServerPage(QWidget):
         s.host, s.port, s.api_key = self.host.text().strip() or "127.0.0.1", self.port.value(), self.key.text().strip()
         s.cors_origins = [o.strip() for o in self.cors.text().split(",") if o.strip()]
         s.autostart = self.autostart.isChecked()
-        return ServerSettings(host=s.host, port=s.port, api_key=s.api_key or None, cors_origins=tuple(s.cors_origins))
+        return ServerSettings(host=s.host, port=s.port, api_key=s.api_key or None, cors_origins=tuple(s.cors_origins),
+                              thinking_budget=s.thinking_budget or None)  # fmt: skip
 
     def toggle_server(self) -> None:
         self.stop() if self.server is not None else self.start()

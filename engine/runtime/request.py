@@ -210,13 +210,26 @@ def _render_chat(job: Generate, template, model: Model) -> tuple[str, ReplyPlan,
     choice = job.tool_choice or ToolChoice("auto" if tools else "none")
     offered = tools if choice.mode != "none" else ()
     messages, tool_list, fmt = toolformats.conversation(template.source, normalize_messages(job.messages or []), offered)
-    text = template.render(
-        messages,
-        bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
-        eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
-        tools=tool_list,
-        extra=job.chat_template_kwargs,
-    )
+    def render(msgs: list[dict]) -> str:
+        return template.render(
+            msgs,
+            bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
+            eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
+            tools=tool_list,
+            extra=job.chat_template_kwargs,
+        )
+
+    try:
+        text = render(messages)
+    except InvalidRequestError:
+        # agents (pydantic-ai's retry prompt) send system messages mid-conversation, which
+        # many templates refuse (Qwen3.5: "System message must be at the beginning"): such a
+        # message is then given as a user turn, and only if the template still refuses is
+        # it the request's 400
+        folded = toolformats.later_system_as_user(messages)
+        if folded == messages:
+            raise
+        text = render(folded)
     markers = reasoning.detect(template.source)
     in_thinking = markers is not None and markers.opens(text)
     plan = ReplyPlan(markers if job.reasoning_format != "none" else None, in_thinking, fmt, tools)

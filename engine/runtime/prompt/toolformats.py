@@ -617,3 +617,18 @@ def conversation(template: str | None, messages: list[dict], offered: tuple[Tool
         messages = with_system(messages, tools_prompt(detected.format, offered))
     tools = [t.to_template() for t in offered] if offered and detected.describes_tools else None
     return messages, tools, detected.format if offered else None
+
+
+def later_system_as_user(messages: list[dict]) -> list[dict]:
+    """``messages`` with every system message after the first message turned into a user
+    turn (merged with a user turn next to it)."""
+    out: list[dict] = []
+    for i, m in enumerate(messages):
+        if i > 0 and m.get("role") == "system" and isinstance(m.get("content"), str):
+            m = {"role": "user", "content": m["content"]}
+        if out and m.get("role") == "user" == out[-1].get("role") and isinstance(m.get("content"), str) \
+                and isinstance(out[-1].get("content"), str) and not out[-1].get("tool_calls"):  # fmt: skip
+            out[-1] = {**out[-1], "content": out[-1]["content"] + "\n\n" + m["content"]}
+            continue
+        out.append(m)
+    return out if any(m.get("role") == "system" for m in messages[1:]) else messages
