@@ -185,7 +185,8 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
     assert job.top_k is not None and isinstance(job.draft_depth, DraftDepth)
     assert job.presence_penalty is not None and job.frequency_penalty is not None and job.repeat_penalty is not None
     speculate = job.mtp is Mtp.ON and lm.source != MtpSource.OFF
-    markers = (plan.fmt.trigger,) if plan is not None and plan.fmt is not None else ()
+    markers = (*(plan.fmt.markers if plan is not None and plan.fmt is not None else ()),
+               *((think.start, think.end) if think is not None else ()))  # fmt: skip
     params = DecodeParams(
         max_tokens=job.max_tokens,
         stop=(*job.stop, *end_strings),
@@ -210,6 +211,7 @@ def _render_chat(job: Generate, template, model: Model) -> tuple[str, ReplyPlan,
     choice = job.tool_choice or ToolChoice("auto" if tools else "none")
     offered = tools if choice.mode != "none" else ()
     messages, tool_list, fmt = toolformats.conversation(template.source, normalize_messages(job.messages or []), offered)
+
     def render(msgs: list[dict]) -> str:
         return template.render(
             msgs,

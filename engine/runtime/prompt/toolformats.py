@@ -120,6 +120,8 @@ class _Scan:
 
 
 _FAIL = object()
+DEEPSEEK_MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                    "<｜tool▁calls▁end｜>")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,13 @@ class ToolFormat:
     trigger: str
     #: the marker that ends one call (streaming emits a call when it has seen it)
     call_end: str = ""
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """Every marker the format writes (shown as text even where a vocabulary holds it
+        as a control token, so the parser sees it)."""
+        return tuple(m for m in (self.trigger, self.call_end, "<|python_tag|>", "[ARGS]", "[CALL_ID]",
+                                 *DEEPSEEK_MARKERS) if m)  # fmt: skip
 
     # ----------------------------------------------------------------- parse
     def find(self, text: str) -> int:
@@ -371,8 +380,7 @@ class MistralArgs(ToolFormat):
 
 
 class DeepSeek(ToolFormat):
-    BEGIN, CALL, SEP, CALL_END, END = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
-                                       "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>")  # fmt: skip
+    BEGIN, CALL, SEP, CALL_END, END = DEEPSEEK_MARKERS
 
     def __init__(self, r1: bool = False):
         super().__init__("deepseek-r1" if r1 else "deepseek", "DeepSeek R1" if r1 else "DeepSeek V3.1", self.BEGIN,

@@ -160,3 +160,15 @@ def test_a_thinking_budget_forces_the_end_marker(demo_vocab):
     head, _, tail = text.partition("</think>")
     assert _ and len(demo_vocab[0].tokenize(head, parse_special=False)) <= 7
     assert reply_grammar(lit=demo_vocab[2], thinking=Thinking()) is None  # no budget, no constraint: no grammar
+
+
+def test_control_token_markers_are_shown_as_text_for_the_parser(demo_vocab):
+    """``[TOOL_CALLS]``, ``<|python_tag|>`` and DeepSeek's markers are control tokens in their
+    vocabularies, which render as nothing; the decode shows them (DecodeParams.shown_tokens)."""
+    from engine.runtime.llama.vocab import shown_markers
+
+    m = demo_vocab[0]
+    (control,) = m.tokenize("<|im_start|>", parse_special=True)
+    assert m.piece(control) == b""  # a control token renders as nothing by default
+    assert shown_markers(m, ("<|im_start|>", "plain text")) == {control}
+    assert set(TF.DEEPSEEK.markers) >= set(TF.DEEPSEEK_MARKERS) and "[ARGS]" in TF.MISTRAL_ARGS.markers
