@@ -37,7 +37,7 @@ from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model
 from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer, shown_markers
 from engine.runtime.load.loader import LoadedModel, MtpSource
-from engine.runtime.prompt import reasoning, toolformats
+from engine.runtime.prompt import reasoning, toolturns
 from engine.runtime.prompt.chat import PromptCache, template_kwargs
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import ReplyParser
@@ -89,6 +89,7 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         repeat_penalty=limits.check_repeat_penalty(_or(job.repeat_penalty, 1.0)),
         logprobs=None if job.logprobs is None else limits.check_top_logprobs(job.logprobs),
         thinking_budget=None if budget is None else limits.check_thinking_budget(budget),
+        tool_choice=job.tool_choice or ToolChoice("auto" if job.tools else "none"),
         defaults=None,
     )
 
@@ -167,7 +168,7 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
             answer=job.grammar,
             fmt=plan.fmt,
             tools=job.tools,
-            choice=job.tool_choice or ToolChoice("auto" if job.tools else "none"),
+            choice=job.tool_choice,
             parallel=job.parallel_tool_calls is not False,
         )
     elif isinstance(job.prompt, str):
@@ -208,9 +209,9 @@ def _render_chat(job: Generate, template, model: Model) -> tuple[str, ReplyPlan,
     """The chat prompt with the request's tools and template arguments, how its reply will
     be split, and the thinking markers when the reply starts thinking."""
     tools = job.tools
-    choice = job.tool_choice or ToolChoice("auto" if tools else "none")
-    offered = tools if choice.mode != "none" else ()
-    messages, tool_list, fmt = toolformats.conversation(template.source, normalize_messages(job.messages or []), offered)
+    assert job.tool_choice is not None  # resolved
+    offered = tools if job.tool_choice.mode != "none" else ()
+    messages, tool_list, fmt = toolturns.conversation(template.source, normalize_messages(job.messages or []), offered)
 
     def render(msgs: list[dict]) -> str:
         return template.render(
@@ -228,7 +229,7 @@ def _render_chat(job: Generate, template, model: Model) -> tuple[str, ReplyPlan,
         # many templates refuse (Qwen3.5: "System message must be at the beginning"): such a
         # message is then given as a user turn, and only if the template still refuses is
         # it the request's 400
-        folded = toolformats.later_system_as_user(messages)
+        folded = toolturns.later_system_as_user(messages)
         if folded == messages:
             raise
         text = render(folded)

@@ -120,6 +120,23 @@ class _Scan:
 
 
 _FAIL = object()
+
+
+def _name_then_json(text: str, opener: str, sep: str, closer: str, clean=lambda name: name) -> tuple[list[ToolCall], int]:
+    """Calls written ``opener NAME sep {arguments} closer``, one after another."""
+    s, calls, end = _Scan(text), [], 0
+    while True:
+        s.ws()
+        if not s.take(opener):
+            break
+        name = s.until(sep)
+        obj = s.json() if name is not None else _FAIL
+        c = _call(clean(name).strip(), obj) if name is not None and obj is not _FAIL else None
+        if c is None or not s.take(closer):
+            break
+        calls.append(c)
+        end = s.pos
+    return calls, end
 DEEPSEEK_MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
                     "<｜tool▁calls▁end｜>")  # fmt: skip
 
@@ -354,22 +371,8 @@ class MistralArgs(ToolFormat):
         super().__init__("mistral-args", "Mistral [TOOL_CALLS]name[ARGS]", "[TOOL_CALLS]", "}")
 
     def scan(self, text, tools=()):
-        s, calls, end = _Scan(text), [], 0
-        while True:
-            s.ws()
-            if not s.take("[TOOL_CALLS]"):
-                break
-            name = s.until("[ARGS]")
-            if name is None:
-                break
-            name = name.split("[CALL_ID]")[0]  # Small 3.2 writes an id between name and arguments
-            obj = s.json()
-            c = _call(name.strip(), obj) if obj is not _FAIL else None
-            if c is None:
-                break
-            calls.append(c)
-            end = s.pos
-        return calls, end
+        # Small 3.2 writes an id between the name and the arguments
+        return _name_then_json(text, "[TOOL_CALLS]", "[ARGS]", "", lambda name: name.split("[CALL_ID]")[0])
 
     def write(self, calls):
         return "".join(f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a)}" for n, a in calls)
@@ -481,18 +484,6 @@ class Generic(ToolFormat):
                 '{"tool_call": {"name": <tool name>, "arguments": {<arguments>}}}. Otherwise answer normally.')  # fmt: skip
 
 
-QWEN_XML = QwenXml()
-SEED_XML = QwenXml("<seed:tool_call>", "</seed:tool_call>", "Seed-OSS XML")
-HERMES = Hermes()
-LLAMA3 = Llama3()
-MISTRAL = Mistral()
-MISTRAL_ARGS = MistralArgs()
-DEEPSEEK = DeepSeek()
-DEEPSEEK_R1 = DeepSeek(r1=True)
-GENERIC = Generic()
-FORMATS = (QWEN_XML, SEED_XML, HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, DEEPSEEK, DEEPSEEK_R1, GENERIC)
-
-
 class FunctionTag(ToolFormat):
     """``<function=NAME>{...}</function>`` (Functionary v3.1)."""
 
@@ -500,19 +491,7 @@ class FunctionTag(ToolFormat):
         super().__init__("function-tag", "Functionary <function=name>{json}</function>", "<function=", "</function>")
 
     def scan(self, text, tools=()):
-        s, calls, end = _Scan(text), [], 0
-        while True:
-            s.ws()
-            if not s.take("<function="):
-                break
-            name = s.until(">")
-            obj = s.json() if name is not None else _FAIL
-            c = _call(name.strip(), obj) if obj is not _FAIL and name is not None else None
-            if c is None or not s.take("</function>"):
-                break
-            calls.append(c)
-            end = s.pos
-        return calls, end
+        return _name_then_json(text, "<function=", ">", "</function>")
 
     def write(self, calls):
         return "".join(f"<function={n}>{json.dumps(a)}</function>" for n, a in calls)
@@ -522,8 +501,17 @@ class FunctionTag(ToolFormat):
         return f'one_call: ({alts}) "</function>"\n' + _repeat("one_call", '"<function="', parallel)
 
 
+QWEN_XML = QwenXml()
+SEED_XML = QwenXml("<seed:tool_call>", "</seed:tool_call>", "Seed-OSS XML")
+HERMES = Hermes()
+LLAMA3 = Llama3()
+MISTRAL = Mistral()
+MISTRAL_ARGS = MistralArgs()
+DEEPSEEK = DeepSeek()
+DEEPSEEK_R1 = DeepSeek(r1=True)
+GENERIC = Generic()
 FUNCTION_TAG = FunctionTag()
-FORMATS = (*FORMATS, FUNCTION_TAG)
+FORMATS = (QWEN_XML, SEED_XML, HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, DEEPSEEK, DEEPSEEK_R1, FUNCTION_TAG, GENERIC)
 
 
 @dataclass(frozen=True)
@@ -559,84 +547,3 @@ def detect(template: str | None) -> Detected:
     if "<|python_tag|>" in t or ("<|start_header_id|>" in t and '"parameters"' in t):
         return Detected(LLAMA3, described)
     return Detected(GENERIC, described)
-
-
-def tools_prompt(fmt: ToolFormat, tools: tuple[Tool, ...]) -> str:
-    """A system message describing ``tools`` for a template that writes calls in ``fmt``
-    but does not describe tools itself (DeepSeek V3.1 and R1 distills)."""
-    if fmt is GENERIC:
-        return Generic.system_prompt(tools)
-    listing = "\n".join(json.dumps(t.to_template()["function"], ensure_ascii=False) for t in tools)
-    example = fmt.write([("tool_name", {"argument": "value"})])
-    return f"You can call these tools:\n{listing}\n\nTo call one, write:\n{example}"
-
-
-def with_system(messages: list[dict], text: str) -> list[dict]:
-    """``messages`` with ``text`` added to (or as) the system message."""
-    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
-        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
-    return [{"role": "system", "content": text}, *messages]
-
-
-def generic_messages(messages: list[dict], tools: tuple[Tool, ...]) -> list[dict]:
-    """``messages`` for a template that knows no tools: the tools described in the system
-    message, earlier calls as the JSON the model was told to write, tool results as user
-    turns (merged with a neighbouring user turn: many templates insist on alternation)."""
-    out: list[dict] = []
-
-    def add(role: str, content: str) -> None:
-        if out and out[-1]["role"] == role and role != "system":
-            out[-1] = {**out[-1], "content": out[-1]["content"] + "\n\n" + content}
-        else:
-            out.append({"role": role, "content": content})
-
-    for m in messages:
-        role, content = m.get("role"), m.get("content") or ""
-        if role == "assistant" and m.get("tool_calls"):
-            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"]]
-            add("assistant", (content + "\n" if content else "") + GENERIC.write(calls))
-        elif role == "tool":
-            name = f" ({m['name']})" if isinstance(m.get("name"), str) else ""
-            add("user", f"Tool result{name}:\n{content}")
-        elif role in ("user", "assistant") and isinstance(content, str):
-            add(role, content)
-        else:
-            out.append(m)
-    return with_system(out, Generic.system_prompt(tools)) if tools else out
-
-
-def conversation(template: str | None, messages: list[dict], offered: tuple[Tool, ...]
-                 ) -> tuple[list[dict], list[dict] | None, ToolFormat | None]:  # fmt: skip
-    """How a (normalized) conversation meets a template: the messages to render, the
-    ``tools`` to hand the template (None: it is not given them) and the format the reply's
-    calls are parsed in (None: no tools offered).
-
-    A template with its own call format renders earlier calls and tool results itself and
-    gets the tools (or, when it does not describe tools, a system message that does); any
-    other template gets the generic format: the tools in a system message, earlier calls
-    as generic JSON and tool results as user turns."""
-    detected = detect(template)
-    native = template is not None and detected.knows_calls
-    if not native:
-        if offered or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages if isinstance(m, dict)):
-            messages = generic_messages(messages, offered)
-        return messages, None, GENERIC if offered else None
-    if offered and not detected.describes_tools:
-        messages = with_system(messages, tools_prompt(detected.format, offered))
-    tools = [t.to_template() for t in offered] if offered and detected.describes_tools else None
-    return messages, tools, detected.format if offered else None
-
-
-def later_system_as_user(messages: list[dict]) -> list[dict]:
-    """``messages`` with every system message after the first message turned into a user
-    turn (merged with a user turn next to it)."""
-    out: list[dict] = []
-    for i, m in enumerate(messages):
-        if i > 0 and m.get("role") == "system" and isinstance(m.get("content"), str):
-            m = {"role": "user", "content": m["content"]}
-        if out and m.get("role") == "user" == out[-1].get("role") and isinstance(m.get("content"), str) \
-                and isinstance(out[-1].get("content"), str) and not out[-1].get("tool_calls"):  # fmt: skip
-            out[-1] = {**out[-1], "content": out[-1]["content"] + "\n\n" + m["content"]}
-            continue
-        out.append(m)
-    return out if any(m.get("role") == "system" for m in messages[1:]) else messages

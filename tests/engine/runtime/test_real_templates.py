@@ -9,7 +9,7 @@ import json
 import pytest
 
 from engine.errors import InvalidRequestError
-from engine.runtime.prompt import reasoning, toolformats
+from engine.runtime.prompt import reasoning, toolformats, toolturns
 from engine.runtime.prompt.chat import render
 from engine.runtime.prompt.tools import normalize_messages, parse_tools
 
@@ -80,7 +80,7 @@ CALLS_NOT_RENDERED = {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"}
 
 
 def _conversation(source: str, messages: list[dict]):
-    return toolformats.conversation(source, normalize_messages(messages), TOOLS)
+    return toolturns.conversation(source, normalize_messages(messages), TOOLS)
 
 
 def test_every_tool_template_renders_a_tool_conversation_and_its_calls_parse_back(templates):
