@@ -31,6 +31,7 @@ from engine.errors import (
 )
 from engine.runtime import jobs as J
 from engine.runtime.decode.loop import generate
+from engine.runtime.decode.prefixcache import DEFAULT_BUDGET_MB, PrefixCache
 from engine.runtime.decode.policystore import save_policy
 from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
@@ -144,6 +145,8 @@ class EngineDefaults:
     #: run models with remote (RPC) devices in a worker process (engine.runtime.worker);
     #: off only inside that worker
     isolate_rpc: bool = True
+    #: host memory for prompt-cache snapshots of each loaded model (0: off)
+    prompt_cache_mb: int = DEFAULT_BUDGET_MB
 
 
 class Engine:
@@ -160,6 +163,9 @@ class Engine:
         self._lock = threading.Lock()
         #: thread-safe snapshot of the loaded models' info, for other threads
         self._models_info: dict[str, dict] = {}
+        #: each loaded model's prompt cache (its info() is safe from any thread)
+        self._prefix_caches: dict[str, PrefixCache] = {}
+        self._prompt_cache_bytes = self.defaults.prompt_cache_mb << 20
         self._handlers: dict[type, Callable[[Any, JobHandle], Any]] = {
             J.LoadModel: self._load,
             J.UnloadModel: self._unload,
@@ -280,8 +286,41 @@ class Engine:
             handle._emit(J.Done(result, cancelled=handle.cancelled))
 
     def _publish_models(self) -> None:
+        caches = {name: lm.session.cache for name, lm in self._state.models.items()
+                  if isinstance(lm, LoadedModel) and lm.session.cache is not None}  # fmt: skip
         with self._lock:
             self._models_info = {name: dict(lm.info) for name, lm in self._state.models.items()}
+            self._prefix_caches = caches
+
+    # ----------------------------------------------------------- prompt cache
+    def prompt_cache_info(self) -> dict:
+        """The prompt caches' figures summed over the loaded models (any thread)."""
+        with self._lock:
+            caches = list(self._prefix_caches.values())
+            budget = self._prompt_cache_bytes
+        total = {"entries": 0, "bytes": 0, "hits": 0, "live": 0, "misses": 0, "saved": 0, "evicted": 0, "skipped": 0,
+                 "restored_tokens": 0}  # fmt: skip
+        for c in caches:
+            for k, v in c.info().items():
+                if k in total:
+                    total[k] += v
+        return {**total, "budget_bytes": budget}
+
+    def set_prompt_cache_mb(self, mb: int) -> None:
+        """A new prompt-cache budget for every loaded model and later loads (0: off),
+        applied on the engine thread before its next generation (entries over it are
+        evicted then)."""
+        with self._lock:
+            self._prompt_cache_bytes = max(0, int(mb)) << 20
+
+    def _prompt_cache(self, lm: LoadedModel) -> None:
+        """Give ``lm``'s session its prompt cache, at the budget set now."""
+        with self._lock:
+            budget = self._prompt_cache_bytes
+        if lm.session.cache is None:
+            lm.session.cache = PrefixCache(budget)
+        elif lm.session.cache.budget != budget:
+            lm.session.cache.set_budget(budget)
 
     # ---------------------------------------------------------------- handlers
     def _load(self, job: J.LoadModel, h: JobHandle) -> dict:
@@ -298,6 +337,8 @@ class Engine:
             old.close()
         self._state.models[lm.name] = lm
         self._state.caches[lm.name] = PromptCache()
+        if isinstance(lm, LoadedModel):
+            self._prompt_cache(lm)
         self._publish_models()
         return dict(lm.info, name=lm.name)
 
@@ -338,6 +379,7 @@ class Engine:
             self._count(result, result.prompt_tokens)
             return result
         cache = self._state.caches.setdefault(lm.name, PromptCache())
+        self._prompt_cache(lm)
         prep = prepare(job, lm, cache)
         lm.session.phase_hook = job.phase_hook
         parser = prep.reply.parser() if prep.reply is not None else None
@@ -360,8 +402,6 @@ class Engine:
         if prep.prompt_text is not None:
             reply_bytes = b"".join(lm.model.piece(t) for t in g.tokens)
             cache.remember(prep.prompt_text, prep.prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
-        else:
-            cache.remember("", [], "", [])
         result = J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs,
                                   parser.reply if parser is not None else None)  # fmt: skip
         self._count(result, len(prep.prompt))

@@ -37,7 +37,7 @@ from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model
 from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer, shown_markers
 from engine.runtime.load.loader import LoadedModel, MtpSource
-from engine.runtime.prompt import reasoning, toolturns
+from engine.runtime.prompt import cachepoints, reasoning, toolturns
 from engine.runtime.prompt.chat import PromptCache, template_kwargs
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import ReplyParser
@@ -155,11 +155,16 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
     plan: ReplyPlan | None = None
     think: Thinking | None = None
     grammar = job.grammar
+    points: tuple[int, ...] = ()
+    snapshots = lm.session.cache is not None and lm.session.cache.enabled and model.is_recurrent
     if job.messages is not None:
         template = lm.template
-        prompt_text, plan, think = _render_chat(job, template, model)
+        prompt_text, plan, think, offsets = _render_chat(job, template, model, points=snapshots)
         # a template that writes the BOS token gets no second one
-        prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
+        body = cache.tokenize(prompt_text, model.tokenize)
+        prompt = model.with_bos(body)
+        if offsets:
+            points = cachepoints.token_points(offsets, prompt_text, prompt, model.tokenize, len(prompt) - len(body))
         end_tokens, end_strings = template.end_tokens, template.end_strings
         grammar = reply_grammar(
             lit=grammar_literal(model),
@@ -174,6 +179,8 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
     elif isinstance(job.prompt, str):
         prompt_text = job.prompt
         prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
+        # a completion sent again (a retry, another sample) resumes one token before its end
+        points = (len(prompt) - 1,) if snapshots else ()
     elif isinstance(job.prompt, list):
         if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < model.n_vocab for t in job.prompt):
             raise InvalidRequestError(f"prompt token ids must be integers in [0, {model.n_vocab})", param="prompt")
@@ -201,21 +208,24 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         penalties=Penalties(job.presence_penalty, job.frequency_penalty, job.repeat_penalty),
         shown_tokens=shown_markers(model, markers) if markers else frozenset(),
         thinking_end=think.end if think is not None else None,
+        cache_points=points,
     )
     return Prepared(prompt, prompt_text, params, plan)
 
 
-def _render_chat(job: Generate, template, model: Model) -> tuple[str, ReplyPlan, Thinking | None]:
+def _render_chat(job: Generate, template, model: Model, *, points: bool) -> tuple[str, ReplyPlan, Thinking | None, list[int]]:
     """The chat prompt with the request's tools and template arguments, how its reply will
-    be split, and the thinking markers when the reply starts thinking."""
+    be split, the thinking markers when the reply starts thinking, and (with ``points``)
+    the text offsets worth a prompt-cache snapshot (:mod:`engine.runtime.prompt.cachepoints`)."""
     tools = job.tools
     assert job.tool_choice is not None  # resolved
     offered = tools if job.tool_choice.mode != "none" else ()
     messages, tool_list, fmt = toolturns.conversation(template.source, normalize_messages(job.messages or []), offered)
 
-    def render(msgs: list[dict]) -> str:
+    def render(msgs: list[dict], add_generation_prompt: bool = True) -> str:
         return template.render(
             msgs,
+            add_generation_prompt=add_generation_prompt,
             bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
             eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
             tools=tool_list,
@@ -233,10 +243,12 @@ def _render_chat(job: Generate, template, model: Model) -> tuple[str, ReplyPlan,
         if folded == messages:
             raise
         text = render(folded)
+        messages = folded
     markers = reasoning.detect(template.source)
     in_thinking = markers is not None and markers.opens(text)
     plan = ReplyPlan(markers if job.reasoning_format != "none" else None, in_thinking, fmt, tools)
-    return text, plan, markers if in_thinking else None
+    offsets = cachepoints.text_points(render, messages, text) if points else []
+    return text, plan, markers if in_thinking else None, offsets
 
 
 def _constraint(spec: GrammarSpec, model: Model, end_tokens: frozenset[int]) -> Constraint:

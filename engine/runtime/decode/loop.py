@@ -65,6 +65,8 @@ class DecodeParams:
     #: the reply starts inside a think block that this marker ends: rounds are counted as
     #: thinking until it is emitted (GenerationStats.thinking)
     thinking_end: str | None = None
+    #: prompt positions worth a prompt-cache snapshot (a chat prompt's message boundaries)
+    cache_points: tuple[int, ...] = ()
 
 
 @dataclass
@@ -156,14 +158,16 @@ def generate(
     try:
         if source is not None:
             assert policy is not None
-            pf = source.begin(prompt, cancel=cancel, choose_first=first, idle=policy.idle)
+            pf = source.begin(prompt, cancel=cancel, choose_first=first, idle=policy.idle, points=params.cache_points)
         else:
-            pf = session.prefill(prompt, speculative=False, cancel=cancel, choose_first=first)
+            pf = session.prefill(prompt, speculative=False, cancel=cancel, choose_first=first,
+                                 points=params.cache_points)
     except Cancelled:
         stats.stop_reason = StopReason.CANCELLED
         stats.prompt_ms = (time.perf_counter() - t0) * 1000
         return Generation([], "", stats)
     stats.prompt_tokens_reused = pf.reused
+    stats.prompt_tokens_restored = pf.restored
     run.t_gen = time.perf_counter()
     stats.prompt_ms = (run.t_gen - t0) * 1000
     if params.max_tokens <= 0:

@@ -39,7 +39,7 @@ class Proposal:
 
 class DraftSource(Protocol):
     def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
-              idle: bool) -> Prefill: ...  # fmt: skip
+              idle: bool, points: tuple[int, ...] = ()) -> Prefill: ...  # fmt: skip
 
     def draft(self, id_last: int, pos0: int, k: int) -> Proposal: ...
 
@@ -61,11 +61,11 @@ class MtpDraft:
         self.cancel = cancel
 
     def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
-              idle: bool) -> Prefill:  # fmt: skip
+              idle: bool, points: tuple[int, ...] = ()) -> Prefill:  # fmt: skip
         """Prefill the target and feed the prompt's MTP entries along with it (deferred
         to the lag while the depth policy is ``idle``)."""
         return self.s.prefill(prompt, speculative=True, cancel=cancel, choose_first=choose_first,
-                              defer_mtp=CATCH_UP_LIMIT if idle else None)  # fmt: skip
+                              defer_mtp=CATCH_UP_LIMIT if idle else None, points=points)  # fmt: skip
 
     def draft(self, id_last: int, pos0: int, k: int) -> Proposal:
         """Up to ``k`` chained drafts after ``id_last`` (at ``pos0``). The chain's entries

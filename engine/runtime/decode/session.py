@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from engine.errors import Cancelled, PromptTooLongError
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
 from engine.runtime.llama.context import Context
 
+if TYPE_CHECKING:
+    from engine.runtime.decode.prefixcache import PrefixCache
 
 HOLE = -1  # an MTP position skipped on purpose (see Session.sync_draft)
 
@@ -60,6 +63,7 @@ class Prefill:
     decoded: int  # prompt tokens decoded now
     first_token: int  # the token after the prompt (greedy, or as chosen)
     logits: np.ndarray  # copy of the last prompt row's logits (for sampling)
+    restored: int = 0  # of ``reused``, tokens restored from a prompt-cache snapshot
 
 
 class Session:
@@ -74,10 +78,14 @@ class Session:
         self.last_hidden: np.ndarray | None = None
         self.lag = Lag()
         self.repairs = 0
+        #: snapshots of prompt prefixes to resume from (set by whoever owns the session)
+        self.cache: PrefixCache | None = None
         #: test seam: called with a phase name at every cancellation point
         self.phase_hook: Callable[[str], None] | None = None
 
     def close(self) -> None:
+        if self.cache is not None:
+            self.cache.clear()
         self.batch.close()
         if self.dbatch is not None:
             self.dbatch.close()
@@ -223,6 +231,7 @@ class Session:
         cancel: threading.Event | None,
         choose_first: Choose | None = None,
         defer_mtp: int | None = None,
+        points: tuple[int, ...] = (),
     ) -> Prefill:
         """Bring the target (and MTP) context to ``prompt``, reusing the common prefix,
         and return the token after it: the greedy one, or ``choose_first(logits)``.
@@ -231,7 +240,11 @@ class Session:
         with the target (so a cancel between chunks leaves both in step), and the entry
         of the first generated token is left in :attr:`lag` for the first draft. With
         ``defer_mtp`` (drafting is off for now) they are not fed: the newest ``defer_mtp``
-        wait in the lag and older ones become holes, as after any stretch without drafts."""
+        wait in the lag and older ones become holes, as after any stretch without drafts.
+
+        With a prompt :attr:`cache`, the contexts first resume from the snapshot sharing
+        the most with the prompt when that beats what they hold, and snapshots are taken
+        at its marks on the way (``points``: the request's, e.g. message boundaries)."""
         n = len(prompt)
         if n == 0:
             raise ValueError("empty prompt")
@@ -239,6 +252,11 @@ class Session:
             raise PromptTooLongError(n, self.n_ctx)
         use_mtp = speculative and self.draft is not None
         self.target.set_nextn_embeddings(use_mtp)
+        restored = 0
+        if self.cache is not None:
+            restored = self.cache.resume(self, prompt, n - 1)
+            if restored:
+                self.phase("restore", cancel)
         if use_mtp and self.lag.tokens:
             # MTP entries left unfed by the last generation: feed those the new prompt
             # still starts with, in one batch with no extra target work.
@@ -257,7 +275,14 @@ class Session:
             have_prev = c > 0 and len(self.target_tokens) == c and self.last_hidden is not None
             known_from = c - 1 if have_prev else c
             if max(m - 1, 0) < known_from:
-                c = max(m - 1, 0)
+                if self.target.model.is_recurrent and c == len(self.target_tokens):
+                    # the target cannot be cut back to where the entries end: the missing
+                    # entries become holes instead of the whole prompt being decoded again
+                    self.truncate_draft(m)
+                    self.draft_tokens.extend([HOLE] * (known_from + 1 - m))
+                    m = len(self.draft_tokens)
+                else:
+                    c = max(m - 1, 0)
             self._rewind_target_for_prompt(c)
             c = len(self.target_tokens)
             self.truncate_draft(m)
@@ -266,20 +291,34 @@ class Session:
             c = len(self.target_tokens)
 
         step = self.target.n_batch
-        for i in range(c, n, step):
+        marks = self.cache.marks(self, c, n, points) if self.cache is not None else []
+        i = c
+        while i < n:
             if i > c:
                 self.phase("prefill", cancel)
+            end = min(i + step, n)
+            while marks and marks[0] <= i:
+                marks.pop(0)
+            if marks and marks[0] < end:
+                end = marks.pop(0)
+                marked = True
+            else:
+                marked = False
             prev = self.last_hidden
-            rows = self.decode_target(prompt[i : i + step], logits=LOGITS_LAST, hidden=use_mtp)
+            rows = self.decode_target(prompt[i:end], logits=LOGITS_LAST, hidden=use_mtp)
             if use_mtp:
                 assert rows is not None
                 self._feed_prompt_entries(prompt, i, prev, rows, defer=defer_mtp)
+            if marked:
+                assert self.cache is not None
+                self.cache.mark(self)
+            i = end
         logits = self.target.logits(-1).copy()
         first = int(np.argmax(logits)) if choose_first is None else choose_first(logits)
         if use_mtp:
             assert self.last_hidden is not None
             self.lag.append(first, self.last_hidden)
-        return Prefill(c, n - c, first, logits)
+        return Prefill(c, n - c, first, logits, restored=min(restored, c))
 
     def _feed_prompt_entries(
         self, prompt: list[int], pos: int, prev: np.ndarray | None, rows: np.ndarray, *, defer: int | None = None

@@ -46,6 +46,8 @@ class GenerationStats:
     draft_depth: DraftDepth | None = None
     prompt_tokens: int = 0
     prompt_tokens_reused: int = 0
+    #: of those, tokens restored from a prompt-cache snapshot
+    prompt_tokens_restored: int = 0
     prompt_ms: float = 0.0
     generated: int = 0  # emitted tokens
     rounds: int = 0

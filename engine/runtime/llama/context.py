@@ -6,6 +6,8 @@ llama.cpp's buffers and are overwritten by the next decode: copy what you keep.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from engine.errors import ContextError, DecodeError
@@ -133,3 +135,35 @@ class Context(OwnedPtr):
 
     def clear(self) -> None:
         llama().llama_memory_clear(self._mem, True)
+
+    # ------------------------------------------------------------------- state
+    def state_size(self) -> int:
+        """Bytes :meth:`state_get` would return now (sequence 0: KV cells, recurrent state)."""
+        return int(llama().llama_state_seq_get_size(self.ptr, 0))
+
+    def state_get(self) -> bytearray:
+        """A copy of sequence 0's whole memory state: the KV cells with their positions,
+        and on a hybrid or recurrent model its recurrent state. Raises MemoryError when
+        host memory cannot hold it."""
+        L = llama()
+        n = self.state_size()
+        buf = bytearray(n)
+        view = (ctypes.c_uint8 * n).from_buffer(buf)
+        written = int(L.llama_state_seq_get_data(self.ptr, view, n, 0))
+        del view  # release the export so the buffer stays resizable
+        if written != n:
+            raise ContextError(f"llama.cpp wrote {written} of {n} state bytes")
+        return buf
+
+    def state_set(self, data: bytearray) -> None:
+        """Replace sequence 0's memory with ``data`` from :meth:`state_get` of a context of
+        the same model and settings. On failure the sequence is left empty."""
+        L = llama()
+        self.clear()
+        n = len(data)
+        view = (ctypes.c_uint8 * n).from_buffer(data)
+        read = int(L.llama_state_seq_set_data(self.ptr, view, n, 0))
+        del view
+        if read != n:
+            self.clear()
+            raise ContextError(f"llama.cpp could not restore a state snapshot ({read} of {n} bytes read)")

@@ -6,8 +6,8 @@ globals those renderers provide (``raise_exception``, ``strftime_now``, ``bos_to
 one of llama.cpp's built-in templates chosen from its vocabulary, and only when none
 matches with :data:`CHATML` (the order is :func:`engine.runtime.prompt.templates.resolve_template`'s).
 
-:class:`PromptCache` keeps the text and tokens of the last prompt + reply, so the next
-turn of a conversation tokenizes only the new text and the engine reuses the KV cache
+:class:`PromptCache` keeps the text and tokens of recent prompts + replies, so the next
+turn of a conversation tokenizes only the new text and the engine reuses its state
 for everything before it (re-tokenizing a reply can split it differently from how it
 was generated, which would waste the cache).
 """
@@ -159,20 +159,38 @@ def render(
         raise InvalidRequestError(f"the model's chat template failed on these messages: {type(e).__name__}: {e}") from None
 
 
-@dataclass
 class PromptCache:
-    """Text and tokens of the last prompt plus its generated reply."""
+    """Text and tokens of the last few prompts plus their generated replies (one per
+    conversation that took turns lately), newest last."""
 
-    text: str = ""
-    tokens: tuple[int, ...] = ()
+    def __init__(self, size: int = 16):
+        self.size = size
+        self._entries: list[tuple[str, tuple[int, ...]]] = []
+
+    @property
+    def text(self) -> str:
+        return self._entries[-1][0] if self._entries else ""
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return self._entries[-1][1] if self._entries else ()
 
     def tokenize(self, text: str, tokenize: Callable[[str], list[int]]) -> list[int]:
-        """Tokens for ``text``, reusing the cached tokens when ``text`` extends the
-        cached text."""
-        if self.text and text.startswith(self.text) and len(text) > len(self.text):
-            return [*self.tokens, *tokenize(text[len(self.text) :])]
+        """Tokens for ``text``, reusing the tokens of the longest remembered text that
+        ``text`` extends."""
+        best = None
+        for known, tokens in self._entries:
+            if known and len(text) > len(known) and text.startswith(known) and (best is None or len(known) > len(best[0])):
+                best = (known, tokens)
+        if best is not None:
+            return [*best[1], *tokenize(text[len(best[0]) :])]
         return tokenize(text)
 
     def remember(self, prompt_text: str, prompt_tokens: list[int], reply_text: str, reply_tokens: list[int]) -> None:
-        self.text = prompt_text + reply_text
-        self.tokens = (*prompt_tokens, *reply_tokens)
+        text = prompt_text + reply_text
+        if not text:
+            return
+        # the conversation's earlier turn is superseded by this one
+        self._entries = [e for e in self._entries if not text.startswith(e[0])]
+        self._entries.append((text, (*prompt_tokens, *reply_tokens)))
+        del self._entries[: -self.size]
