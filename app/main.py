@@ -56,7 +56,10 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
         os.environ[exact_mod.EXACT_ENV] = "1"
         exact_mod.prepare_environment()
     if engine is None:
-        engine = Engine(EngineDefaults(request=Defaults(draft_depth="auto"))).start()
+        engine = Engine(EngineDefaults(request=Defaults(draft_depth="auto"),
+                                       prompt_cache_mb=settings.prompt_cache_mb)).start()  # fmt: skip
+    else:
+        engine.set_prompt_cache_mb(settings.prompt_cache_mb)
     limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None
     ctx = AppContext(settings, EngineBridge(engine), Library(limit_bytes=limit), ChatStore(), settings_path=settings_path)
     window = MainWindow(ctx)

@@ -26,6 +26,8 @@ from engine.paths import config_dir
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
+#: host memory for prompt-cache snapshots unless set (MB; engine.runtime.decode.prefixcache)
+DEFAULT_PROMPT_CACHE_MB = 4096
 
 
 @dataclass
@@ -96,6 +98,8 @@ class Settings:
     library_limit_gb: float = 0.0  # 0: no limit
     #: exact mode (engine.runtime.llama.exact): chosen before llama.cpp starts
     exact: bool = False
+    #: host memory for prompt-cache snapshots, shared by the chats and the endpoint (0: off)
+    prompt_cache_mb: int = DEFAULT_PROMPT_CACHE_MB
 
     def __repr__(self) -> str:  # never print the token or API key
         return f"Settings(version={self.schema_version}, last_model={self.last_model!r}, ...)"
@@ -155,6 +159,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "server.port": (0, 65535),
     "rpc.serve_port": (1, 65535),
     "library_limit_gb": (0.0, None),
+    "prompt_cache_mb": (0, 1 << 20),
 }
 #: settings that may be None besides their default's type
 OPTIONAL = {"last_model", "last_head"}

@@ -70,7 +70,19 @@ def figures_line(stats: GenerationStats | None, live_tps: float | None = None, m
         parts.append(f"depth {stats.depth_json}")
     if mtp:
         parts.append(f"MTP {mtp}")
+    if stats is not None and stats.prompt_tokens:
+        parts.append(prompt_line(stats))
     return "  ·  ".join(parts)
+
+
+def prompt_line(stats: GenerationStats) -> str:
+    """How the prompt was brought in: tokens reused (and restored from the prompt cache),
+    tokens decoded, and the time it took."""
+    new = stats.prompt_tokens - stats.prompt_tokens_reused
+    line = f"prompt {stats.prompt_tokens} tok: {stats.prompt_tokens_reused} cached"
+    if stats.prompt_tokens_restored:
+        line += f" ({stats.prompt_tokens_restored} restored)"
+    return line + f", {new} decoded in {stats.prompt_ms:.0f} ms"
 
 
 class ChatPage(QWidget):

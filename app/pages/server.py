@@ -1,12 +1,13 @@
 """Server: the local OpenAI-compatible endpoint over the same engine — start/stop,
-address, API key, CORS, and a live request log (never headers, never the key)."""
+address, API key, CORS, the prompt cache (budget and figures), and a live request log
+(never headers, never the key)."""
 
 from __future__ import annotations
 
 import secrets
 import time
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -24,6 +25,18 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext
 from app.widgets.page import page_layout
+from engine.settings import DEFAULT_PROMPT_CACHE_MB
+
+
+def cache_text(info: dict) -> str:
+    """One line of prompt-cache figures."""
+    if not info["budget_bytes"]:
+        return "off: every prompt that leaves the loaded conversation is decoded from its start"
+    mib = info["bytes"] / 2**20
+    budget = info["budget_bytes"] / 2**20
+    return (f"{info['entries']} snapshots, {mib:.1f} of {budget:.0f} MB  ·  {info['hits']} hits, "
+            f"{info['live']} resumed live, {info['misses']} misses  ·  {info['restored_tokens']} tokens restored, "
+            f"{info['evicted']} evicted")  # fmt: skip
 
 
 class _RequestRelay(QObject):
@@ -75,6 +88,7 @@ class ServerPage(QWidget):
         self.toggle.setObjectName("Primary")
         row.addWidget(self.toggle)
         lay.addLayout(row)
+        lay.addWidget(self._cache_box())
         self.table = QTableWidget(0, 5)
         self.table.setHorizontalHeaderLabels(["Time", "Method", "Path", "Status", "ms"])
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
@@ -88,6 +102,42 @@ class ServerPage(QWidget):
         self.gen_key.clicked.connect(lambda: (self.key.setText(secrets.token_urlsafe(24)), self.key.setEchoMode(QLineEdit.EchoMode.Normal)))
         if s.autostart:
             self.start()
+
+    def _cache_box(self) -> QGroupBox:
+        """The prompt cache both the chats and the endpoint use: its budget, and what it holds."""
+        box = QGroupBox("Prompt cache")
+        box.setMaximumWidth(720)
+        form = QFormLayout(box)
+        self.cache_mb = QSpinBox()
+        self.cache_mb.setRange(0, 1 << 20)
+        self.cache_mb.setSingleStep(512)
+        self.cache_mb.setSuffix(" MB")
+        self.cache_mb.setSpecialValueText("off")
+        self.cache_mb.setValue(self.ctx.settings.prompt_cache_mb)
+        self.cache_mb.setToolTip(
+            "Host memory for snapshots of conversations, so each one resumes where it was instead of "
+            f"decoding its whole history again (default {DEFAULT_PROMPT_CACHE_MB} MB). Hybrid models such as "
+            "Qwen3.5/3.6 cannot roll their state back and need them most."
+        )
+        self.cache_figures = QLabel()
+        self.cache_figures.setObjectName("Figures")
+        form.addRow("Memory", self.cache_mb)
+        form.addRow("Now", self.cache_figures)
+        self.cache_mb.valueChanged.connect(self._set_cache_mb)
+        self._cache_timer = QTimer(self)
+        self._cache_timer.timeout.connect(self.refresh_cache)
+        self._cache_timer.start(1000)
+        self.refresh_cache()
+        return box
+
+    def _set_cache_mb(self, mb: int) -> None:
+        self.ctx.settings.prompt_cache_mb = mb
+        self.ctx.bridge.engine.set_prompt_cache_mb(mb)
+        self.refresh_cache()
+
+    def refresh_cache(self) -> None:
+        info = self.ctx.bridge.engine.prompt_cache_info()
+        self.cache_figures.setText(cache_text(info))
 
     def _settings(self):
         from engine.server.settings import ServerSettings

@@ -25,12 +25,24 @@ def all_paths() -> dict[str, str]:
     }
 
 
+def memory() -> dict[str, str]:
+    """What this installation keeps in memory, by default, next to where it keeps files."""
+    from engine.settings import DEFAULT_PROMPT_CACHE_MB
+
+    return {"prompt cache": f"{DEFAULT_PROMPT_CACHE_MB} MB of host memory per loaded model by default "
+                            "(app: Server page; serve: --cache-ram MB; 0: off)"}  # fmt: skip
+
+
 def run(args) -> int:
     found = all_paths()
     if args.json:
-        print(json.dumps({**found, "frozen": bool(getattr(sys, "frozen", False))}))
+        from engine.settings import DEFAULT_PROMPT_CACHE_MB
+
+        print(json.dumps({**found, "frozen": bool(getattr(sys, "frozen", False)),
+                          "prompt_cache_mb": DEFAULT_PROMPT_CACHE_MB}))  # fmt: skip
     else:
-        width = max(map(len, found))
-        for name, path in found.items():
-            print(f"{name:<{width}}  {path}")
+        rows = {**found, **memory()}
+        width = max(map(len, rows))
+        for name, value in rows.items():
+            print(f"{name:<{width}}  {value}")
     return 0

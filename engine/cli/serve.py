@@ -10,6 +10,7 @@ import threading
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, depth_arg, load_spec
 from engine.runtime.decode.depth import AUTO
+from engine.settings import DEFAULT_PROMPT_CACHE_MB as DEFAULT_BUDGET_MB
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
 
@@ -37,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--thinking-budget", type=int, default=None, metavar="N",
                    help="thinking models: most tokens a reply may think before its answer is started for it "
                         "(requests may set thinking_budget_tokens; default unlimited)")  # fmt: skip
+    p.add_argument("--cache-ram", type=int, default=DEFAULT_BUDGET_MB, metavar="MB",
+                   help="host memory for prompt-cache snapshots, so conversations that take turns resume "
+                        f"where they were (default {DEFAULT_BUDGET_MB}; 0: off)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -67,7 +71,9 @@ def run(args) -> int:
     except ValueError as e:
         return die(str(e), EXIT_USAGE)
     # the endpoint's --draft-depth (in its settings) over the engine's auto
-    with Engine(EngineDefaults(request=Defaults(draft_depth=AUTO))) as engine:
+    if args.cache_ram < 0:
+        return die("--cache-ram must be 0 (off) or a size in MB", EXIT_USAGE)
+    with Engine(EngineDefaults(request=Defaults(draft_depth=AUTO), prompt_cache_mb=args.cache_ram)) as engine:
         try:
             info = engine.submit(J.LoadModel(load_spec(args))).result()
         except MtpStudioError as e:

@@ -310,8 +310,12 @@ class Engine:
         """A new prompt-cache budget for every loaded model and later loads (0: off),
         applied on the engine thread before its next generation (entries over it are
         evicted then)."""
+        self.set_prompt_cache_bytes(max(0, int(mb)) << 20)
+
+    def set_prompt_cache_bytes(self, nbytes: int) -> None:
+        """:meth:`set_prompt_cache_mb` to the byte."""
         with self._lock:
-            self._prompt_cache_bytes = max(0, int(mb)) << 20
+            self._prompt_cache_bytes = max(0, int(nbytes))
 
     def _prompt_cache(self, lm: LoadedModel) -> None:
         """Give ``lm``'s session its prompt cache, at the budget set now."""

@@ -44,6 +44,8 @@ def usage(res: J.GenerateResult) -> dict:
         "prompt_tokens": res.prompt_tokens,
         "completion_tokens": len(res.tokens),
         "total_tokens": res.prompt_tokens + len(res.tokens),
+        # prompt tokens not decoded for this request: the live context's or a snapshot's
+        "prompt_tokens_details": {"cached_tokens": res.stats.prompt_tokens_reused},
     }
 
 
@@ -54,6 +56,7 @@ def timings(res: J.GenerateResult) -> dict:
     prompt_n = s.prompt_tokens - s.prompt_tokens_reused
     return {
         "cache_n": s.prompt_tokens_reused,
+        "cache_restored_n": s.prompt_tokens_restored,  # of cache_n, restored from a prompt-cache snapshot
         "prompt_n": prompt_n,
         "prompt_ms": s.prompt_ms,
         "prompt_per_token_ms": s.prompt_ms / prompt_n if prompt_n else 0.0,

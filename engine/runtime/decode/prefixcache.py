@@ -41,11 +41,12 @@ import numpy as np
 from engine.errors import MtpStudioError
 from engine.runtime.decode.session import Session, common_prefix
 from engine.runtime.decode.snapshot import Snapshot, restore, take, token_key
+from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 log = logging.getLogger(__name__)
 
 #: default budget for snapshots in host memory
-DEFAULT_BUDGET_MB = 4096
+DEFAULT_BUDGET_MB = DEFAULT_PROMPT_CACHE_MB
 #: snapshots through long prompts on hybrid/recurrent models, every this many tokens
 DEFAULT_INTERVAL = 2048
 #: a live state is saved before it is thrown away only when this many tokens would be lost

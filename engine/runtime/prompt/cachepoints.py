@@ -24,7 +24,7 @@ from collections.abc import Callable
 from engine.errors import InvalidRequestError
 
 #: stands in for the first message after the system prompt (never in a real message)
-_STAND_IN = "\x1e\x1d"
+_STAND_IN = "\u2063stand-in\u2063"
 
 Render = Callable[[list[dict], bool], str]
 

@@ -31,6 +31,18 @@ async def metrics(request: Request):
     lines += _line(
         "mtp_acceptance_ratio", "gauge", "Accepted / drafted since start.", [("", accepted / drafted if drafted else 0.0)]
     )
+    pc = st.engine.prompt_cache_info()
+    lines += _line("mtp_prompt_cache_requests_total", "counter",
+                   "Prompts by where they resumed: a snapshot (hit), the live context, or nothing (miss).",
+                   [('{result="hit"}', pc["hits"]), ('{result="live"}', pc["live"]), ('{result="miss"}', pc["misses"])])
+    lines += _line("mtp_prompt_cache_restored_tokens_total", "counter", "Prompt tokens restored from snapshots.",
+                   [("", pc["restored_tokens"])])
+    lines += _line("mtp_prompt_cache_evictions_total", "counter", "Snapshots evicted to stay within the budget.",
+                   [("", pc["evicted"])])
+    lines += _line("mtp_prompt_cache_entries", "gauge", "Snapshots held.", [("", pc["entries"])])
+    lines += _line("mtp_prompt_cache_bytes", "gauge", "Host memory the snapshots take.", [("", pc["bytes"])])
+    lines += _line("mtp_prompt_cache_budget_bytes", "gauge", "The snapshots' memory budget (0: off).",
+                   [("", pc["budget_bytes"])])  # fmt: skip
     lines += _line("mtp_queue_depth", "gauge", "Engine jobs running or waiting.", [("", st.engine.queue_depth)])
     lines += _line("mtp_requests_in_flight", "gauge", "Endpoint requests admitted and not finished.", [("", st.pending)])
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")

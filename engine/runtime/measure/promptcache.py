@@ -1,0 +1,186 @@
+"""Prompt-cache benchmark: what each turn of a conversation costs to bring in, with the
+prompt cache and without it (``mtp-studio bench prompt-cache``).
+
+Three scenarios, each run on one engine with the cache on and on another with it off
+(budget 0), greedy, same requests:
+
+* ``chat``: one conversation of N turns with the model's template (thinking on where the
+  template thinks; Qwen3.5/3.6 re-render the last reply without its thinking);
+* ``two``: two conversations taking turns, sharing a long system prompt;
+* ``agent``: an agent loop — every step must call a tool, the tool's result is appended.
+
+Per turn: prompt tokens, tokens decoded, tokens restored from a snapshot, prompt ms.
+The arms' outputs are compared token for token. :func:`replay_llama_server` sends the
+same conversations (with this engine's replies as history) to a running llama-server
+and reads its ``timings``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+from engine.runtime import jobs as J
+from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.jobs import Defaults
+from engine.runtime.load.loader import LoadSpec
+from engine.runtime.prompt.tools import ToolChoice, parse_tools
+
+SCENARIOS = ("chat", "two", "agent")
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}},
+                   "required": ["city"]}}}  # fmt: skip
+
+
+def system_prompt(words: int) -> dict:
+    rules = " ".join(f"Rule {i}: answer in plain words and cite rule {i} by number." for i in range(words // 11 + 1))
+    return {"role": "system", "content": rules}
+
+
+@dataclass
+class Turn:
+    conversation: str
+    prompt_tokens: int
+    decoded: int
+    restored: int
+    prompt_ms: float
+    tokens: list[int] = field(repr=False)
+    #: the messages the turn was asked with (for replaying them elsewhere)
+    messages: list[dict] = field(repr=False, default_factory=list)
+
+
+@dataclass
+class Arm:
+    turns: list[Turn]
+    cache: dict
+
+    def later(self) -> list[Turn]:
+        """Every turn but each conversation's first."""
+        seen: set[str] = set()
+        out = []
+        for t in self.turns:
+            if t.conversation in seen:
+                out.append(t)
+            seen.add(t.conversation)
+        return out
+
+
+def _reply_message(r: J.GenerateResult) -> dict:
+    rep = r.reply
+    if rep is None:
+        return {"role": "assistant", "content": r.text}
+    msg: dict = {"role": "assistant", "content": rep.content}
+    if rep.reasoning:
+        msg["reasoning_content"] = rep.reasoning
+    if rep.calls:
+        msg["tool_calls"] = [{"id": f"call_{i}", "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}}
+                             for i, c in enumerate(rep.calls)]  # fmt: skip
+    return msg
+
+
+def run_scenario(eng: Engine, name: str, *, turns: int, system_words: int, max_tokens: int) -> list[Turn]:
+    """Run scenario ``name`` on a loaded engine; one :class:`Turn` per request."""
+    out: list[Turn] = []
+
+    def ask(conv: str, msgs: list[dict], **kw) -> J.GenerateResult:
+        r = eng.submit(J.Generate(messages=list(msgs), max_tokens=max_tokens, rounds=False, **kw)).result(600)
+        s = r.stats
+        out.append(Turn(conv, s.prompt_tokens, s.prompt_tokens - s.prompt_tokens_reused, s.prompt_tokens_restored,
+                        round(s.prompt_ms, 2), list(r.tokens), [dict(m) for m in msgs]))  # fmt: skip
+        return r
+
+    system = system_prompt(system_words)
+    if name == "chat":
+        msgs = [system]
+        for t in range(turns):
+            msgs.append({"role": "user", "content": f"Question {t}: what does rule {t} ask of you, and why?"})
+            msgs.append(_reply_message(ask("chat", msgs)))
+    elif name == "two":
+        convs = {"A": [system], "B": [system]}
+        for t in range(turns):
+            for conv, msgs in convs.items():
+                msgs.append({"role": "user", "content": f"{conv}, turn {t}: which rule matters most today?"})
+                msgs.append(_reply_message(ask(conv, msgs)))
+    elif name == "agent":
+        tools = parse_tools([WEATHER])
+        msgs = [system, {"role": "user", "content": "Plan a trip: check the weather in every city, one at a time."}]
+        for step in range(turns):
+            reply = _reply_message(ask("agent", msgs, tools=tools, tool_choice=ToolChoice("required")))
+            msgs.append(reply)
+            for c in reply.get("tool_calls", []):
+                msgs.append({"role": "tool", "tool_call_id": c["id"],
+                             "content": json.dumps({"forecast": "sunny", "high_c": 20 + step})})  # fmt: skip
+            if not reply.get("tool_calls"):
+                msgs.append({"role": "user", "content": "Check the next city."})
+    else:
+        raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
+    return out
+
+
+def run_arm(spec: LoadSpec, budget_mb: int, scenario: str, *, turns: int, system_words: int, max_tokens: int,
+            template: str | None, progress: Callable[[str], None] = lambda _m: None) -> Arm:  # fmt: skip
+    defaults = Defaults(draft_depth=1, temperature=0.0, thinking_budget=max(8, max_tokens // 2))
+    with Engine(EngineDefaults(request=defaults, prompt_cache_mb=budget_mb)) as eng:
+        eng.submit(J.LoadModel(spec)).result(600)
+        if template is not None:
+            use_template(eng, template)
+        progress(f"{scenario}: cache {'on' if budget_mb else 'off'}")
+        turns_ = run_scenario(eng, scenario, turns=turns, system_words=system_words, max_tokens=max_tokens)
+        return Arm(turns_, eng.prompt_cache_info())
+
+
+def use_template(eng: Engine, source: str) -> None:
+    """Talk to the loaded model with ``source`` as its chat template (a bench seam: the
+    demo with Qwen3.5's real template)."""
+
+    def swap(state, *_):
+        for lm in state.models.values():
+            lm.template = replace(lm.template, kind="file", name="--template", source=source)
+
+    eng.submit(J.Call(swap, "chat template")).result(60)
+
+
+def summary(on: Arm, off: Arm) -> dict:
+    later_on, later_off = on.later(), off.later()
+    dec_on = sum(t.decoded for t in later_on)
+    dec_off = sum(t.decoded for t in later_off)
+    ms_on = sum(t.prompt_ms for t in later_on)
+    ms_off = sum(t.prompt_ms for t in later_off)
+    entries = on.cache["entries"]
+    return {
+        "identical": [t.tokens for t in on.turns] == [t.tokens for t in off.turns],
+        "turns": len(on.turns),
+        "later_turns_decoded": {"cache": dec_on, "no_cache": dec_off},
+        "later_turns_prompt_ms": {"cache": round(ms_on, 1), "no_cache": round(ms_off, 1)},
+        "prompt_ms_ratio": round(ms_off / ms_on, 2) if ms_on > 0 else None,
+        "snapshots": entries,
+        "snapshot_bytes_per_entry": on.cache["bytes"] // entries if entries else 0,
+        "cache": on.cache,
+    }
+
+
+# --------------------------------------------------------------- llama-server
+def replay_llama_server(url: str, turns: list[Turn], max_tokens: int) -> list[dict]:
+    """Send each turn's messages to a running llama-server (greedy, thinking budget as
+    here) and read back how many prompt tokens it decoded and in what time."""
+    out = []
+    for t in turns:
+        body = {"messages": t.messages, "max_tokens": max_tokens, "temperature": 0.0, "cache_prompt": True}
+        req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=600) as resp:
+            data = json.loads(resp.read())
+        tm = data.get("timings", {})
+        out.append({"conversation": t.conversation, "prompt_tokens": data.get("usage", {}).get("prompt_tokens"),
+                    "decoded": tm.get("prompt_n"), "cache_n": tm.get("cache_n"), "prompt_ms": tm.get("prompt_ms"),
+                    "wall_ms": round((time.perf_counter() - t0) * 1000, 1)})  # fmt: skip
+    return out
+
+
+def turns_json(arm: Arm) -> list[dict]:
+    return [{k: v for k, v in asdict(t).items() if k not in ("tokens", "messages")} for t in arm.turns]
