@@ -376,3 +376,24 @@ def test_a_model_whose_paired_head_is_gone_loads_and_says_so(qtbot, window, fixt
         page.load_selected()
     assert "loaded without its MTP head" in window.statusBar().currentMessage()
     assert window.models.current["mtp"] == "off"
+
+
+def test_server_page_prompt_cache_budget_and_figures(qtbot, window, fixtures):
+    """The budget box sets the engine's budget (and the setting); the figures line shows
+    what two conversations taking turns left in the cache."""
+    load(qtbot, window, fixtures["partial"].path, "integrated")
+    page = window.pages["server"]
+    eng = window.ctx.bridge.engine
+    page.cache_mb.setValue(0)
+    assert window.ctx.settings.prompt_cache_mb == 0 and eng.prompt_cache_info()["budget_bytes"] == 0
+    assert page.cache_figures.text().startswith("off")
+    page.cache_mb.setValue(16)
+    assert window.ctx.settings.prompt_cache_mb == 16 and eng.prompt_cache_info()["budget_bytes"] == 16 << 20
+    system = {"role": "system", "content": "Be brief. " * 60}
+    for text in ("first chat", "second chat", "first chat again"):
+        eng.submit(J.Generate(messages=[system, {"role": "user", "content": text}], max_tokens=4)).result(60)
+    page.refresh_cache()
+    info = eng.prompt_cache_info()
+    assert info["entries"] > 0 and info["hits"] >= 2
+    shown = page.cache_figures.text()
+    assert f"{info['entries']} snapshots" in shown and "of 16 MB" in shown and f"{info['hits']} hits" in shown

@@ -9,7 +9,8 @@ from starlette.routing import Route
 
 def _line(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> list[str]:
     out = [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
-    out += [f"{name}{labels} {value:g}" for labels, value in samples]
+    # whole numbers in full (``:g`` would round a byte count to 6 digits)
+    out += [f"{name}{labels} {value if isinstance(value, int) else format(value, 'g')}" for labels, value in samples]
     return out
 
 
