@@ -48,8 +48,9 @@ class Turn:
     restored: int
     prompt_ms: float
     tokens: list[int] = field(repr=False)
-    #: the messages the turn was asked with (for replaying them elsewhere)
+    #: the messages (and OpenAI tools) the turn was asked with, for replaying elsewhere
     messages: list[dict] = field(repr=False, default_factory=list)
+    tools: list[dict] = field(repr=False, default_factory=list)
 
 
 @dataclass
@@ -90,7 +91,8 @@ def run_scenario(eng: Engine, name: str, *, turns: int, system_words: int, max_t
         r = eng.submit(J.Generate(messages=list(msgs), max_tokens=max_tokens, rounds=False, **kw)).result(600)
         s = r.stats
         out.append(Turn(conv, s.prompt_tokens, s.prompt_tokens - s.prompt_tokens_reused, s.prompt_tokens_restored,
-                        round(s.prompt_ms, 2), list(r.tokens), [dict(m) for m in msgs]))  # fmt: skip
+                        round(s.prompt_ms, 2), list(r.tokens), [dict(m) for m in msgs],
+                        [WEATHER] if "tools" in kw else []))  # fmt: skip
         return r
 
     system = system_prompt(system_words)
@@ -170,6 +172,8 @@ def replay_llama_server(url: str, turns: list[Turn], max_tokens: int) -> list[di
     out = []
     for t in turns:
         body = {"messages": t.messages, "max_tokens": max_tokens, "temperature": 0.0, "cache_prompt": True}
+        if t.tools:
+            body["tools"] = t.tools
         req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})  # fmt: skip
         t0 = time.perf_counter()
