@@ -131,6 +131,11 @@ def main() -> int:
     httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32})
     httpx2.post(srv.server.url + "/v1/completions", json={"model": "gpt-4o", "prompt": "hi"})
     httpx2.get(srv.server.url + "/health")
+    system = {"role": "system", "content": "You are a careful assistant. Answer briefly. " * 20}
+    for who in ("first", "second", "first"):  # two conversations taking turns: the prompt cache
+        httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "max_tokens": 16, "messages": [
+            system, {"role": "user", "content": f"Hello from the {who} conversation"}]})  # fmt: skip
+    srv.refresh_cache()
     wait(500)
     w.grab().save(str(out / "server.png"))
     srv.stop()

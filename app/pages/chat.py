@@ -70,9 +70,10 @@ def figures_line(stats: GenerationStats | None, live_tps: float | None = None, m
         parts.append(f"depth {stats.depth_json}")
     if mtp:
         parts.append(f"MTP {mtp}")
+    line = "  ·  ".join(parts)
     if stats is not None and stats.prompt_tokens:
-        parts.append(prompt_line(stats))
-    return "  ·  ".join(parts)
+        line += "\n" + prompt_line(stats)
+    return line
 
 
 def prompt_line(stats: GenerationStats) -> str:

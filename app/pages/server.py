@@ -34,9 +34,9 @@ def cache_text(info: dict) -> str:
         return "off: every prompt that leaves the loaded conversation is decoded from its start"
     mib = info["bytes"] / 2**20
     budget = info["budget_bytes"] / 2**20
-    return (f"{info['entries']} snapshots, {mib:.1f} of {budget:.0f} MB  ·  {info['hits']} hits, "
-            f"{info['live']} resumed live, {info['misses']} misses  ·  {info['restored_tokens']} tokens restored, "
-            f"{info['evicted']} evicted")  # fmt: skip
+    return (f"{info['entries']} snapshots, {mib:.1f} of {budget:.0f} MB, {info['evicted']} evicted\n"
+            f"{info['hits']} hits, {info['live']} resumed live, {info['misses']} misses  ·  "
+            f"{info['restored_tokens']} tokens restored")  # fmt: skip
 
 
 class _RequestRelay(QObject):
@@ -121,6 +121,7 @@ class ServerPage(QWidget):
         )
         self.cache_figures = QLabel()
         self.cache_figures.setObjectName("Figures")
+        self.cache_figures.setWordWrap(True)
         form.addRow("Memory", self.cache_mb)
         form.addRow("Now", self.cache_figures)
         self.cache_mb.valueChanged.connect(self._set_cache_mb)
