@@ -333,7 +333,9 @@ class Engine:
         progress = lambda f, m: h._emit(J.Progress(f, m))  # noqa: E731
         lm: LoadedModel | WorkerModel
         if job.spec.rpc and self.defaults.isolate_rpc:
-            lm = WorkerModel.start(job.spec, progress=progress, cancel=h.cancel_event)
+            with self._lock:
+                mb = self._prompt_cache_bytes >> 20
+            lm = WorkerModel.start(job.spec, progress=progress, cancel=h.cancel_event, prompt_cache_mb=mb)
         else:
             lm = load(job.spec, progress=progress, cancel=h.cancel_event)
         old = self._state.models.pop(lm.name, None)

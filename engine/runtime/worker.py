@@ -76,6 +76,10 @@ def rebuild_error(name: str, code: str, message: str) -> E.MtpStudioError:
     return err
 
 
+#: the prompt-cache budget (MB) the worker's engine gets, from the parent's
+PROMPT_CACHE_ENV = "MTP_STUDIO_PROMPT_CACHE_MB"
+
+
 class WorkerModel:
     """The engine thread's handle on a model in a child process. Used only on the engine
     thread; a reader thread turns the child's frames into a queue."""
@@ -94,13 +98,15 @@ class WorkerModel:
 
     # ------------------------------------------------------------------ start
     @classmethod
-    def start(cls, spec, *, progress=None, cancel: threading.Event | None = None) -> WorkerModel:
+    def start(cls, spec, *, progress=None, cancel: threading.Event | None = None,
+              prompt_cache_mb: int | None = None) -> WorkerModel:  # fmt: skip
+        extra = {} if prompt_cache_mb is None else {PROMPT_CACHE_ENV: str(int(prompt_cache_mb))}
         proc = subprocess.Popen(
             module_command(CHILD_MODULE),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=child_env(),
+            env=child_env(**extra),
         )
         w = cls(spec, proc)
         try:

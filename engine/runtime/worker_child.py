@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.worker import _EOF, error_frame, recv_frame, send_frame
+from engine.runtime.worker import _EOF, PROMPT_CACHE_ENV, error_frame, recv_frame, send_frame
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         elif not isinstance(ev, J.Started):
             send(("event", ev))
 
-    engine = Engine(EngineDefaults(isolate_rpc=False)).start()
+    budget = os.environ.get(PROMPT_CACHE_ENV)
+    defaults = EngineDefaults(isolate_rpc=False)
+    if budget is not None and budget.isdigit():
+        defaults = EngineDefaults(isolate_rpc=False, prompt_cache_mb=int(budget))
+    engine = Engine(defaults).start()
     current = None
     try:
         while True:

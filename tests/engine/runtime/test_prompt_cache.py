@@ -265,3 +265,28 @@ def test_snapshots_are_never_restored_into_another_model(qwen35_template_model, 
         assert r.stats.prompt_tokens_restored == 0
     finally:
         eng.stop()
+
+
+def test_an_attention_model_restores_a_conversation_another_one_pushed_out(gemma):
+    """Real Gemma 3 270M (attention only: llama.cpp can cut its KV back, so no snapshots are
+    taken during prefill): when a second conversation takes the context, the first one's
+    state is saved, and its next turn restores it instead of decoding it again."""
+    engines = {mb: Engine(EngineDefaults(request=Defaults(max_tokens=12), prompt_cache_mb=mb)).start() for mb in (64, 0)}
+    try:
+        out = {}
+        for mb, eng in engines.items():
+            eng.submit(J.LoadModel(LoadSpec(gemma, n_ctx=2048))).result(120)
+            a = [{"role": "user", "content": "Tell me about the sea. " * 8}]
+            b = [{"role": "user", "content": "Tell me about mountains. " * 8}]
+            ra = _turn(eng, a)
+            _turn(eng, b)
+            ra2 = _turn(eng, [*a, {"role": "assistant", "content": ra.text}, {"role": "user", "content": "More."}])
+            out[mb] = (ra, ra2)
+            assert (_cache(eng).stats.saved > 0) == (mb > 0)
+        (a1, a2), (p1, p2) = out[64], out[0]
+        assert [a1.tokens, a2.tokens] == [p1.tokens, p2.tokens]
+        assert a2.stats.prompt_tokens_restored >= a1.stats.prompt_tokens
+        assert p2.stats.prompt_tokens_restored == 0 and p2.stats.prompt_tokens_reused < a1.stats.prompt_tokens
+    finally:
+        for eng in engines.values():
+            eng.stop()
