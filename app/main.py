@@ -49,12 +49,9 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     app.setStyleSheet(style_sheet())
     settings, problems = settings_mod.load_checked(settings_path)
     if settings.exact:  # before llama.cpp is loaded: its kernels are chosen once per process
-        import os
-
         from engine.runtime.llama import exact as exact_mod
 
-        os.environ[exact_mod.EXACT_ENV] = "1"
-        exact_mod.prepare_environment()
+        exact_mod.request()
     if engine is None:
         engine = Engine(EngineDefaults(request=Defaults(draft_depth="auto"),
                                        prompt_cache_mb=settings.prompt_cache_mb)).start()  # fmt: skip

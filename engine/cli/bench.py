@@ -69,16 +69,14 @@ def register(sub) -> None:
 
 def _identity(args) -> int:
     import json
-    import os
 
     from engine.cli import EXIT_INVALID, die
     from engine.errors import MtpStudioError
 
     if args.exact:
-        from engine.runtime.llama import exact as exact_mod
+        from engine.runtime.llama import exact
 
-        os.environ[exact_mod.EXACT_ENV] = "1"
-        exact_mod.prepare_environment()
+        exact.request()
     from engine.runtime.measure.batchnoise import measure
     from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
@@ -227,12 +225,9 @@ def _ab(args) -> int:
         return die(str(e), EXIT_USAGE)
     deepest = max([int(a) for a in arms if a.isdigit()] + [args.max_depth if "auto" in arms else 1])
     if args.exact:
-        import os
+        from engine.runtime.llama import exact
 
-        from engine.runtime.llama import exact as exact_mod
-
-        os.environ[exact_mod.EXACT_ENV] = "1"
-        exact_mod.prepare_environment()
+        exact.request()
     spec = LoadSpec(
         args.model,
         head=args.head,

@@ -34,16 +34,14 @@ def register(bsub) -> None:
 
 def run(args) -> int:
     import json
-    import os
 
     from engine.cli import EXIT_INVALID, EXIT_USAGE, die
     from engine.errors import MtpStudioError
 
     if args.exact:
-        from engine.runtime.llama import exact as exact_mod
+        from engine.runtime.llama import exact
 
-        os.environ[exact_mod.EXACT_ENV] = "1"
-        exact_mod.prepare_environment()
+        exact.request()
     from engine.runtime.load.loader import LoadSpec, MtpSource
     from engine.runtime.measure import promptcache as pc
     from engine.settings import DEFAULT_PROMPT_CACHE_MB
@@ -69,11 +67,7 @@ def run(args) -> int:
             off = pc.run_arm(spec, 0, name, **kw)
             entry = {**pc.summary(on, off), "per_turn": {"cache": pc.turns_json(on), "no_cache": pc.turns_json(off)}}
             if args.llama_server:
-                ls = pc.replay_llama_server(args.llama_server, on.turns, args.max_tokens)
-                later = ls[1:] if name != "two" else ls[2:]
-                entry["llama_server"] = {"per_turn": ls,
-                                         "later_turns_decoded": sum(t["decoded"] or 0 for t in later),
-                                         "later_turns_prompt_ms": round(sum(t["prompt_ms"] or 0 for t in later), 1)}  # fmt: skip
+                entry["llama_server"] = pc.replay_llama_server(args.llama_server, on.turns, args.max_tokens)
             report["scenarios"][name] = entry
     except MtpStudioError as e:
         return die(str(e), EXIT_INVALID)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -93,8 +92,7 @@ def load_spec(args, max_draft_depth: int = 4):
     if exact:  # before llama.cpp is loaded: ggml reads its switches once
         from engine.runtime.llama import exact as exact_mod
 
-        os.environ[exact_mod.EXACT_ENV] = "1"
-        exact_mod.prepare_environment()
+        exact_mod.request()
 
     max_draft_depth = DraftDepth.parse(getattr(args, "draft_depth", None) or 1).load_depth(max_draft_depth)
     rpc, split = rpc_options(args)

@@ -34,10 +34,10 @@ def memory() -> dict[str, str]:
 
 
 def run(args) -> int:
+    from engine.settings import DEFAULT_PROMPT_CACHE_MB
+
     found = all_paths()
     if args.json:
-        from engine.settings import DEFAULT_PROMPT_CACHE_MB
-
         print(json.dumps({**found, "frozen": bool(getattr(sys, "frozen", False)),
                           "prompt_cache_mb": DEFAULT_PROMPT_CACHE_MB}))  # fmt: skip
     else:

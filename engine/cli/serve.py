@@ -10,7 +10,7 @@ import threading
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, depth_arg, load_spec
 from engine.runtime.decode.depth import AUTO
-from engine.settings import DEFAULT_PROMPT_CACHE_MB as DEFAULT_BUDGET_MB
+from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
 
@@ -38,9 +38,9 @@ def register(sub) -> None:
     p.add_argument("--thinking-budget", type=int, default=None, metavar="N",
                    help="thinking models: most tokens a reply may think before its answer is started for it "
                         "(requests may set thinking_budget_tokens; default unlimited)")  # fmt: skip
-    p.add_argument("--cache-ram", type=int, default=DEFAULT_BUDGET_MB, metavar="MB",
+    p.add_argument("--cache-ram", type=int, default=DEFAULT_PROMPT_CACHE_MB, metavar="MB",
                    help="host memory for prompt-cache snapshots, so conversations that take turns resume "
-                        f"where they were (default {DEFAULT_BUDGET_MB}; 0: off)")  # fmt: skip
+                        f"where they were (default {DEFAULT_PROMPT_CACHE_MB}; 0: off)")  # fmt: skip
     p.set_defaults(func=run)
 
 

@@ -31,11 +31,12 @@ from engine.errors import (
 )
 from engine.runtime import jobs as J
 from engine.runtime.decode.loop import generate
-from engine.runtime.decode.prefixcache import DEFAULT_BUDGET_MB, PrefixCache
+from engine.runtime.decode.prefixcache import PrefixCache
 from engine.runtime.decode.policystore import save_policy
 from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.prompt.chat import PromptCache
+from engine.settings import DEFAULT_PROMPT_CACHE_MB
 from engine.runtime.request import prepare, resolve
 from engine.runtime.worker import WorkerModel
 
@@ -146,7 +147,7 @@ class EngineDefaults:
     #: off only inside that worker
     isolate_rpc: bool = True
     #: host memory for prompt-cache snapshots of each loaded model (0: off)
-    prompt_cache_mb: int = DEFAULT_BUDGET_MB
+    prompt_cache_mb: int = DEFAULT_PROMPT_CACHE_MB
 
 
 class Engine:

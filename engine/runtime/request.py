@@ -156,7 +156,7 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
     think: Thinking | None = None
     grammar = job.grammar
     points: tuple[int, ...] = ()
-    snapshots = lm.session.cache is not None and lm.session.cache.enabled and model.is_recurrent
+    snapshots = lm.session.cache is not None and lm.session.cache.snapshots_in_prefill(lm.session)
     if job.messages is not None:
         template = lm.template
         prompt_text, plan, think, offsets = _render_chat(job, template, model, points=snapshots)

@@ -45,8 +45,6 @@ from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 log = logging.getLogger(__name__)
 
-#: default budget for snapshots in host memory
-DEFAULT_BUDGET_MB = DEFAULT_PROMPT_CACHE_MB
 #: snapshots through long prompts on hybrid/recurrent models, every this many tokens
 DEFAULT_INTERVAL = 2048
 #: a live state is saved before it is thrown away only when this many tokens would be lost
@@ -68,7 +66,7 @@ class PrefixCache:
     """Snapshots of one session's prompt prefixes. Engine thread only; :meth:`info` is
     safe from any thread."""
 
-    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_MB << 20, *, interval: int = DEFAULT_INTERVAL):
+    def __init__(self, budget_bytes: int = DEFAULT_PROMPT_CACHE_MB << 20, *, interval: int = DEFAULT_INTERVAL):
         self.budget = max(0, int(budget_bytes))
         self.interval = max(1, int(interval))
         self._entries: OrderedDict[bytes, Snapshot] = OrderedDict()  # least recently used first
@@ -102,10 +100,7 @@ class PrefixCache:
             if size > self.budget:
                 self.stats.skipped += 1
                 return False
-            while self._entries and self._bytes + size > self.budget:
-                _, gone = self._entries.popitem(last=False)
-                self._bytes -= gone.nbytes
-                self.stats.evicted += 1
+            self._evict_to(self.budget - size)
             self._entries[snap.key] = snap
             self._bytes += size
             self.stats.saved += 1
@@ -125,10 +120,15 @@ class PrefixCache:
         """A new budget; entries over it are evicted now."""
         with self._lock:
             self.budget = max(0, int(budget_bytes))
-            while self._entries and self._bytes > self.budget:
-                _, gone = self._entries.popitem(last=False)
-                self._bytes -= gone.nbytes
-                self.stats.evicted += 1
+            self._evict_to(self.budget)
+
+    def _evict_to(self, limit: int) -> None:
+        """Drop least recently used entries until they take at most ``limit`` bytes
+        (the lock held)."""
+        while self._entries and self._bytes > limit:
+            _, gone = self._entries.popitem(last=False)
+            self._bytes -= gone.nbytes
+            self.stats.evicted += 1
 
     def find(self, tokens: list[int] | np.ndarray) -> Snapshot | None:
         """The entry holding exactly ``tokens`` (marked as just used)."""
@@ -165,11 +165,11 @@ class PrefixCache:
         cut = not session.target.model.is_recurrent
         shared = min(common_prefix(live, prompt), limit)
         live_n = shared if (cut or shared == len(live)) else 0
-        snap, snap_n = self.best(np.asarray(prompt, np.int32), limit, cut=cut) if self._entries else (None, 0)
+        snap, snap_n = self.best(np.asarray(prompt, np.int32), limit, cut=cut)
         restoring = snap is not None and snap_n > live_n
         lost = len(live) - (0 if restoring else live_n)
         if lost >= MIN_TAIL and self.enabled:
-            self._save(session)
+            self.save(session)
         if not restoring:
             with self._lock:
                 if live_n > 0:
@@ -192,24 +192,24 @@ class PrefixCache:
             self.stats.restored_tokens += snap_n
         return snap_n
 
+    def snapshots_in_prefill(self, session: Session) -> bool:
+        """Whether prefills snapshot at marks: only where the model's memory cannot be
+        cut back (on other models any snapshot serves every shorter prefix)."""
+        return self.enabled and session.target.model.is_recurrent
+
     def marks(self, session: Session, start: int, n: int, points: tuple[int, ...]) -> list[int]:
         """Positions in ``(start, n)`` to snapshot at while prefilling a prompt of ``n``
-        tokens from ``start``: none on a model whose memory can be cut back (any snapshot
-        serves any shorter prefix there); else the request's ``points`` and every
-        :attr:`interval` tokens."""
-        if not self.enabled or not session.target.model.is_recurrent:
+        tokens from ``start``: the request's ``points`` and every :attr:`interval`
+        tokens, where :meth:`snapshots_in_prefill`."""
+        if not self.snapshots_in_prefill(session):
             return []
         out = set(points)
         out.update(range(self.interval, n, self.interval))
         return sorted(p for p in out if start < p < n)
 
-    def mark(self, session: Session) -> None:
-        """A mark reached during prefill: snapshot the session unless an entry holds the
-        same tokens."""
-        if self.find(session.target_tokens) is None:
-            self._save(session)
-
-    def _save(self, session: Session) -> None:
+    def save(self, session: Session) -> None:
+        """Snapshot the session now, unless an entry holds the same tokens (that one is
+        marked as just used) or there is no memory for it."""
         if not session.target_tokens or self.find(session.target_tokens) is not None:
             return
         try:

@@ -297,13 +297,9 @@ class Session:
             if i > c:
                 self.phase("prefill", cancel)
             end = min(i + step, n)
-            while marks and marks[0] <= i:
-                marks.pop(0)
-            if marks and marks[0] < end:
+            marked = bool(marks) and marks[0] <= end  # marks lie in (c, n), ascending
+            if marked:
                 end = marks.pop(0)
-                marked = True
-            else:
-                marked = False
             prev = self.last_hidden
             rows = self.decode_target(prompt[i:end], logits=LOGITS_LAST, hidden=use_mtp)
             if use_mtp:
@@ -311,7 +307,7 @@ class Session:
                 self._feed_prompt_entries(prompt, i, prev, rows, defer=defer_mtp)
             if marked:
                 assert self.cache is not None
-                self.cache.mark(self)
+                self.cache.save(self)
             i = end
         logits = self.target.logits(-1).copy()
         first = int(np.argmax(logits)) if choose_first is None else choose_first(logits)

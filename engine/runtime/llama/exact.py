@@ -43,6 +43,13 @@ def requested() -> bool:
     return os.environ.get(EXACT_ENV) == "1"
 
 
+def request() -> None:
+    """Ask for exact mode in this process; before llama.cpp is loaded (ggml reads its
+    switches once)."""
+    os.environ[EXACT_ENV] = "1"
+    prepare_environment()
+
+
 def prepare_environment() -> None:
     """Called before llama.cpp is loaded: exact mode turns the tiled matmul off for the
     whole process (ggml reads the switch once)."""

@@ -21,6 +21,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 from dataclasses import asdict, dataclass, field, replace
 
 from engine.runtime import jobs as J
@@ -59,14 +60,18 @@ class Arm:
     cache: dict
 
     def later(self) -> list[Turn]:
-        """Every turn but each conversation's first."""
-        seen: set[str] = set()
-        out = []
-        for t in self.turns:
-            if t.conversation in seen:
-                out.append(t)
-            seen.add(t.conversation)
-        return out
+        return later(self.turns, lambda t: t.conversation)
+
+
+def later(turns: list, conversation: Callable[[Any], str]) -> list:
+    """Every turn but each conversation's first."""
+    seen: set[str] = set()
+    out = []
+    for t in turns:
+        if conversation(t) in seen:
+            out.append(t)
+        seen.add(conversation(t))
+    return out
 
 
 def _reply_message(r: J.GenerateResult) -> dict:
@@ -166,9 +171,9 @@ def summary(on: Arm, off: Arm) -> dict:
 
 
 # --------------------------------------------------------------- llama-server
-def replay_llama_server(url: str, turns: list[Turn], max_tokens: int) -> list[dict]:
-    """Send each turn's messages to a running llama-server (greedy, thinking budget as
-    here) and read back how many prompt tokens it decoded and in what time."""
+def replay_llama_server(url: str, turns: list[Turn], max_tokens: int) -> dict:
+    """Send each turn's messages to a running llama-server (greedy) and read back how many
+    prompt tokens it decoded and in what time: per turn, and summed over the later turns."""
     out = []
     for t in turns:
         body = {"messages": t.messages, "max_tokens": max_tokens, "temperature": 0.0, "cache_prompt": True}
@@ -183,7 +188,9 @@ def replay_llama_server(url: str, turns: list[Turn], max_tokens: int) -> list[di
         out.append({"conversation": t.conversation, "prompt_tokens": data.get("usage", {}).get("prompt_tokens"),
                     "decoded": tm.get("prompt_n"), "cache_n": tm.get("cache_n"), "prompt_ms": tm.get("prompt_ms"),
                     "wall_ms": round((time.perf_counter() - t0) * 1000, 1)})  # fmt: skip
-    return out
+    rest = later(out, lambda t: t["conversation"])
+    return {"per_turn": out, "later_turns_decoded": sum(t["decoded"] or 0 for t in rest),
+            "later_turns_prompt_ms": round(sum(t["prompt_ms"] or 0 for t in rest), 1)}  # fmt: skip
 
 
 def turns_json(arm: Arm) -> list[dict]:

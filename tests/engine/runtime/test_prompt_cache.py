@@ -290,3 +290,25 @@ def test_an_attention_model_restores_a_conversation_another_one_pushed_out(gemma
     finally:
         for eng in engines.values():
             eng.stop()
+
+
+def test_a_mark_on_a_batch_boundary_is_snapshotted(engines):
+    """Marks every 512 tokens fall exactly where the 512-token prefill batches end: each
+    still gets its snapshot (a mark there was once passed over)."""
+    on, _ = engines
+
+    def interval(n):
+        def set_(state, *_):
+            next(iter(state.models.values())).session.cache.interval = n
+
+        on.submit(J.Call(set_)).result(10)
+
+    cache = _cache(on)
+    cache.clear()
+    interval(512)
+    try:
+        r = _turn(on, [SYSTEM, {"role": "user", "content": "Which rules are about brevity?"}], mtp="off")
+        assert r.stats.prompt_tokens_reused == 0 and r.stats.prompt_tokens > 1536
+        assert {512, 1024, 1536} <= {s.n for s in cache.entries()}
+    finally:
+        interval(2048)
