@@ -37,6 +37,7 @@ from app.bridge import JobSignals
 from app.context import AppContext, ModelController
 from app.history import Conversation
 from app.pages import chatview
+from app.pages.chatfigures import figures_line
 from app.widgets.page import page_layout
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import DraftDepth, Mtp
@@ -47,43 +48,6 @@ from engine.runtime.prompt.reply import Part, Reply
 LIVE_MS = 40  # the streaming reply is redrawn at most this often (and long ones less often)
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
 SOURCES = [("Auto", "auto"), ("Integrated", "integrated"), ("External head", "external"), ("Off", "off")]
-
-
-def figures_line(stats: GenerationStats | None, live_tps: float | None = None, mtp: str = "") -> str:
-    if stats is None and live_tps is None:
-        return "ready"
-    tps = live_tps if live_tps is not None else stats.tokens_per_second
-    parts = [f"{tps:6.1f} tok/s"]
-    if stats is not None and stats.drafted:
-        parts.append(f"acceptance {stats.acceptance:.2f}")
-        parts.append(f"mean accepted {stats.mean_accept_len:.2f}")
-    if stats is not None and stats.forced:
-        parts.append(f"{stats.forced} forced (free)")
-    if stats is not None and stats.thinking_tokens:
-        think = f"thinking {stats.thinking_tokens} tok"
-        if stats.thinking_drafted:
-            think += f" (acceptance {stats.thinking_accepted / stats.thinking_drafted:.2f})"
-        parts.append(think)
-    if stats is not None and stats.sampled:
-        parts.append("sampled drafts" if stats.sampled_draft else "sampled")
-    if stats is not None:
-        parts.append(f"depth {stats.depth_json}")
-    if mtp:
-        parts.append(f"MTP {mtp}")
-    line = "  ·  ".join(parts)
-    if stats is not None and stats.prompt_tokens:
-        line += "\n" + prompt_line(stats)
-    return line
-
-
-def prompt_line(stats: GenerationStats) -> str:
-    """How the prompt was brought in: tokens reused (and restored from the prompt cache),
-    tokens decoded, and the time it took."""
-    new = stats.prompt_tokens - stats.prompt_tokens_reused
-    line = f"prompt {stats.prompt_tokens} tok: {stats.prompt_tokens_reused} cached"
-    if stats.prompt_tokens_restored:
-        line += f" ({stats.prompt_tokens_restored} restored)"
-    return line + f", {new} decoded in {stats.prompt_ms:.0f} ms"
 
 
 class ChatPage(QWidget):
