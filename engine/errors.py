@@ -97,6 +97,17 @@ class InvalidSettingError(InvalidRequestError):
     code = "invalid_setting"
 
 
+class InsufficientMemoryError(ModelLoadError):
+    """A load whose memory estimate exceeds what this machine has free: refused before
+    anything is allocated (engine.runtime.load.fit). ``fit`` holds the assessment."""
+
+    code = "insufficient_memory"
+
+    def __init__(self, message: str, fit: dict | None = None):
+        super().__init__(message)
+        self.fit = fit or {}
+
+
 class NativeCrashError(ModelLoadError):
     """llama.cpp crashed or aborted on this file in a child process, and no known-safe
     setting avoided it. The app itself did not crash."""

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 2
 #: host memory for prompt-cache snapshots unless set (MB; engine.runtime.decode.prefixcache)
 DEFAULT_PROMPT_CACHE_MB = 4096
+#: the context a load asks for unless told (lowered to what fits memory)
+DEFAULT_CTX = 4096
 
 
 @dataclass
@@ -87,7 +89,7 @@ class Settings:
     schema_version: int = SCHEMA_VERSION
     last_model: str | None = None  # path of the model to load at start (None: the demo)
     last_head: str | None = None
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_CTX
     max_draft_depth: int = 4
     mtp: MtpPrefs = field(default_factory=MtpPrefs)
     chat: ChatPrefs = field(default_factory=ChatPrefs)

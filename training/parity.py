@@ -67,7 +67,7 @@ def check(model: Qwen35, tokenizer, gguf: Path, text: str, *, generate: int = 64
 
     ids = tokenizer.encode(text).ids
     lm = load(LoadSpec(gguf, mtp=MtpSource.INTEGRATED, n_ctx=max(512, len(ids) + generate + 16), max_draft_depth=1,
-                       n_threads=1, probe=False))  # fmt: skip
+                       n_threads=1, probe=False, logit_rows=len(ids)))  # fmt: skip
     try:
         theirs = lm.model.tokenize(text)
         s = lm.session

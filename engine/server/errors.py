@@ -7,6 +7,7 @@ from starlette.responses import JSONResponse
 
 from engine.errors import (
     EngineStoppedError,
+    InsufficientMemoryError,
     InvalidRequestError,
     MtpStudioError,
     MtpUnavailableError,
@@ -25,6 +26,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (QueueFullError, 429, "rate_limit_error"),
     (EngineStoppedError, 503, "server_error"),
     (RpcError, 503, "server_error"),  # a helper machine is down: retry after reloading
+    (InsufficientMemoryError, 503, "server_error"),  # a load refused before allocating: free memory or lower the context
 ]
 
 

@@ -357,7 +357,8 @@ class _Run:
         s = self.s
         c = self.p.constraint
         t0 = time.perf_counter()
-        forced = c.forced_run(room) if c is not None else []
+        # a forced run is verified in one batch: at most the logit rows the context reads
+        forced = c.forced_run(min(room, s.target.n_outputs - 1)) if c is not None else []
         if forced:  # the grammar's forced tokens are the draft: no head call, all accepted
             proposal = Proposal(list(forced))
         else:

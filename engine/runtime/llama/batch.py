@@ -42,6 +42,7 @@ class Batch(Owned):
         for i in range(capacity):
             self._batch.seq_id[i][0] = 0
         self.n = 0
+        self.n_logits = 0  # rows that ask for logits
 
     @property
     def raw(self):
@@ -58,7 +59,9 @@ class Batch(Owned):
         self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
         if logits == LOGITS_ALL:
             self.logits[:n] = 1
+            self.n_logits = n
         else:
+            self.n_logits = int(logits == LOGITS_LAST and n > 0)
             self.logits[:n] = 0
             if logits == LOGITS_LAST and n:
                 self.logits[n - 1] = 1

@@ -39,6 +39,7 @@ class Context(OwnedPtr):
         n_threads: int | None = None,
         exact: bool = False,
         offload_kqv: bool = True,
+        n_outputs: int = 0,
     ):
         self._own()
         L = llama()
@@ -52,6 +53,10 @@ class Context(OwnedPtr):
         p.n_batch = n_batch
         p.n_ubatch = n_batch  # >= max(K+1, n_rs_seq+2), or every decode asserts
         p.n_seq_max = 1
+        # logit rows one decode may ask for (0: n_batch, llama.cpp's default). Each context
+        # reserves n_vocab x n_outputs floats in its compute buffer: 1 GiB for nothing
+        # on a 248k vocabulary at 512 when a decode reads at most depth + 1 rows
+        p.n_outputs_max = n_outputs
         p.n_rs_seq = n_rs_seq
         threads = n_threads or default_threads()
         p.n_threads = threads
@@ -72,6 +77,7 @@ class Context(OwnedPtr):
         self.n_batch = int(L.llama_n_batch(ptr))
         self.n_ubatch = int(L.llama_n_ubatch(ptr))
         self.n_rs_seq = int(L.llama_n_rs_seq(ptr))
+        self.n_outputs = min(n_outputs, self.n_batch) if n_outputs > 0 else self.n_batch
         self.is_mtp = mtp_target is not None
         self._mem = L.llama_get_memory(ptr)
         self._nextn = False
@@ -91,6 +97,10 @@ class Context(OwnedPtr):
     def decode(self, batch: Batch) -> None:
         if batch.n == 0:
             return
+        if batch.n_logits > self.n_outputs:  # llama.cpp would abort the process (GGML_ASSERT)
+            raise DecodeError(
+                f"a decode asked for {batch.n_logits} logit rows; this context was made for at most {self.n_outputs}"
+            )
         rc = int(llama().llama_decode(self.ptr, batch.raw))
         if rc != 0:
             what = {1: "no room left in the context (KV cache full)", 2: "decode aborted", -1: "invalid batch"}.get(

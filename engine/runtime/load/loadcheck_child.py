@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                 probe=False,
                 extra_bufts=extra,
                 exact=a.exact,
+                # the parent judged memory (or the user chose Load anyway): a probe at
+                # context 256 must not refuse again, nor refuse what the user overrode
+                fit="off",
             )
         )
     except MtpStudioError as e:

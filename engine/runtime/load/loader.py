@@ -13,17 +13,19 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import (
     GGUFError,
     HeadMismatchError,
+    InsufficientMemoryError,
     InvalidSettingError,
     ModelNotFoundError,
     MtpUnavailableError,
 )
+from engine.gguf.memory import ModelShape
 from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
@@ -31,7 +33,7 @@ from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
 from engine.rpc.endpoints import parse_endpoints
 from engine.runtime.llama import exact as exact_mod
 from engine.runtime import limits
-from engine.runtime.load import rpcdevices
+from engine.runtime.load import fit, rpcdevices
 from engine.runtime.load.placement import LlamaParams, LocalOnly, plan_placement
 from engine.runtime.llama.context import Context
 from engine.runtime.llama.lib import system_info
@@ -80,6 +82,13 @@ class LoadSpec:
     #: one weight per device (remote ones in endpoint order, then this machine's), or
     #: None: by free memory
     tensor_split: tuple[float, ...] | None = None
+    #: the memory check before anything is allocated (engine.runtime.load.fit): "check"
+    #: refuses a load whose estimate exceeds free memory, "shrink" lowers the context to
+    #: the largest that fits first, "off" is the user's explicit override
+    fit: str = "check"
+    #: logit rows one target decode may read (llama.cpp's n_outputs_max); None: what
+    #: decoding reads (limits.logit_rows). Tools that read a whole batch's logits raise it.
+    logit_rows: int | None = None
 
 
 @dataclass
@@ -194,6 +203,11 @@ def load(
         if progress is not None:
             progress(fraction, what)
 
+    requested_ctx = spec.n_ctx
+    fit_report = None
+    if spec.fit != "off" and not endpoints:
+        spec, fit_report = _check_fit(spec, target_set, head_set if source == MtpSource.EXTERNAL else None, source)
+
     verdict = LoadVerdict()
     placement = None
     if endpoints:
@@ -283,8 +297,44 @@ def load(
         "identity": _identity_claim(spec, quant, source),
         "rpc": [str(e) for e in endpoints],
         "placement": placement.to_json() if placement is not None else None,
+        #: the context asked for and what the memory check made of it (engine.runtime.load.fit)
+        "n_ctx_requested": requested_ctx,
+        "fit": fit_report.to_json() if fit_report is not None else None,
+        "memory": fit_report.estimate.to_json() if fit_report is not None else None,
     }
     return LoadedModel(spec, name, source, model, head_model, session, facts, info, template)
+
+
+FIT_CHECKS = ("check", "shrink", "off")
+
+
+def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: MtpSource) -> tuple[LoadSpec, fit.Fit]:
+    """Refuse a load that cannot fit before anything is allocated; with ``fit="shrink"``
+    first lower the context to the largest that fits. With a GPU that cannot take every
+    layer, the layers that fit are offloaded (when the user left ``n_gpu_layers`` at -1)."""
+    if spec.fit not in FIT_CHECKS:
+        raise InvalidSettingError(f"fit must be one of {', '.join(FIT_CHECKS)}, got {spec.fit!r}")
+    shape = ModelShape.of_set(target)
+    head_shape = ModelShape.of_set(head) if head is not None else None
+    devices = fit.machine_devices()
+
+    def assess(n_ctx: int) -> fit.Fit:
+        return fit.assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train), devices, mtp=source != MtpSource.OFF,
+                          head=head_shape, depth=max(1, spec.max_draft_depth), n_batch=spec.n_batch,
+                          n_gpu_layers=spec.n_gpu_layers)  # fmt: skip
+
+    f = assess(spec.n_ctx)
+    if not f.fits and spec.fit == "shrink" and f.max_ctx >= limits.MIN_CTX:
+        spec = replace(spec, n_ctx=f.max_ctx)
+        f = assess(spec.n_ctx)
+    if not f.fits:
+        raise InsufficientMemoryError(
+            f.refusal() + " To load it anyway, turn the memory check off (--no-fit-check; in the app: Load anyway).",
+            f.to_json(),
+        )
+    if f.verdict == "partial" and spec.n_gpu_layers < 0:
+        spec = replace(spec, n_gpu_layers=f.estimate.gpu_layers)
+    return spec, f
 
 
 def _identity_claim(spec: LoadSpec, quant: str | None, source: MtpSource) -> str:
@@ -319,6 +369,7 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         nextn_embeddings=use_mtp,
         n_threads=spec.n_threads,
         exact=spec.exact,
+        n_outputs=spec.logit_rows or limits.logit_rows(depth),
     )
     try:
         limits.check_context_sizes(
@@ -338,6 +389,7 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
                 nextn_embeddings=True,
                 n_threads=spec.n_threads,
                 offload_kqv=not local_kv,  # with RPC devices: the draft's KV cache stays on this machine
+                n_outputs=1,
             )
         except BaseException:
             target.close()

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from engine.errors import InvalidSettingError
+
 from engine.runtime.llama.batch import LOGITS_ALL
 from engine.runtime.decode.loop import DecodeParams, generate
 from engine.runtime.decode.policy import FixedDepth
@@ -146,6 +148,12 @@ def mtp_runs(lm: LoadedModel, prompt: list[int], tokens: list[int], ref: np.ndar
 
 def measure(lm: LoadedModel, prompt: list[int], *, tokens: int = 128, max_width: int = 8,
             depths: list[int] | None = None) -> IdentityReport:  # fmt: skip
+    rows = lm.session.target.n_outputs
+    if max_width > rows:
+        raise InvalidSettingError(
+            f"This model was loaded for batches of at most {rows} logit rows; use --max-width {rows} or less "
+            f"(or load it with a deeper --max-depth: rows = depth + 1)."
+        )
     seq, ref = reference(lm, prompt, tokens)
     widths = [replay(lm, prompt, seq, ref, w) for w in range(2, max_width + 1)]
     mtp = []
