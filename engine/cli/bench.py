@@ -24,9 +24,10 @@ def register(sub) -> None:
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=lambda a: _compose(a))
     _register_make_model(bsub)
-    from engine.cli import benchcache
+    from engine.cli import benchcache, benchmemory
 
     benchcache.register(bsub)
+    benchmemory.register(bsub)
 
     sv = bsub.add_parser("server", help="HTTP endpoint overhead vs in-process, and concurrent throughput")
     sv.add_argument("--model", type=Path, required=True)

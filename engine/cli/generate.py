@@ -10,6 +10,7 @@ from pathlib import Path
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.errors import InvalidRequestError, InvalidSettingError, MtpStudioError
 from engine.runtime.decode.depth import DraftDepth
+from engine.settings import DEFAULT_CTX
 
 
 def depth_arg(value: str) -> DraftDepth:
@@ -29,7 +30,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="where MTP drafts come from (default: auto)",
     )
-    p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
+    p.add_argument("--ctx", type=int, default=None,
+                   help=f"context length (default {DEFAULT_CTX}, lowered to what fits this machine's memory; "
+                        "a --ctx that does not fit is refused)")  # fmt: skip
+    p.add_argument("--no-fit-check", action="store_true",
+                   help="load even when the memory estimate says it does not fit (llama.cpp may then fail)")  # fmt: skip
     p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload (-1: all, 0: CPU only)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the CPUs available)")
     p.add_argument(
@@ -85,6 +90,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def context_line(info: dict) -> str:
+    """What context a load chose and why, in one line (``LoadedModel.info``)."""
+    n, asked, fit = info["n_ctx"], info.get("n_ctx_requested") or info["n_ctx"], info.get("fit")
+    if fit is None:
+        return f"context {n} (memory not checked)"
+    if n < asked and fit["max_ctx"] < asked:
+        return f"context {n}: lowered from {asked}, the largest that fits memory ({fit['label']})"
+    if n < asked:
+        return f"context {n}: the model's training context ({fit['label']})"
+    return f"context {n} ({fit['label']}; up to {fit['max_ctx']} fits)"
+
+
 def load_spec(args, max_draft_depth: int = 4):
     from engine.runtime.load.loader import LoadSpec, MtpSource
 
@@ -100,7 +117,9 @@ def load_spec(args, max_draft_depth: int = 4):
         args.model,
         head=args.head,
         mtp=MtpSource(args.mtp),
-        n_ctx=args.ctx,
+        n_ctx=args.ctx or DEFAULT_CTX,
+        # an explicit --ctx is kept or refused; the default is lowered to what fits
+        fit="off" if args.no_fit_check else ("check" if args.ctx else "shrink"),
         n_gpu_layers=args.gpu_layers,
         n_threads=args.threads,
         max_draft_depth=max_draft_depth,
@@ -164,6 +183,7 @@ def run(args) -> int:
         try:
             info = engine.submit(J.LoadModel(spec)).result()
             if not args.json:
+                print(f"mtp-studio: {context_line(info)}", file=sys.stderr)
                 for note in info.get("fallbacks", []):
                     print(f"mtp-studio: note: {note}", file=sys.stderr)
                 if info.get("placement"):

@@ -19,9 +19,10 @@ from engine.errors import Cancelled, ComposeError, MtpStudioError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("inspect", help="summarize a GGUF model from its headers")
+    p = sub.add_parser("inspect", help="summarize a GGUF model from its headers, and whether it fits this machine")
     p.add_argument("file", type=Path)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--ctx", type=int, default=4096, help="context size the memory estimate is for (default 4096)")
     p.set_defaults(func=run_inspect)
 
     p = sub.add_parser("validate", help="check a GGUF file or shard set before anything loads it")
@@ -59,11 +60,17 @@ def register(sub) -> None:
 def run_inspect(args) -> int:
     from engine.gguf.inspect import format_summary, inspect_path
 
+    from engine.runtime.load.fit import fit_of_set
+    from engine.gguf.shards import open_set
+
     try:
         s = inspect_path(args.file)
+        f = fit_of_set(open_set(args.file), args.ctx, mtp=s["mtp"]["kind"] == "integrated" and s["mtp"]["arch_supported"])
     except MtpStudioError as e:
         return die(str(e), EXIT_INVALID)
-    print(json.dumps(s) if args.json else format_summary(s))
+    s["memory"] = f.estimate.to_json()
+    s["fit"] = f.to_json()
+    print(json.dumps(s) if args.json else format_summary(s) + f"\nmemory        {f.line()}")
     return EXIT_OK
 
 

@@ -14,7 +14,8 @@ def register(sub) -> None:
     p = sub.add_parser("search", help="search Hugging Face for GGUF models")
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--files", action="store_true", help="also list each repo's GGUF files (slower)")
+    p.add_argument("--files", action="store_true", help="also list each repo's GGUF files and whether each fits this machine (slower)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size the fit is judged at (with --files; default 4096)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_search)
 
@@ -59,16 +60,22 @@ def run_search(args) -> int:
     from engine.hub.remote import HubConfig, list_gguf, search
 
     cfg = HubConfig.from_env()
+    devices = None
     try:
         hits = search(cfg, args.query, args.limit)
         out = []
         for h in hits:
             item = {"repo": h.repo_id, "downloads": h.downloads, "likes": h.likes, "updated": h.updated}
             if args.files:
-                _, groups = list_gguf(cfg, h.repo_id)
+                from engine.runtime.load.fit import machine_devices
+                from engine.runtime.load.fit import fit_of_remote
+
+                devices = devices or machine_devices()
+                rev, groups = list_gguf(cfg, h.repo_id)
                 item["files"] = [
                     {"name": g.name, "quant": g.quant, "size": g.size, "shards": len(g.files), "complete": g.complete,
-                     "mtp_head": g.head}  # fmt: skip
+                     "mtp_head": g.head, "fit": None if g.head or not g.complete else
+                     fit_of_remote(cfg, h.repo_id, g, rev, args.ctx, devices).to_json()}  # fmt: skip
                     for g in groups
                 ]
             out.append(item)
@@ -82,7 +89,10 @@ def run_search(args) -> int:
         for f in item.get("files", []):
             tag = " [MTP head]" if f["mtp_head"] else ""
             shards = f" ({f['shards']} shards)" if f["shards"] > 1 else ""
-            print(f"    {f['quant'] or '?':<10} {_size(f['size']):>10}  {f['name']}{shards}{tag}")
+            fit = ""
+            if f.get("fit"):
+                fit = f"  [{f['fit']['label']}" + (f", up to context {f['fit']['max_ctx']}]" if f["fit"]["max_ctx"] else "]")
+            print(f"    {f['quant'] or '?':<10} {_size(f['size']):>10}  {f['name']}{shards}{tag}{fit}")
     if not out:
         print("no GGUF repos found")
     return EXIT_OK

@@ -8,7 +8,7 @@ import sys
 import threading
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
-from engine.cli.generate import add_model_args, depth_arg, load_spec
+from engine.cli.generate import add_model_args, context_line, depth_arg, load_spec
 from engine.runtime.decode.depth import AUTO
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
@@ -87,6 +87,7 @@ def run(args) -> int:
         key = "API key required" if settings.api_key else "no API key"
         print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
         print(f"chat template: {info.get('chat_template')}", flush=True)
+        print(context_line(info), flush=True)
         for note in info.get("fallbacks", []):
             print(f"note: {note}", file=sys.stderr, flush=True)
         if info.get("placement"):

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from engine.errors import GGUFError, HubError, OfflineError, RepoNotFound
+from engine.gguf.memory import ModelShape
 from engine.gguf.reader import parse_buffer
 from engine.hub.files import FileGroup, RemoteFile, group_gguf_files
 
@@ -105,16 +106,15 @@ def list_gguf(cfg: HubConfig, repo_id: str, revision: str | None = None) -> tupl
     return rev, group_gguf_files(list_files(cfg, repo_id, rev))
 
 
-def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *, max_bytes: int = 64 << 20) -> dict:
-    """Parse a remote GGUF header with ranged GETs (1 MiB, doubling as needed) and
-    summarize what matters before downloading: architecture, context, NextN layers."""
+def _remote_header_parts(cfg: HubConfig, repo_id: str, path: str, revision: str, *, max_bytes: int = 64 << 20):
+    """A remote GGUF header parsed from ranged GETs (1 MiB, growing as needed):
+    (kvs, tensors, header end)."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import (
         build_hf_headers,
         hf_raise_for_status,
         http_backoff,
     )
-
 
     cfg.api()  # offline check
     url = hf_hub_url(repo_id, path, revision=revision, endpoint=cfg.endpoint)
@@ -135,7 +135,27 @@ def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *
                 want *= 4
                 continue
             raise
-        break
+        return kvs, tensors, end
+
+
+def remote_shape(cfg: HubConfig, repo_id: str, group: FileGroup, revision: str) -> ModelShape:
+    """The memory shape (engine.gguf.memory) of a remote model, from the headers of all
+    its shards: the same figures a downloaded copy gives."""
+    keys: dict = {}
+    sizes: list[tuple[str, int]] = []
+    for i, f in enumerate(group.files):
+        kvs, tensors, _ = _remote_header_parts(cfg, repo_id, f.path, revision)
+        if i == 0:
+            keys = {kv.key: kv for kv in kvs}
+        sizes += [(t.name, t.nbytes) for t in tensors]
+
+    return ModelShape.from_kvs(keys, sizes)
+
+
+def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *, max_bytes: int = 64 << 20) -> dict:
+    """Parse a remote GGUF header with ranged GETs (1 MiB, doubling as needed) and
+    summarize what matters before downloading: architecture, context, NextN layers."""
+    kvs, tensors, end = _remote_header_parts(cfg, repo_id, path, revision, max_bytes=max_bytes)
     keys = {kv.key: kv for kv in kvs}
     arch_kv = keys.get("general.architecture")
     arch = arch_kv.value if arch_kv is not None else None

@@ -66,7 +66,14 @@ def test_cli_search_pull_models_rm(hub, tmp_path, monkeypatch):
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
     out = json.loads(mtp_studio("search", "tiny", "--files", "--json", check=True).stdout)
     assert out[0]["repo"] == "acme/Tiny-GGUF"
-    assert {f["name"]: f["mtp_head"] for f in out[0]["files"]}["mtp-tiny-F16.gguf"] is True
+    files = {f["name"]: f for f in out[0]["files"]}
+    assert files["mtp-tiny-F16.gguf"]["mtp_head"] is True and files["mtp-tiny-F16.gguf"]["fit"] is None
+    fit = files["tiny-F16.gguf"]["fit"]  # judged from the remote header, nothing downloaded
+    assert fit["verdict"] != "none" and fit["max_ctx"] == 4096 and fit["devices"][0]["need_bytes"] > 0
+    monkeypatch.setenv("MTP_STUDIO_HOST_MEMORY", "1G")  # all of it is kept free: nothing fits
+    text = mtp_studio("search", "tiny", "--files", check=True).stdout
+    assert "[does not fit]" in text
+    monkeypatch.delenv("MTP_STUDIO_HOST_MEMORY")
     res = json.loads(mtp_studio("pull", "acme/Sharded-GGUF", "--head", "acme/Sharded-GGUF:mtp-tiny.gguf", "--json", check=True).stdout)
     assert len(res["model"]["files"]) == 3 and res["head"]["pair"] == res["model"]["id"]
     models = json.loads(mtp_studio("models", "--json", check=True).stdout)

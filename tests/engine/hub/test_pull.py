@@ -246,3 +246,23 @@ def test_download_verifies_small_non_lfs_files_by_git_hash(cfg, library, hub):
     t = Target("acme/Tiny-GGUF", "README.md", hub.repos["acme/Tiny-GGUF"].sha, len(f.data), None, f.blob_id)
     path = download(cfg, t, library.partial_dir)
     assert path.read_bytes() == f.data
+
+
+def test_remote_memory_estimate_equals_the_local_one(cfg, hub, tmp_path):
+    """The will-it-fit figures of a file before download (headers by ranged requests, every
+    shard) are those of the downloaded copy."""
+    from engine.gguf.memory import ModelShape, estimate
+    from engine.gguf.shards import open_set
+    from engine.hub.remote import remote_shape
+
+    for repo, name in (("acme/Tiny-GGUF", "tiny-F16.gguf"), ("acme/Sharded-GGUF", "tiny-Q8_0-00001-of-00003.gguf")):
+        rev, groups = list_gguf(cfg, repo)
+        (group,) = [g for g in groups if g.name == name]
+        remote = remote_shape(cfg, repo, group, rev)
+        for f in group.files:
+            (tmp_path / f.path).write_bytes(hub.repos[repo].files[f.path].data)
+        local = ModelShape.of_set(open_set(tmp_path / group.files[0].path))
+        assert remote == local and remote.weights_bytes > 0
+        for n_ctx in (512, 4096):
+            assert estimate(remote, n_ctx, mtp=True) == estimate(local, n_ctx, mtp=True)
+    assert hub.body_bytes("tiny-F16.gguf") < len(hub.repos["acme/Tiny-GGUF"].files["tiny-F16.gguf"].data) / 2
