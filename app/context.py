@@ -35,6 +35,11 @@ class AppContext:
         settings_mod.save(self.settings, self.settings_path)
 
 
+def load_depth(s: Settings) -> int:
+    """The draft depth a load makes room for (its MTP context and rollback state)."""
+    return DraftDepth.parse(s.mtp.depth).load_depth(s.max_draft_depth)
+
+
 class ModelController(QObject):
     """Loads models into the engine and knows which one is loaded.
 
@@ -63,6 +68,7 @@ class ModelController(QObject):
         self.head: str | None = None
         self._job: JobSignals | None = None
         self.notes: list[str] = []  # what the current load could not honour
+        self._last: tuple | None = None  # the last load's arguments, for load_anyway
         ctx.bridge.modelsChanged.connect(self._on_models_changed)
 
     @property
@@ -70,12 +76,17 @@ class ModelController(QObject):
         return self._job is not None
 
     def load(self, path: str | Path, head: str | Path | None = None, source: str | None = None,
-             *, notes: tuple[str, ...] = ()) -> None:  # fmt: skip
+             *, notes: tuple[str, ...] = (), fit: str = "shrink") -> None:  # fmt: skip
         """Load ``path``; ``notes``: what the caller could not honour (told to the user
-        with the result)."""
+        with the result). ``fit``: the memory check (LoadSpec.fit): "shrink" lowers the
+        context setting to what fits this machine's free memory and refuses a model that
+        fits at no context; "off" loads anyway (:meth:`load_anyway`)."""
         s = self.ctx.settings
+        self._last = (path, head, source, notes)
         source = source or s.mtp.source
         self.notes = list(notes)
+        if fit == "off":
+            self.notes.append("loaded without the memory check: it may run out of memory")
         if source == "external" and head is None:
             source = "auto"
             self.notes.append(
@@ -89,12 +100,13 @@ class ModelController(QObject):
             Path(path),
             head=Path(head) if head else None,
             mtp=MtpSource(source),
-            n_ctx=s.n_ctx,
-            max_draft_depth=DraftDepth.parse(s.mtp.depth).load_depth(s.max_draft_depth),
+            n_ctx=s.n_ctx,  # the cap: the memory check may lower it
+            max_draft_depth=load_depth(s),
             # exact mode applies once the process started with it (the Backend page says so)
             exact=s.exact and exact_mod.tiled_off() and not rpc,
             rpc=rpc,
             tensor_split=split,
+            fit=fit,
         )
         self.path, self.head = str(path), str(head) if head else None
         job = self._job = self.ctx.bridge.run(J.LoadModel(spec))
@@ -129,6 +141,13 @@ class ModelController(QObject):
             self.load(s.last_model, s.last_head if s.last_head and Path(s.last_head).exists() else None)
         else:
             self.load(demo_model_path())
+
+    def load_anyway(self) -> None:
+        """Retry the last load without the memory check (the user's explicit override
+        after a refusal)."""
+        if self._last is not None:
+            path, head, source, notes = self._last
+            self.load(path, head, source, notes=notes, fit="off")
 
     def reload(self, source: str) -> None:
         if self.path:

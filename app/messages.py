@@ -7,6 +7,7 @@ bar, problems in a non-blocking dialog. Cancellation is news, never an error dia
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from PySide6.QtWidgets import QMessageBox, QStatusBar, QWidget
 
@@ -39,19 +40,29 @@ class Messages:
     def status(self, text: str, ms: int = 5000) -> None:
         self.status_bar.showMessage(text, ms)
 
-    def error(self, title: str, error: BaseException | str) -> None:
+    def error(self, title: str, error: BaseException | str, *,
+              action: tuple[str, Callable[[], None]] | None = None) -> QMessageBox | None:  # fmt: skip
+        """A non-blocking warning dialog (and the status bar). ``action``: (button text,
+        what it does) for a way out the user may choose, e.g. "Load anyway"."""
         if isinstance(error, Cancelled):
             self.status("Cancelled.")
-            return
+            return None
         text = error if isinstance(error, str) else user_text(error)
         if not isinstance(error, str):
             log.info("%s: %s", title, text)
         self.status(f"{title}: {text}", 10000)
-        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self.window)
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.NoButton, self.window)
+        if action is not None:
+            label, do = action
+            box.addButton(label, QMessageBox.ButtonRole.AcceptRole).clicked.connect(do)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+        else:
+            box.addButton(QMessageBox.StandardButton.Ok)
         box.setModal(False)
         box.finished.connect(lambda _=0, b=box: self._dialogs.remove(b) if b in self._dialogs else None)
         self._dialogs.append(box)
         box.open()
+        return box
 
     @property
     def open_dialogs(self) -> list[QMessageBox]:

@@ -18,11 +18,13 @@ from app.context import AppContext, ModelController
 from app.messages import Messages
 from app.pages.backend import BackendPage
 from app.pages.chat import ChatPage
+from app.pages.chatfigures import context_line, context_lowered
 from app.pages.compose import ComposePage
 from app.pages.models import ModelsPage
 from app.pages.performance import PerformancePage
 from app.pages.server import ServerPage
 from app.resources import app_icon
+from engine.errors import InsufficientMemoryError
 
 PAGES = ("chat", "models", "compose", "performance", "backend", "server")
 TITLES = {"chat": "Chat", "models": "Models", "compose": "Compose", "performance": "Performance", "backend": "Backend",
@@ -103,11 +105,19 @@ class MainWindow(QMainWindow):
     def _on_loaded(self, info: dict) -> None:
         pool = f" · {len(info['rpc'])} RPC server{'s' if len(info['rpc']) > 1 else ''}" if info.get("rpc") else ""
         self.model_label.setText(f"{info['name']} · MTP {info['mtp']} · ctx {info['n_ctx']}{pool}")
-        notes = "; ".join(self.models.notes)
-        self.ctx.messages.status(f"Loaded {info['name']}" + (f" — {notes}" if notes else ""), 15000 if notes else 5000)  # type: ignore[union-attr]
+        notes = list(self.models.notes)
+        if context_lowered(info):
+            notes.insert(0, context_line(info))
+        text = "; ".join(notes)
+        said = f"Loaded {info['name']}" + (f" — {text}" if text else "")
+        self.ctx.messages.status(said, 15000 if text else 5000)  # type: ignore[union-attr]
 
     def _on_load_failed(self, error) -> None:
         self.model_label.setText("no model loaded")
+        if isinstance(error, InsufficientMemoryError):  # the user may know better: offer the override
+            self.ctx.messages.error("The model does not fit in memory", error,  # type: ignore[union-attr]
+                                    action=("Load anyway", self.models.load_anyway))  # fmt: skip
+            return
         self.ctx.messages.error("The model could not be loaded", error)  # type: ignore[union-attr]
 
     def closeEvent(self, event) -> None:

@@ -3,7 +3,8 @@
     python -m tools.screenshots docs/screenshots
 
 Builds a realistic state first: the bundled (trained) demo model in a two-turn chat, then
-replies on it with MTP (depth 3), without, and with again for the Performance page; a constructed model and its head in the library, a compatible pair on the Compose
+replies on it with MTP (depth 3), without, and with again for the Performance page; a constructed model and its head in the library
+(and served by a local stand-in for Hugging Face, whose files get their fit badges), a compatible pair on the Compose
 page, the Backend page sharing this machine over RPC with the model pooled over it, and
 the endpoint serving a few requests.
 """
@@ -89,9 +90,23 @@ def main() -> int:
     wait(600)
     w.grab().save(str(out / "performance.png"))
 
-    w.show_page("models")
-    wait(300)
-    w.grab().save(str(out / "models.png"))
+    # the Models page with a repository listed: a local stand-in for Hugging Face serves
+    # the constructed model, and each file gets its fit badge from its headers
+    from tests.engine.hub.fakehub import FakeHub, FakeHubServer
+
+    hub = FakeHub()
+    hub.add_repo("acme/Qwen3.5-mini-MTP-GGUF", {"qwen35-mini-MTP-F16.gguf": built.integrated,
+                 "qwen35-mini-F16.gguf": built.trunk, "mtp-qwen35-mini-F16.gguf": built.head})  # fmt: skip
+    with FakeHubServer(hub):
+        os.environ["HF_ENDPOINT"] = hub.url
+        page = w.pages["models"]
+        w.show_page("models")
+        page.open_repo("acme/Qwen3.5-mini-MTP-GGUF", "qwen35-mini-MTP-F16.gguf")
+        until(lambda: page.files.count() == 3 and sum("\n" in page.files.item(i).text() for i in range(3)) == 2)
+        until(lambda: "context" in page.file_info.text())
+        wait(300)
+        w.grab().save(str(out / "models.png"))
+    del os.environ["HF_ENDPOINT"]
 
     comp = w.pages["compose"]
     w.show_page("compose")

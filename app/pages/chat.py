@@ -37,7 +37,7 @@ from app.bridge import JobSignals
 from app.context import AppContext, ModelController
 from app.history import Conversation
 from app.pages import chatview
-from app.pages.chatfigures import figures_line
+from app.pages.chatfigures import context_line, figures_line
 from app.widgets.page import page_layout
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import DraftDepth, Mtp
@@ -574,7 +574,7 @@ class ChatPage(QWidget):
     def _on_model_loaded(self, info: dict) -> None:
         self._show_think(info)
         quant = f" {info['quantization']}" if info.get("quantization") else ""
-        self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · context {info.get('n_ctx')}")
+        self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · {context_line(info)}")
         self.figures.setToolTip(f"Chat template: {info.get('chat_template')}")
         self.template_line.setText(f"Chat template: {info.get('chat_template')}")
         self.template_line.setToolTip(f"Speculation: {info.get('identity')}")

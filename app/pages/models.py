@@ -1,5 +1,8 @@
 """Models: the library on disk, Hugging Face search, and downloads.
 
+Each remote file carries a badge saying how it would fit this machine, and an empty
+library offers the models recommended for this machine (:mod:`app.pages.modelsfit`).
+
 Downloads run as tasks with a row each: progress (bytes, rate, ETA), Pause (the partial
 file is kept), Resume (continues where it stopped), Cancel (the partial is removed).
 """
@@ -32,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext, ModelController
+from app.pages.modelsfit import FitBadges, RecommendedBox, show_badge
 from app.tasks import Task
 from app.widgets.page import page_layout
 from engine.hub.library import EntryKind, LibraryError, MtpStatus
@@ -172,6 +176,9 @@ class ModelsPage(QWidget):
         self._tasks: list[Task] = []
         self._groups: list[FileGroup] = []
         self._revision = "main"
+        self._want_file: str | None = None  # the file to select once a repo opened from a recommendation lists
+        self.badges = FitBadges(self)
+        self.badges.badge.connect(self._on_badge)
         self._build()
         self.refresh()
 
@@ -198,6 +205,8 @@ class ModelsPage(QWidget):
         left = QVBoxLayout()
         left.addWidget(self.table, 1)
         left.addWidget(self.empty)
+        self.recommended = RecommendedBox(self.ctx, lambda: hub_config(self.ctx))
+        left.addWidget(self.recommended, 1)
         top.addLayout(left, 1)
         top.addWidget(self.details)
         ll.addLayout(top, 1)
@@ -257,6 +266,7 @@ class ModelsPage(QWidget):
         self.query.returnPressed.connect(self.search)
         self.repos.currentItemChanged.connect(self._on_repo)
         self.files.currentItemChanged.connect(self._on_file)
+        self.recommended.openRepo.connect(self.open_repo)
         self.pull_btn.clicked.connect(lambda: self.pull(with_head=False))
         self.pull_head_btn.clicked.connect(lambda: self.pull(with_head=True))
         self._update_buttons()
@@ -275,6 +285,11 @@ class ModelsPage(QWidget):
                 self.table.setItem(r, c, item)
         self.empty.setVisible(not entries)
         self.table.setVisible(bool(entries))
+        self.recommended.setVisible(not entries)
+        if entries:
+            self.recommended.cancel()
+        elif self.isVisible() and not self.recommended.started:  # the last model was deleted
+            self.recommended.start()
         self.total.setText(f"{len(entries)} model(s), {human_size(sum(e.size for e in entries))} in {self.ctx.library.root}")
         self._update_buttons()
 
@@ -355,6 +370,13 @@ class ModelsPage(QWidget):
         if self.ctx.messages is not None:
             self.ctx.messages.status(f"Deleted {e.name}")
 
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        # checked once, when first seen with an empty library (it reads remote headers;
+        # Check again repeats it)
+        if not self.ctx.library.entries() and not self.recommended.started:
+            self.recommended.start()
+
     # -------------------------------------------------------------------- hub
     def _track(self, task: Task) -> None:
         self._tasks.append(task)
@@ -390,6 +412,7 @@ class ModelsPage(QWidget):
         repo = item.data(Qt.ItemDataRole.UserRole) if item else None
         if not repo:
             return
+        self.badges.cancel()
         cfg = hub_config(self.ctx)
         task = Task(lambda report, cancel: list_gguf(cfg, repo), name="list")
         task.succeeded.connect(lambda res, r=repo: self._show_files(r, *res))
@@ -411,8 +434,31 @@ class ModelsPage(QWidget):
             text = f"{g.quant or '?':<8} {human_size(g.size):>10}  {g.name}" + (f"  [{', '.join(tags)}]" if tags else "")
             item = QListWidgetItem(text)
             item.setData(Qt.ItemDataRole.UserRole, g.name)
+            item.setData(Qt.ItemDataRole.UserRole + 1, text)
             self.files.addItem(item)
+        want, self._want_file = self._want_file, None
+        if want is not None and (wanted := self._file_item(want)) is not None:
+            self.files.setCurrentItem(wanted)
         self._update_buttons()
+        self.badges.start(hub_config(self.ctx), self.ctx, repo, revision, groups)
+
+    def _on_badge(self, name: str, outcome: object) -> None:
+        item = self._file_item(name)
+        if item is not None:  # None: the list moved on to another repo meanwhile
+            show_badge(item, outcome)
+
+    def _file_item(self, name: str) -> QListWidgetItem | None:
+        return next((self.files.item(i) for i in range(self.files.count())
+                     if self.files.item(i).data(Qt.ItemDataRole.UserRole) == name), None)  # fmt: skip
+
+    def open_repo(self, repo: str, file: str | None = None) -> None:
+        """Show ``repo`` as the one search hit and list its files (selecting ``file``)."""
+        self._want_file = file
+        self.repos.clear()
+        item = QListWidgetItem(repo)
+        item.setData(Qt.ItemDataRole.UserRole, repo)
+        self.repos.addItem(item)
+        self.repos.setCurrentRow(0)
 
     def _current_group(self) -> FileGroup | None:
         item = self.files.currentItem()
