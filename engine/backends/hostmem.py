@@ -15,6 +15,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from engine.errors import InvalidSettingError
+
 OVERRIDE_ENV = "MTP_STUDIO_HOST_MEMORY"
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -81,7 +83,10 @@ def _windows() -> HostMemory:
 def host_memory() -> HostMemory:
     """Total and available host memory for a new load."""
     if over := os.environ.get(OVERRIDE_ENV):
-        n = parse_size(over)
+        try:
+            n = parse_size(over)
+        except ValueError as e:
+            raise InvalidSettingError(f"{OVERRIDE_ENV}: {e}. Set it to a size such as 16G, or unset it.") from None
         return HostMemory(n, n, f"{OVERRIDE_ENV}={over}")
     if sys.platform.startswith("linux"):
         mem = _linux()

@@ -55,6 +55,10 @@ def _size(n: int) -> str:
     return human_size(n)
 
 
+def _fit_json(fit) -> dict | None:
+    return fit.to_json() if fit is not None else None  # None: no layers to place (a projector)
+
+
 def run_search(args) -> int:
     from engine.errors import MtpStudioError
     from engine.hub.remote import HubConfig, list_gguf, search
@@ -68,14 +72,14 @@ def run_search(args) -> int:
             item = {"repo": h.repo_id, "downloads": h.downloads, "likes": h.likes, "updated": h.updated}
             if args.files:
                 from engine.runtime.load.fit import machine_devices
-                from engine.runtime.load.fit import fit_of_remote
+                from engine.runtime.load.recommend import remote_fit
 
                 devices = devices or machine_devices()
                 rev, groups = list_gguf(cfg, h.repo_id)
                 item["files"] = [
                     {"name": g.name, "quant": g.quant, "size": g.size, "shards": len(g.files), "complete": g.complete,
-                     "mtp_head": g.head, "fit": None if g.head or not g.complete else
-                     fit_of_remote(cfg, h.repo_id, g, rev, args.ctx, devices).to_json()}  # fmt: skip
+                     "mtp_head": g.head, "fit": _fit_json(remote_fit(cfg, h.repo_id, g, rev, args.ctx, devices))
+                     if not g.head and g.complete else None}  # fmt: skip
                     for g in groups
                 ]
             out.append(item)

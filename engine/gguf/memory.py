@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: llama.cpp pads every context to this many cells
@@ -220,7 +220,6 @@ class MemoryEstimate:
     gpu_layers: int = 0
     n_layers: int = 0
     caveat: str | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:

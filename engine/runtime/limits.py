@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 from engine.errors import ContextError, InvalidSettingError
-from engine.gguf.memory import logit_rows  # noqa: F401  (the loader's, with the estimate's arithmetic)
 
 #: smallest context MTP Studio creates: a chat template alone takes tens of tokens
 MIN_CTX = 64

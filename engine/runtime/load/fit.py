@@ -156,18 +156,16 @@ def assess(
         choices = [n_gpu_layers]
     else:
         choices = list(range(n_all, -1, -1))  # all layers first, then fewer
-    e = at(n_ctx, choices[0])
     verdict = "none"
     for ngl in choices:
         e = at(n_ctx, ngl)
         if _fits(e, devices):
             verdict = "gpu" if ngl >= e.n_layers else ("partial" if ngl > 0 else "cpu")
             break
-    ngl = e.gpu_layers if verdict != "none" else choices[-1]
+    # e: the placement that fits, or (none fits) the last one tried
+    ngl = e.gpu_layers
     cap = shape.n_ctx_train if shape.n_ctx_train > 0 else 1 << 22
     max_ctx = _largest_ctx(lambda c: _fits(at(c, ngl), devices), cap)
-    if verdict == "none":
-        e = at(n_ctx, ngl)
     return Fit(verdict, e.n_ctx, max_ctx, e, devices, _needs(e, devices))
 
 
@@ -194,12 +192,3 @@ def fit_of_set(ms, n_ctx: int, *, mtp: bool, devices: list[DeviceFree] | None = 
     shape = ModelShape.of_set(ms)
     return assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train), devices or machine_devices(), mtp=mtp)
 
-
-def fit_of_remote(cfg, repo_id: str, group, revision: str, n_ctx: int, devices: list[DeviceFree] | None = None) -> Fit:
-    """:func:`assess` for a remote file group from its headers alone (nothing downloaded).
-    MTP is counted when the file has NextN layers (llama.cpp only loads them then)."""
-    from engine.hub.remote import remote_shape
-
-    shape = remote_shape(cfg, repo_id, group, revision)
-    return assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train), devices or machine_devices(),
-                  mtp=shape.n_nextn > 0)  # fmt: skip

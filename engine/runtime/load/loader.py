@@ -25,7 +25,7 @@ from engine.errors import (
     ModelNotFoundError,
     MtpUnavailableError,
 )
-from engine.gguf.memory import ModelShape
+from engine.gguf.memory import ModelShape, logit_rows
 from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
@@ -87,7 +87,7 @@ class LoadSpec:
     #: the largest that fits first, "off" is the user's explicit override
     fit: str = "check"
     #: logit rows one target decode may read (llama.cpp's n_outputs_max); None: what
-    #: decoding reads (limits.logit_rows). Tools that read a whole batch's logits raise it.
+    #: decoding reads (engine.gguf.memory.logit_rows). Tools that read a whole batch's logits raise it.
     logit_rows: int | None = None
 
 
@@ -369,7 +369,7 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         nextn_embeddings=use_mtp,
         n_threads=spec.n_threads,
         exact=spec.exact,
-        n_outputs=spec.logit_rows or limits.logit_rows(depth),
+        n_outputs=spec.logit_rows or logit_rows(depth),
     )
     try:
         limits.check_context_sizes(

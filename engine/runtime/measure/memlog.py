@@ -61,7 +61,12 @@ def current_rss() -> int:
             import os
 
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return peak_rss()  # no cheap "now" elsewhere: the peak
+
+
+def peak_rss() -> int:
+    """This process's peak resident set, in bytes (Linux reports KiB, macOS bytes)."""
     import resource
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # no cheap "now" elsewhere: the peak
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)

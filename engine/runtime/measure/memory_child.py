@@ -11,16 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import resource
 import sys
 
-from engine.runtime.measure.memlog import BufferLog, current_rss
-
-
-def peak_rss() -> int:
-    """This process's peak resident set, in bytes (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+from engine.runtime.measure.memlog import BufferLog, current_rss, peak_rss
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
+    from engine.runtime.decode.loop import DecodeParams, generate
+    from engine.runtime.decode.policy import FixedDepth
     from engine.runtime.llama.lib import llama
     from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
@@ -49,9 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     tokens = [int(t) for t in rng.integers(0, lm.model.n_vocab, size=n)]
     s.decode_tokens(tokens, want_logits=True, fresh=True)
-    from engine.runtime.decode.loop import DecodeParams, generate
-    from engine.runtime.decode.policy import FixedDepth
-
     depth = FixedDepth(max(1, min(a.depth, 2))) if s.draft is not None else None
     generate(s, tokens[:8], DecodeParams(max_tokens=8, depth=depth, ignore_eog=True))
     out = {

@@ -206,3 +206,11 @@ def test_serve_chooses_a_context_that_fits_and_says_so(dense):
     assert any(ln.startswith("context 2048: lowered from 4096, the largest that fits memory") for ln in lines), lines
     p = subprocess.run([*cmd, "--ctx", "32768"], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 1 and "at context 32768" in p.stderr and "Context 2048 fits" in p.stderr
+
+
+def test_a_bad_memory_override_is_a_clear_error(dense, monkeypatch):
+    from engine.errors import InvalidSettingError
+
+    monkeypatch.setenv("MTP_STUDIO_HOST_MEMORY", "lots")
+    with pytest.raises(InvalidSettingError, match="MTP_STUDIO_HOST_MEMORY.*16G"):
+        load(LoadSpec(dense, mtp=MtpSource.OFF, n_ctx=1024, probe=False))
