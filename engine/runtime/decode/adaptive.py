@@ -11,23 +11,24 @@ tokens per millisecond, from what it measures on this machine and model:
   above ~3%, and where a draft costs less than that (a small model on a fast machine) a
   head whose drafts are never accepted would be drafted with forever; one that faded
   for good would leave a position not reached for a while on stale evidence;
-* the time of a verify batch of n rows, for each n seen (a CPU verify of 2 rows can
-  cost 1.7x one row; a GPU's is nearly flat), of the MTP catch-up that yields the first
-  draft, and of each further (chained) draft step.
+* what a round costs at each depth (:mod:`engine.runtime.decode.costs`): medians of short
+  windows of whole-round wall times, so the Python around llama.cpp's calls and the
+  events delivered count as much as the decodes, and one descheduled round does not
+  move anything; depths not measured yet are estimated from their parts.
 
-Expected tokens of a round of depth K: ``1 + sum_{i<=K} prod_{j<=i} p_j``; its time:
-``verify(K+1) + catchup + (K-1) * step`` (``verify(1)`` for K = 0). A catch-up after a
-stretch without drafting feeds many entries at once; that one-off cost belongs to the
-probe, not to drafting, so it does not enter the estimate. Unmeasured batch sizes are
-estimated optimistically from the measured ones, so a deeper depth that might pay gets
-tried once and then judged on its real cost.
+Expected tokens of a round of depth K: ``1 + sum_{i<=K} prod_{j<=i} p_j``.
 
-Timings are noisy and the first decode at a new batch size pays llama.cpp's graph
-set-up, so the first sample at each size is replaced by the second; later samples are
-averaged, moving faster down than up (interference only ever makes a decode slower).
-Every ``EXPLORE_EVERY`` drafting rounds a neighbouring depth is tried again — down to
-K = 0 from K = 1, so plain decoding is re-measured too: a depth judged on one unlucky
-sample is not ruled out forever, and one unlucky plain sample cannot keep drafting on.
+**Converging, and staying.** A depth whose cost is only estimated is tried when it
+looks best (a few rounds, then judged on its own wall time). A measured depth replaces
+the current one only when it is better by more than the noise of the two windows (at
+least ``MIN_GAIN``) plus the transition it costs (llama.cpp rebuilds its graph when the
+batch width changes), amortised over ``EXPLORE_MIN`` rounds. A neighbouring depth (up,
+then down: down to K = 0 from K = 1, so plain decoding is re-measured too) is tried
+again for ``EXPLORE_ROUNDS`` rounds every ``explore_gap`` drafting rounds; the gap
+doubles each time the try confirms the choice, up to ``EXPLORE_MAX``, and falls back to
+``EXPLORE_MIN`` when it changes it. So with steady costs and text the policy settles in a
+bounded number of rounds and then spends under 1% of its rounds away from its choice;
+when the text or the machine changes, a better depth is found within a few tries.
 
 When no depth beats plain decoding the policy stops drafting (the MTP context then
 costs nothing but a copied hidden row per token) and probes with one draft every
@@ -45,6 +46,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from engine.runtime.decode.costs import MIN_STEADY, RoundCosts
 from engine.runtime.decode.depth import AUTO
 from engine.runtime.decode.stats import RoundStats
 
@@ -55,11 +57,12 @@ DECAY = 0.98  # per drafting round: the estimate follows the text (~50 rounds: ~
 # p = 0.6 and p = 0.45 too close to tell apart, so a head just above break-even flickered off)
 PROBE_DECAY = 0.8  # per probe while drafting is off (~5 probes) ...
 OFF_EVIDENCE = 5.0  # ... and the evidence that turned drafting off is worth as many
-TIME_ALPHA = 0.2  # EMA weight of a new timing ...
-TIME_ALPHA_DOWN = 0.5  # ... and of one faster than the average
-DEFAULT_SLOPE = 0.15  # assumed extra cost per verify row (x verify(1)) before measuring
 PROBE_MIN, PROBE_MAX = 16, 256
-EXPLORE_EVERY = 12  # drafting rounds between tries of a neighbouring depth
+MIN_GAIN = 0.005  # a measured depth must beat the current one by this much, and by the noise
+EXPLORE_MIN, EXPLORE_MAX = 16, 1024  # drafting rounds between tries of a neighbouring depth
+EXPLORE_ROUNDS = 1 + MIN_STEADY + 1  # a try: the transition, then steady rounds to judge it
+CHOOSE_EVERY = 4  # drafting rounds between choices (a choice costs ~5 us of Python; the
+# estimates it reads move by a few percent per round at most)
 
 
 class AdaptiveDepth:
@@ -76,16 +79,19 @@ class AdaptiveDepth:
         self.reach = [0.0] * max_depth  # decayed rounds that reached position i
         self.acc = [0.0] * max_depth  # ... and accepted it
         self.prior_n = [PRIOR_N] * max_depth  # weight of each position's prior
-        self.t_verify: dict[int, float] = {}  # rows -> ms
-        self.n_verify: dict[int, int] = {}  # rows -> samples
-        self.t_step: float | None = None  # ms per chained draft step
-        self.t_sync: float | None = None  # ms of a steady-state catch-up (yields the first draft)
+        self.costs = RoundCosts(max_depth)
         self.off_tokens = 0  # tokens since drafting was switched off
         self.probe_gap = PROBE_MIN
+        self.current = 0  # the chosen depth (not a try or a probe)
+        self.explore_gap = EXPLORE_MIN
         self._probing = False
         self._drafting = False  # the last choice was a depth > 0 (not a probe)
-        self._since_explore = 0  # rounds drafted at the chosen depth since the last exploration
+        self._since_explore = 0  # drafting rounds since the last try of a neighbour
+        self._unchosen = 0  # drafting rounds left before the next choice
         self._explorations = 0
+        self._trying: tuple[int, int, int] | None = None  # (depth, rounds left, depth before)
+        self._tried_from: int | None = None  # the try just ended: the depth it was made from
+        self._prev: tuple[int, float, int] | None = None  # the last round: index, t, depth
         self.depth_counts: Counter[int] = Counter()  # rounds per chosen depth (tests, GUI, bench)
 
     # ------------------------------------------------------------------ model
@@ -102,67 +108,70 @@ class AdaptiveDepth:
 
     def verify_ms(self, rows: int) -> float:
         """Measured or estimated verify time of ``rows`` rows."""
-        t = self.t_verify
-        if rows in t:
-            return t[rows]
-        if not t:
-            return 1.0 + DEFAULT_SLOPE * (rows - 1)
-        known = sorted(t)
-        below = [n for n in known if n < rows]
-        above = [n for n in known if n > rows]
-        if below and above:
-            a, b = below[-1], above[0]
-            return t[a] + (t[b] - t[a]) * (rows - a) / (b - a)
-        # extrapolate optimistically: the smaller of the measured slope and the default
-        base = t[known[0]]
-        unit = base / (1.0 + DEFAULT_SLOPE * (known[0] - 1))
-        slope = DEFAULT_SLOPE * unit
-        if len(known) >= 2:
-            slope = min(slope, max(0.0, (t[known[-1]] - t[known[0]]) / (known[-1] - known[0])))
-        anchor = below[-1] if below else above[0]
-        return max(t[anchor] + slope * (rows - anchor), 1e-6)
-
-    def step_ms(self) -> float:
-        if self.t_step is not None:
-            return self.t_step
-        if self.t_sync is not None:
-            return self.t_sync
-        return DEFAULT_SLOPE * self.verify_ms(1)
-
-    def sync_ms(self) -> float:
-        return self.t_sync if self.t_sync is not None else self.step_ms()
+        return self.costs.verify_ms(rows)
 
     def rates(self) -> list[float]:
-        """Expected tokens per ms at each depth 0..max_depth."""
+        """Expected tokens per ms of a steady round at each depth 0..max_depth."""
         p = self.acceptances()
-        sync, step = self.sync_ms(), self.step_ms()
-        out = [1.0 / self.verify_ms(1)]
+        cost = self.costs.round_ms
+        out = [1.0 / cost(0)]
         tokens, chain = 1.0, 1.0
         for k in range(1, self.max_depth + 1):
             chain *= p[k - 1]
             tokens += chain
-            out.append(tokens / (self.verify_ms(k + 1) + sync + (k - 1) * step))
+            out.append(tokens / cost(k))
         return out
 
     def best_depth(self) -> int:
         rates = self.rates()
         return max(range(len(rates)), key=rates.__getitem__)
 
+    def _choose(self) -> int:
+        """The depth to run at: the best one, when it beats the current one by more than
+        the noise and the switch, or has not been measured yet."""
+        rates = self.rates()
+        best = max(range(len(rates)), key=rates.__getitem__)
+        cur = self.current
+        c = self.costs
+        if best != cur and c.measured(best):
+            noise = max(MIN_GAIN, (c.rel_error(best) ** 2 + c.rel_error(cur) ** 2) ** 0.5)
+            switch = c.switch_ms(best) / (EXPLORE_MIN * c.round_ms(best))
+            if rates[best] <= rates[cur] * (1 + noise + switch):
+                best = cur
+        if self._tried_from is not None:  # a try just ended: did it change the choice?
+            self.explore_gap = EXPLORE_MIN if best != self._tried_from else min(self.explore_gap * 2, EXPLORE_MAX)
+            self._tried_from = None
+        self.current = best
+        return best
+
     # ---------------------------------------------------------------- policy
     @property
     def idle(self) -> bool:
-        return not self._drafting and bool(self.depth_counts) and 1 in self.t_verify and self.off_tokens < self.probe_gap
+        return not self._drafting and bool(self.depth_counts) and 1 in self.costs.verify and self.off_tokens < self.probe_gap
 
     def next_depth(self) -> int:
-        if 1 not in self.t_verify and self.t_verify:
+        self._probing = False
+        if self._trying is not None:  # a neighbour's try, to its end
+            k, left, before = self._trying
+            self._trying = (k, left - 1, before) if left > 1 else None
+            if self._trying is None:
+                self._tried_from = before
+                self.current = before
+                self._unchosen = 0
+            self.depth_counts[k] += 1
+            return k
+        if 1 not in self.costs.verify and self.costs.verify:
             k = 0  # measure plain decoding once: every ratio is relative to it
         elif not self._drafting and self.depth_counts and self.off_tokens < self.probe_gap:
             # drafting is off and no probe is due: only a probe brings news about the
             # drafts, so the choice is made again then (this round costs no estimate)
             k = 0
+        elif self._unchosen > 0 and self._drafting:
+            self._unchosen -= 1
+            k = self.current
         else:
-            k = self.best_depth()
-        self._probing = False
+            self._unchosen = CHOOSE_EVERY - 1
+            k = self._choose()
         if k == 0:
             if self._drafting:
                 self._drafting = False
@@ -173,11 +182,12 @@ class AdaptiveDepth:
         else:
             self._drafting = True
             self._since_explore += 1
-            if self._since_explore >= EXPLORE_EVERY:
+            if self._since_explore >= self.explore_gap:
                 self._since_explore = 0
-                up = self._explorations % 2 == 0
+                up = self._explorations % 2 == 0 and k < self.max_depth
                 self._explorations += 1
-                k = min(k + 1, self.max_depth) if up else k - 1
+                self._trying = (k + 1 if up else k - 1, EXPLORE_ROUNDS - 1, k)
+                k = self._trying[0]
         self.depth_counts[k] += 1
         return k
 
@@ -189,28 +199,26 @@ class AdaptiveDepth:
                 self.reach[i] = n
 
     def observe(self, r: RoundStats) -> None:
-        rows = r.depth + 1
-        n = self.n_verify.get(rows, 0) + 1
-        self.n_verify[rows] = n
-        # the first sample at a new size includes graph set-up: the second replaces it
-        self.t_verify[rows] = r.verify_ms if n <= 2 else _ema(self.t_verify[rows], r.verify_ms)
+        prev = self._prev
+        wall = steady = None
+        if prev is not None and r.index == prev[0] + 1:  # the round after the last one seen
+            wall, steady = (r.t - prev[1]) * 1000, r.depth == prev[2]
+        self._prev = (r.index, r.t, r.depth)
+        self.costs.add(r.depth, r.drafted, r.verify_ms, r.draft_ms, r.sync_rows, r.sync_ms, wall, bool(steady))
         if r.drafted:
-            if r.sync_rows <= self.max_depth + 1:  # not a lag flush after drafting was off
-                self.t_sync = _ema(self.t_sync, r.sync_ms)
-            if r.drafted >= 2:
-                self.t_step = _ema(self.t_step, (r.draft_ms - r.sync_ms) / (r.drafted - 1))
             decay = PROBE_DECAY if self._probing else DECAY
-            reached = min(r.drafted, r.accepted + 1)
+            reached, a = min(r.drafted, r.accepted + 1), r.accepted
+            reach, acc, prior = self.reach, self.acc, self.prior_n
             for i in range(self.max_depth):
-                self.reach[i] *= decay
-                self.acc[i] *= decay
-                w = self.prior_n[i]
+                w = prior[i]
                 if i < reached:
-                    self.reach[i] += 1.0
-                    self.acc[i] += 1.0 if i < r.accepted else 0.0
-                    self.prior_n[i] = max(w * decay, PRIOR_FLOOR)
+                    reach[i] = reach[i] * decay + 1.0
+                    acc[i] = acc[i] * decay + (1.0 if i < a else 0.0)
+                    prior[i] = max(w * decay, PRIOR_FLOOR)
                 else:
-                    self.prior_n[i] = w + (PRIOR_N - w) * (1 - decay)
+                    reach[i] *= decay
+                    acc[i] *= decay
+                    prior[i] = PRIOR_N - (PRIOR_N - w) * decay
         if r.depth == 0:
             self.off_tokens += r.emitted
         elif self._probing:
@@ -227,14 +235,13 @@ class AdaptiveDepth:
 
     # ------------------------------------------------------------- persistence
     #: what is learned (the rest is per-generation bookkeeping)
-    _LEARNED = ("reach", "acc", "prior_n", "t_step", "t_sync", "off_tokens", "probe_gap", "_drafting")
+    _LEARNED = ("reach", "acc", "prior_n", "off_tokens", "probe_gap", "current", "explore_gap", "_drafting")
 
     def state(self) -> dict:
         """What this policy has learned, as plain JSON (engine.runtime.decode.policystore)."""
         out = {k: getattr(self, k) for k in self._LEARNED}
         out["max_depth"] = self.max_depth
-        out["t_verify"] = {str(k): v for k, v in self.t_verify.items()}
-        out["n_verify"] = {str(k): v for k, v in self.n_verify.items()}
+        out["costs"] = self.costs.state()
         return out
 
     @classmethod
@@ -249,20 +256,12 @@ class AdaptiveDepth:
                 if len(values) != max_depth or not all(math.isfinite(x) and x >= 0 for x in values):
                     return policy
                 setattr(policy, key, values)
-            policy.t_verify = {int(k): float(v) for k, v in state["t_verify"].items() if float(v) > 0}
-            policy.n_verify = {int(k): int(v) for k, v in state["n_verify"].items()}
-            for key in ("t_step", "t_sync"):
-                v = state.get(key)
-                setattr(policy, key, None if v is None else float(v))
+            policy.costs = RoundCosts.from_state(max_depth, state["costs"])
             policy.off_tokens = int(state["off_tokens"])
             policy.probe_gap = min(max(int(state["probe_gap"]), PROBE_MIN), PROBE_MAX)
+            policy.current = min(max(int(state["current"]), 0), max_depth)
+            policy.explore_gap = min(max(int(state["explore_gap"]), EXPLORE_MIN), EXPLORE_MAX)
             policy._drafting = bool(state["_drafting"])
         except (KeyError, TypeError, ValueError, AttributeError):
             return cls(max_depth)
         return policy
-
-
-def _ema(old: float | None, new: float) -> float:
-    if old is None:
-        return new
-    return old + (TIME_ALPHA_DOWN if new < old else TIME_ALPHA) * (new - old)

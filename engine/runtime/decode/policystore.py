@@ -22,7 +22,7 @@ from engine.runtime.llama.cachekey import model_key
 
 log = logging.getLogger(__name__)
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: costs as windows of round wall times (engine.runtime.decode.costs)
 
 
 def policy_path(lm) -> Path:

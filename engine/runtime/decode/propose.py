@@ -77,7 +77,9 @@ class MtpDraft:
         t0 = time.perf_counter()
         s.phase("draft", self.cancel)
         out.sync_rows = len(s.lag.tokens)
-        s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT)  # entries up to id_last; yields d1
+        # entries up to id_last; yields d1. At depth 1 this is the round's only MTP decode:
+        # two entries wide every round (one decoded again after a rejection), one graph
+        s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT, width=2 if k == 1 else 0)
         out.sync_ms = (time.perf_counter() - t0) * 1000
         d, h = s.draft_head(self._pick(pos0 + 1, out))
         out.tokens.append(d)

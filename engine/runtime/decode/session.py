@@ -77,6 +77,8 @@ class Session:
         self.draft_tokens: list[int] = []
         self.last_hidden: np.ndarray | None = None
         self.lag = Lag()
+        #: the newest entries decoded into the MTP context, for re-feeding (sync_draft's width)
+        self.fed = FedTail()
         self.repairs = 0
         #: snapshots of prompt prefixes to resume from (set by whoever owns the session)
         self.cache: PrefixCache | None = None
@@ -102,6 +104,7 @@ class Session:
         if self.draft is not None:
             self.draft.clear()
             self.draft_tokens = []
+            self.fed.clear()
 
     def phase(self, name: str, cancel: threading.Event | None) -> None:
         if self.phase_hook is not None:
@@ -190,6 +193,7 @@ class Session:
                 self.draft.clear()
                 keep = 0
             del self.draft_tokens[keep:]
+            self.fed.truncate(keep)
 
     def feed_draft(self, tokens: list[int], hidden: np.ndarray, *, logits_last: bool) -> None:
         """Append MTP entries for ``tokens`` (positions ``len(draft_tokens)..``) paired with
@@ -203,6 +207,7 @@ class Session:
                 chunk, len(self.draft_tokens), LOGITS_LAST if (last and logits_last) else LOGITS_NONE, hidden[i : i + step]
             )
             self.draft.decode(self.dbatch)
+            self.fed.add(len(self.draft_tokens), chunk, hidden[i : i + step])
             self.draft_tokens.extend(chunk)
 
     def draft_step(self, token: int, hidden: np.ndarray, choose: Choose | None = None) -> tuple[int, np.ndarray]:
@@ -212,6 +217,7 @@ class Session:
         assert self.draft is not None and self.dbatch is not None
         self.dbatch.set([token], len(self.draft_tokens), LOGITS_ALL, hidden[None, :])
         self.draft.decode(self.dbatch)
+        self.fed.add(len(self.draft_tokens), [token], hidden[None, :])
         self.draft_tokens.append(token)
         d = self.draft.argmax(0) if choose is None else choose(self.draft.logits(0))
         return d, self.draft.hidden_row(0).copy()
@@ -345,24 +351,85 @@ class Session:
             del self.lag.tokens[:drop], self.lag.hidden[:drop]
 
     # -------------------------------------------------------------------- lag
-    def sync_draft(self, *, logits_last: bool, keep_last: int | None = None) -> None:
+    def sync_draft(self, *, logits_last: bool, keep_last: int | None = None, width: int = 0) -> None:
         """Feed the MTP entries waiting in :attr:`lag` (one batch). Entries past the end
         of the context (the token after a full context) are dropped.
 
         With ``keep_last``, only the newest entries are fed and older ones become holes:
         after a long stretch without drafting, catching the MTP context up on every
         position would cost more than drafting gains. A hole only leaves the MTP head's
-        attention a little less context; it never affects the output."""
+        attention a little less context; it never affects the output.
+
+        With ``width``, a batch narrower than that is widened by decoding the newest
+        entries already fed once more (the same token, position and hidden row), when
+        they are known: llama.cpp rebuilds its graph whenever a context's batch width
+        changes (~20 us on the demo's head, a third of the decode), so a loop whose only
+        MTP decode is this one keeps its width constant."""
         assert self.draft is not None
         skip = max(0, len(self.lag.tokens) - keep_last) if keep_last is not None else 0
         if skip:
             self.draft_tokens.extend([HOLE] * skip)
+            self.fed.clear()
             del self.lag.tokens[:skip], self.lag.hidden[:skip]
         room = self.draft.n_ctx - len(self.draft_tokens)
         tokens, hidden = self.lag.tokens[:room], self.lag.hidden[:room]
         if tokens:
-            self.feed_draft(tokens, np.stack(hidden), logits_last=logits_last)
+            rows = np.stack(hidden)
+            pad = self.fed.refeed(self.draft_tokens, width - len(tokens)) if width > len(tokens) else 0
+            if pad:
+                p = len(self.draft_tokens) - pad
+                again_tokens, again_rows = self.fed.entries(p, pad)
+                self.truncate_draft(p)
+                tokens, rows = [*again_tokens, *tokens], np.concatenate([again_rows, rows])
+            self.feed_draft(tokens, rows, logits_last=logits_last)
         self.lag.clear()
+
+
+class FedTail:
+    """The newest entries decoded into the MTP context: position of the first, tokens and
+    hidden rows (the rows as fed). Used only where the MTP context still holds them, as
+    :meth:`refeed` checks against ``draft_tokens``."""
+
+    SIZE = 4
+
+    def __init__(self):
+        self.start = 0
+        self.tokens: list[int] = []
+        self.rows: list[np.ndarray] = []
+
+    def clear(self) -> None:
+        self.tokens.clear()
+        self.rows.clear()
+
+    def add(self, pos: int, tokens: list[int], rows: np.ndarray) -> None:
+        if pos != self.start + len(self.tokens):
+            self.clear()
+            self.start = pos
+        self.tokens.extend(tokens)
+        self.rows.extend(rows)
+        cut = len(self.tokens) - self.SIZE
+        if cut > 0:
+            del self.tokens[:cut], self.rows[:cut]
+            self.start += cut
+
+    def truncate(self, keep: int) -> None:
+        n = max(0, keep - self.start)
+        del self.tokens[n:], self.rows[n:]
+
+    def refeed(self, draft_tokens: list[int], want: int) -> int:
+        """How many of the newest ``want`` entries can be decoded again (0: none are
+        known, or the context no longer holds what was fed there)."""
+        end = len(draft_tokens)
+        if end != self.start + len(self.tokens):
+            return 0
+        n = min(want, len(self.tokens))
+        if n <= 0 or draft_tokens[end - n : end] != self.tokens[len(self.tokens) - n :]:
+            return 0
+        return n
+
+    def entries(self, pos: int, n: int) -> tuple[list[int], np.ndarray]:
+        i = pos - self.start
+        return self.tokens[i : i + n], np.stack(self.rows[i : i + n])
 
 
 class Lag:

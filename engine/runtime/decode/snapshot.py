@@ -87,6 +87,7 @@ def restore(session: Session, snap: Snapshot) -> None:
     session.target_tokens = snap.tokens.tolist()
     session.last_hidden = None if snap.last_hidden is None else snap.last_hidden.copy()
     session.lag.clear()
+    session.fed.clear()
     if snap.lag_tokens and session.draft is not None and snap.draft is not None:
         assert snap.lag_hidden is not None
         session.lag.extend(list(snap.lag_tokens), snap.lag_hidden.copy())

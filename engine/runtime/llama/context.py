@@ -2,6 +2,12 @@
 
 Engine thread only. Views returned by :meth:`logits` and :meth:`hidden_rows` point into
 llama.cpp's buffers and are overwritten by the next decode: copy what you keep.
+
+The views are made once per buffer address, not per read: llama.cpp keeps its output
+buffers between decodes, and making a numpy view of a ctypes pointer costs ~3 us, as
+much as the argmax over a 4k-row vocabulary it serves. Each read still asks llama.cpp
+for the buffer (it synchronises the backend and orders the rows), and a buffer that moved
+gets a new view.
 """
 
 from __future__ import annotations
@@ -80,6 +86,9 @@ class Context(OwnedPtr):
         self.n_outputs = min(n_outputs, self.n_batch) if n_outputs > 0 else self.n_batch
         self.is_mtp = mtp_target is not None
         self._mem = L.llama_get_memory(ptr)
+        self._n_out = 0  # logit rows of the last decode
+        self._logits_at: tuple[int, np.ndarray] = (0, np.empty((0, model.n_vocab), np.float32))
+        self._hidden_at: tuple[int, np.ndarray] = (0, np.empty((0, model.n_embd), np.float32))
         self._nextn = False
         self.set_nextn_embeddings(nextn_embeddings)
 
@@ -107,35 +116,46 @@ class Context(OwnedPtr):
                 rc, f"error {rc}"
             )
             raise DecodeError(f"llama_decode failed: {what}")
+        self._n_out = batch.n_logits
+
+    def _logit_rows(self) -> np.ndarray:
+        """The last decode's logit rows, in batch order (a view)."""
+        ptr = llama().llama_get_logits(self.ptr)
+        if not ptr:
+            raise DecodeError("no logits: the last decode asked for none")
+        addr = ctypes.addressof(ptr.contents)
+        if addr != self._logits_at[0]:
+            self._logits_at = (addr, np.ctypeslib.as_array(ptr, shape=(self.n_outputs, self.model.n_vocab)))
+        return self._logits_at[1]
 
     def logits(self, i: int) -> np.ndarray:
         """Logits of output row ``i`` (``-1``: the last)."""
-        ptr = llama().llama_get_logits_ith(self.ptr, i)
-        if not ptr:
+        n = self._n_out
+        if not -n <= i < n:
             raise DecodeError(f"no logits for row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+        return self._logit_rows()[i if i >= 0 else n + i]
 
     def argmax(self, i: int) -> int:
-        return int(np.argmax(self.logits(i)))
+        return int(self.logits(i).argmax())
 
     def argmax_rows(self, n: int) -> list[int]:
         """Greedy token of each of the first ``n`` output rows, in one call."""
-        ptr = llama().llama_get_logits(self.ptr)
-        rows = np.ctypeslib.as_array(ptr, shape=(n, self.model.n_vocab))
-        return np.argmax(rows, axis=1).tolist()
+        if n > self._n_out:
+            raise DecodeError(f"no logits for row {n - 1}")
+        return self._logit_rows()[:n].argmax(axis=1).tolist()
 
     def hidden_rows(self, n: int) -> np.ndarray:
         """Hidden state (after ``output_norm``) of each of the last batch's ``n`` rows."""
         ptr = ext().llama_get_embeddings_nextn(self.ptr)
         if not ptr:
             raise DecodeError("no hidden states: nextn embeddings are not enabled on this context")
-        return np.ctypeslib.as_array(ptr, shape=(n, self.model.n_embd))
+        addr = ctypes.addressof(ptr.contents)
+        if addr != self._hidden_at[0]:
+            self._hidden_at = (addr, np.ctypeslib.as_array(ptr, shape=(self.n_batch, self.model.n_embd)))
+        return self._hidden_at[1][:n]
 
     def hidden_row(self, i: int) -> np.ndarray:
-        ptr = ext().llama_get_embeddings_nextn_ith(self.ptr, i)
-        if not ptr:
-            raise DecodeError(f"no hidden state for row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd,))
+        return self.hidden_rows(i + 1)[i]
 
     # ------------------------------------------------------------------ memory
     def seq_rm(self, p0: int, p1: int = -1) -> bool:
