@@ -53,14 +53,17 @@ from engine.runtime.decode.stats import RoundStats
 PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
 PRIOR_N = 1.0  # ... worth this many observations, fading while a position is reached ...
 PRIOR_FLOOR = 0.02  # ... down to this, and recovering like the counts decay while it is not
-DECAY = 0.98  # per drafting round: the estimate follows the text (~50 rounds: ~20 left
-# p = 0.6 and p = 0.45 too close to tell apart, so a head just above break-even flickered off)
+DECAY = 0.99  # per drafting round: the estimate follows the text (~100 rounds: at ~50 a
+# run of rejections as likely as not within a few hundred rounds switched a head ~5% above
+# break-even off, and p = 0.6 and p = 0.45 were too close to tell apart)
 PROBE_DECAY = 0.8  # per probe while drafting is off (~5 probes) ...
 OFF_EVIDENCE = 5.0  # ... and the evidence that turned drafting off is worth as many
 PROBE_MIN, PROBE_MAX = 16, 256
-MIN_GAIN = 0.005  # a measured depth must beat the current one by this much, and by the noise
+MIN_GAIN = 0.005  # a measured depth must beat the current one by this much, and by
+NOISE_SIGMAS = 1.5  # ... this many standard errors of the difference (timing and acceptance)
 EXPLORE_MIN, EXPLORE_MAX = 16, 1024  # drafting rounds between tries of a neighbouring depth
 EXPLORE_ROUNDS = 1 + MIN_STEADY + 1  # a try: the transition, then steady rounds to judge it
+STALE = 32  # steady rounds after which a depth's wall times are too old to switch on
 CHOOSE_EVERY = 4  # drafting rounds between choices (a choice costs ~5 us of Python; the
 # estimates it reads move by a few percent per round at most)
 
@@ -134,10 +137,19 @@ class AdaptiveDepth:
         cur = self.current
         c = self.costs
         if best != cur and c.measured(best):
-            noise = max(MIN_GAIN, (c.rel_error(best) ** 2 + c.rel_error(cur) ** 2) ** 0.5)
+            err = c.rel_error(best) ** 2 + c.rel_error(cur) ** 2
+            if 0 in (best, cur):  # drafting or not: the first draft's acceptance decides
+                p, n = self.acceptances()[0], self.reach[0] + self.prior_n[0]
+                err += p * (1 - p) / n / (1 + p) ** 2
+            noise = max(MIN_GAIN, NOISE_SIGMAS * err**0.5)
             switch = c.switch_ms(best) / (EXPLORE_MIN * c.round_ms(best))
             if rates[best] <= rates[cur] * (1 + noise + switch):
                 best = cur
+            elif c.age(best) > STALE:
+                # judged on old times (the machine may have changed speed since): measure
+                # it again next to the current depth before switching
+                self._try(best, cur)
+                return best
         if self._tried_from is not None:  # a try just ended: did it change the choice?
             self.explore_gap = EXPLORE_MIN if best != self._tried_from else min(self.explore_gap * 2, EXPLORE_MAX)
             self._tried_from = None
@@ -151,6 +163,17 @@ class AdaptiveDepth:
 
     def next_depth(self) -> int:
         self._probing = False
+        if self._unchosen > 0 and self._drafting and self._trying is None:  # the common round
+            self._unchosen -= 1
+            k = self.current
+            self._since_explore += 1
+            if self._since_explore >= self.explore_gap:
+                self._since_explore = 0
+                up = self._explorations % 2 == 0 and k < self.max_depth
+                self._explorations += 1
+                k = self._try(k + 1 if up else k - 1, k)
+            self.depth_counts[k] += 1
+            return k
         if self._trying is not None:  # a neighbour's try, to its end
             k, left, before = self._trying
             self._trying = (k, left - 1, before) if left > 1 else None
@@ -166,12 +189,12 @@ class AdaptiveDepth:
             # drafting is off and no probe is due: only a probe brings news about the
             # drafts, so the choice is made again then (this round costs no estimate)
             k = 0
-        elif self._unchosen > 0 and self._drafting:
-            self._unchosen -= 1
-            k = self.current
         else:
             self._unchosen = CHOOSE_EVERY - 1
             k = self._choose()
+            if self._trying is not None:  # the choice is a try first
+                self.depth_counts[k] += 1
+                return k
         if k == 0:
             if self._drafting:
                 self._drafting = False
@@ -186,9 +209,14 @@ class AdaptiveDepth:
                 self._since_explore = 0
                 up = self._explorations % 2 == 0 and k < self.max_depth
                 self._explorations += 1
-                self._trying = (k + 1 if up else k - 1, EXPLORE_ROUNDS - 1, k)
-                k = self._trying[0]
+                k = self._try(k + 1 if up else k - 1, k)
         self.depth_counts[k] += 1
+        return k
+
+    def _try(self, k: int, before: int) -> int:
+        """Run ``EXPLORE_ROUNDS`` rounds at ``k`` (this one included), timed afresh."""
+        self._trying = (k, EXPLORE_ROUNDS - 1, before)
+        self.costs.forget(k)
         return k
 
     def _forget_down_to(self, n: float) -> None:

@@ -98,6 +98,8 @@ class RoundCosts:
         self.sync = Window()  # a steady catch-up (yields the first draft)
         self.step = Window()  # a chained draft step
         self.python = (Window(), Window())  # per round, not drafting / drafting
+        self.rounds = 0  # steady rounds seen
+        self.measured_at: dict[int, int] = {}  # depth -> ``rounds`` at its newest wall sample
 
     # ---------------------------------------------------------------- learning
     def add(self, depth: int, drafted: int, verify_ms: float, draft_ms: float, sync_rows: int, sync_ms: float,
@@ -115,6 +117,8 @@ class RoundCosts:
             if drafted >= 2:
                 self.step.add((draft_ms - sync_ms) / (drafted - 1))
         if wall_ms is not None:
+            self.rounds += 1
+            self.measured_at[depth] = self.rounds
             _window(self.wall, depth).add(wall_ms)
             self.python[depth > 0].add(max(0.0, wall_ms - verify_ms - draft_ms))
 
@@ -171,6 +175,15 @@ class RoundCosts:
         """A steady round at ``depth``: its measured wall time, or else its parts."""
         w = self.wall.get(depth)
         return w.median if w is not None and len(w) >= MIN_STEADY else self.parts_ms(depth)
+
+    def age(self, depth: int) -> int:
+        """Steady rounds since ``depth``'s wall time was last measured."""
+        return self.rounds - self.measured_at.get(depth, 0)
+
+    def forget(self, depth: int) -> None:
+        """Drop ``depth``'s wall times: it is about to be measured afresh (a try), and the
+        machine may have changed speed since (its windows then compare unlike with like)."""
+        self.wall.pop(depth, None)
 
     def rel_error(self, depth: int) -> float:
         """How uncertain :meth:`round_ms` is, relative (1.0: not measured)."""
