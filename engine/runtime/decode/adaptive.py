@@ -20,15 +20,19 @@ Expected tokens of a round of depth K: ``1 + sum_{i<=K} prod_{j<=i} p_j``.
 
 **Converging, and staying.** A depth whose cost is only estimated is tried when it
 looks best (a few rounds, then judged on its own wall time). A measured depth replaces
-the current one only when it is better by more than the noise of the two windows (at
-least ``MIN_GAIN``) plus the transition it costs (llama.cpp rebuilds its graph when the
-batch width changes), amortised over ``EXPLORE_MIN`` rounds. A neighbouring depth (up,
-then down: down to K = 0 from K = 1, so plain decoding is re-measured too) is tried
-again for ``EXPLORE_ROUNDS`` rounds every ``explore_gap`` drafting rounds; the gap
-doubles each time the try confirms the choice, up to ``EXPLORE_MAX``, and falls back to
-``EXPLORE_MIN`` when it changes it. So with steady costs and text the policy settles in a
-bounded number of rounds and then spends under 1% of its rounds away from its choice;
-when the text or the machine changes, a better depth is found within a few tries.
+the current one only when it is better by more than the noise (``NOISE_SIGMAS`` standard
+errors of the two windows and, between drafting and not, of the first draft's
+acceptance; at least ``MIN_GAIN``) plus the transition it costs (llama.cpp rebuilds its graph when the
+batch width changes), amortised over ``EXPLORE_MIN`` rounds. A neighbouring depth (one and two depths up
+and down, in turn: down to K = 0, so plain decoding is re-measured too) is tried again
+for ``EXPLORE_ROUNDS`` rounds every ``explore_gap`` drafting rounds, timed afresh; the
+gap doubles each time the try confirms the choice, up to ``EXPLORE_MAX``, and falls back
+to ``EXPLORE_MIN`` when it changes it. So with steady costs and text the policy settles in a
+bounded number of rounds and then spends under 1% of its rounds on tries; when the
+text or the machine changes, a better depth is found within a few tries. A depth whose
+times are older than ``STALE`` steady rounds is never switched to on them: this machine
+changes speed by 1.6x between stretches, and a window timed at the other speed compares
+unlike with like, so it is tried (timed afresh) first.
 
 When no depth beats plain decoding the policy stops drafting (the MTP context then
 costs nothing but a copied hidden row per token) and probes with one draft every
@@ -168,10 +172,7 @@ class AdaptiveDepth:
             k = self.current
             self._since_explore += 1
             if self._since_explore >= self.explore_gap:
-                self._since_explore = 0
-                up = self._explorations % 2 == 0 and k < self.max_depth
-                self._explorations += 1
-                k = self._try(k + 1 if up else k - 1, k)
+                k = self._explore(k)
             self.depth_counts[k] += 1
             return k
         if self._trying is not None:  # a neighbour's try, to its end
@@ -206,12 +207,18 @@ class AdaptiveDepth:
             self._drafting = True
             self._since_explore += 1
             if self._since_explore >= self.explore_gap:
-                self._since_explore = 0
-                up = self._explorations % 2 == 0 and k < self.max_depth
-                self._explorations += 1
-                k = self._try(k + 1 if up else k - 1, k)
+                k = self._explore(k)
         self.depth_counts[k] += 1
         return k
+
+    def _explore(self, k: int) -> int:
+        """Try the next of ``k``'s neighbours, in turn one and two depths up and down (so a
+        depth last timed while the machine ran at another speed is timed again)."""
+        self._since_explore = 0
+        near = [d for d in (k + 1, k - 1, k + 2, k - 2) if 0 <= d <= self.max_depth]
+        d = near[self._explorations % len(near)]
+        self._explorations += 1
+        return self._try(d, k)
 
     def _try(self, k: int, before: int) -> int:
         """Run ``EXPLORE_ROUNDS`` rounds at ``k`` (this one included), timed afresh."""

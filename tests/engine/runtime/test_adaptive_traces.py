@@ -77,19 +77,28 @@ def best_fixed(rounds: int, seed: int, **kw) -> tuple[int, float]:
 def test_auto_converges_to_the_best_depth_and_stays(noisy):
     """Depth 1 is the best arm by ~5%. Auto reaches it within a bounded number of rounds,
     then spends most rounds there (tries of its neighbours back off towards one every
-    EXPLORE_MAX rounds; what is left is acceptance noise near break-even, and on the noisy
-    machine comparisons across a change of speed), and its throughput over the whole run,
-    learning included, is within 3% of the best fixed depth's on the same draws."""
-    rounds = 4000
-    for seed in range(3):
+    EXPLORE_MAX rounds), and its throughput over the whole run, learning included, is
+    within 2% of the best fixed depth's on the same draws. On the noisy machine (10% of
+    rounds descheduled, speed changing 1.6x every 300 rounds) it is within 3% on average
+    over seeds and 7% at worst: what is left is comparisons across a change of speed."""
+    rounds, seeds = 4000, range(8)
+    ratios, at_best = [], []
+    for seed in seeds:
         best, best_rate = best_fixed(rounds, seed, noisy=noisy)
         assert best == 1
         policy = AdaptiveDepth(MAX)
         rate, picks = simulate(policy, rounds, seed, noisy=noisy)
-        assert rate >= (0.97 if noisy else 0.98) * best_rate, (seed, rate / best_rate, policy.depth_counts)
+        ratios.append(rate / best_rate)
         settled = picks[500:]
-        assert settled.count(1) / len(settled) > (0.85 if noisy else 0.95), (seed, policy.depth_counts)
-        assert policy.explore_gap >= EXPLORE_MAX // 4  # tries confirm the choice: they back off
+        at_best.append(settled.count(1) / len(settled))
+        assert policy.explore_gap >= EXPLORE_MAX // 4, seed  # tries confirm the choice: they back off
+    mean = sum(ratios) / len(ratios)
+    if noisy:
+        assert mean >= 0.97 and min(ratios) >= 0.93, ratios
+        assert sum(at_best) / len(at_best) > 0.75, at_best
+    else:
+        assert min(ratios) >= 0.98, ratios
+        assert sum(at_best) / len(at_best) > 0.95, at_best
 
 
 def test_auto_stops_drafting_when_the_recorded_costs_say_plain_is_best():
