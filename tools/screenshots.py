@@ -3,7 +3,7 @@
     python -m tools.screenshots docs/screenshots
 
 Builds a realistic state first: the bundled (trained) demo model in a two-turn chat, then
-replies on it with MTP (depth 3), without, and with again for the Performance page; a constructed model and its head in the library
+replies on it with MTP (auto depth, the default), without, and with again for the Performance page; a constructed model and its head in the library
 (and served by a local stand-in for Hugging Face, whose files get their fit badges), a compatible pair on the Compose
 page, the Backend page sharing this machine over RPC with the model pooled over it, and
 the endpoint serving a few requests.
@@ -71,7 +71,7 @@ def main() -> int:
     w.grab().save(str(out / "chat.png"))
 
     ctx.settings.chat.max_tokens = 200
-    chat.depth.setCurrentText("3")  # a fixed depth, so the position chart has three bars
+    chat.depth.setCurrentText("auto")  # the default: what a new user sees
     asks = (
         ("auto", "Who are you?"),
         ("off", "Write a Python class for a stack."),

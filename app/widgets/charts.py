@@ -102,9 +102,12 @@ class BarChart(QChartView):
             self.y.setRange(0.0, self.y_max)
         else:
             top = max(values) if values and max(values) > 0 else 1.0
-            if self.integer:
-                top = float(int(top) + 1)
-                self.y.setTickCount(int(top) + 1 if top <= 10 else 6)
+            if self.integer:  # at most 6 whole-number ticks (more are elided to "...")
+                n = int(top) + 1
+                step = -(-n // 5)
+                n = -(-n // step) * step
+                top = float(n)
+                self.y.setTickCount(n // step + 1)
             self.y.setRange(0.0, top * (1.0 if self.integer else 1.15))
 
     def values(self) -> list[float]:

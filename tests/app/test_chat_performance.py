@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from PySide6.QtCore import Qt
 
 from engine.synth.demo import SENTENCE
@@ -183,3 +185,17 @@ def test_a_chat_with_a_json_schema_gets_json(qtbot, window):
     reply = json.loads(chat.conv.messages[-1]["content"])
     assert reply["kind"] in ("cat", "dog") and 0 <= reply["age"] <= 20
     assert "forced (free)" in chat.figures.text()
+
+
+@pytest.mark.parametrize("counts", [[31, 37], [3, 7], [0, 101], [12], [9, 2], [0]])
+def test_round_count_chart_ticks_are_whole_numbers(qtbot, counts):
+    """The accepted-drafts chart counts rounds: every tick is a whole number, and there are
+    at most 6 of them (11 ticks on a short chart were all elided to "...")."""
+    from app.widgets.charts import BarChart
+
+    chart = BarChart("Accepted drafts per round", "rounds", integer=True)
+    qtbot.addWidget(chart)
+    chart.set_bars([str(i) for i in range(len(counts))], counts)
+    top, n = chart.y.max(), chart.y.tickCount()
+    step = top / (n - 1)
+    assert top >= max(counts) and step == int(step) and step >= 1 and n <= 6

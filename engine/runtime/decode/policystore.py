@@ -1,7 +1,8 @@
 """Learned speed that persists: each loaded model's adaptive-depth policy, on disk.
 
-What ``draft_depth="auto"`` learns — verify cost by batch width, draft-step and catch-up
-cost, acceptance by draft position — belongs to one (model files, head, llama.cpp build,
+What ``draft_depth="auto"`` learns — what a round costs at each depth (windows of wall
+times, verify cost by batch width, draft-step and catch-up cost), acceptance by draft
+position — belongs to one (model files, head, llama.cpp build,
 threads, offload, exact mode) combination on one machine. The engine keeps one policy per
 loaded model across requests and saves it after each; the first request after a restart
 starts from what this machine measured. A changed file (size or mtime) or build gives
