@@ -22,32 +22,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+from benchmarks.demo import PROMPTS
+from engine.rpc.server import free_port
 from engine.synth.demo import demo_model_path
 
-ROOT = Path(__file__).resolve().parents[1]
-PROMPTS = ROOT / "benchmarks" / "demo_prompts.json"
 OURS = ("0", "1", "2", "3", "auto")
 THEIRS = ("0", "1", "2", "3")  # 0: --spec-type none; k: draft-mtp with n-max k
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
     """One llama-server process for one arm."""
 
     def __init__(self, exe: str, model: Path, arm: str, threads: int, ctx: int):
-        self.port = _free_port()
+        self.port = free_port()
         cmd = [exe, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
                "-tb", str(threads), "-c", str(ctx), "-np", "1", "--no-webui"]  # fmt: skip
         if arm != "0":

@@ -167,14 +167,6 @@ class AdaptiveDepth:
 
     def next_depth(self) -> int:
         self._probing = False
-        if self._unchosen > 0 and self._drafting and self._trying is None:  # the common round
-            self._unchosen -= 1
-            k = self.current
-            self._since_explore += 1
-            if self._since_explore >= self.explore_gap:
-                k = self._explore(k)
-            self.depth_counts[k] += 1
-            return k
         if self._trying is not None:  # a neighbour's try, to its end
             k, left, before = self._trying
             self._trying = (k, left - 1, before) if left > 1 else None
@@ -184,7 +176,10 @@ class AdaptiveDepth:
                 self._unchosen = 0
             self.depth_counts[k] += 1
             return k
-        if 1 not in self.costs.verify and self.costs.verify:
+        if self._unchosen > 0 and self._drafting:  # the common round: the choice stands
+            self._unchosen -= 1
+            k = self.current
+        elif 1 not in self.costs.verify and self.costs.verify:
             k = 0  # measure plain decoding once: every ratio is relative to it
         elif not self._drafting and self.depth_counts and self.off_tokens < self.probe_gap:
             # drafting is off and no probe is due: only a probe brings news about the
@@ -239,7 +234,7 @@ class AdaptiveDepth:
         if prev is not None and r.index == prev[0] + 1:  # the round after the last one seen
             wall, steady = (r.t - prev[1]) * 1000, r.depth == prev[2]
         self._prev = (r.index, r.t, r.depth)
-        self.costs.add(r.depth, r.drafted, r.verify_ms, r.draft_ms, r.sync_rows, r.sync_ms, wall, bool(steady))
+        self.costs.add(r, wall, bool(steady))
         if r.drafted:
             decay = PROBE_DECAY if self._probing else DECAY
             reached, a = min(r.drafted, r.accepted + 1), r.accepted

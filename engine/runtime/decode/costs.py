@@ -27,6 +27,8 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
+from engine.runtime.decode.stats import RoundStats
+
 WINDOW = 9  # samples per window: the median ignores up to 4 outliers
 TRANSITION_WINDOW = 5
 MIN_STEADY = 3  # steady samples before a depth is judged by its own wall time
@@ -102,25 +104,25 @@ class RoundCosts:
         self.measured_at: dict[int, int] = {}  # depth -> ``rounds`` at its newest wall sample
 
     # ---------------------------------------------------------------- learning
-    def add(self, depth: int, drafted: int, verify_ms: float, draft_ms: float, sync_rows: int, sync_ms: float,
-            wall_ms: float | None, steady: bool) -> None:  # fmt: skip
+    def add(self, r: RoundStats, wall_ms: float | None, steady: bool) -> None:
         """One round: its parts, and its wall time when known. Only ``steady`` rounds (the
         round before was at the same depth) teach costs; the others are transitions."""
+        depth = r.depth
         if not steady:  # the first round at a width pays llama.cpp's graph set-up
             if wall_ms is not None:
                 _window(self.transition, depth, TRANSITION_WINDOW).add(wall_ms)
             return
-        _window(self.verify, depth + 1).add(verify_ms)
-        if drafted:
-            if sync_rows <= self.max_depth + 1:  # not a lag flush after drafting was off
-                self.sync.add(sync_ms)
-            if drafted >= 2:
-                self.step.add((draft_ms - sync_ms) / (drafted - 1))
+        _window(self.verify, depth + 1).add(r.verify_ms)
+        if r.drafted:
+            if r.sync_rows <= self.max_depth + 1:  # not a lag flush after drafting was off
+                self.sync.add(r.sync_ms)
+            if r.drafted >= 2:
+                self.step.add((r.draft_ms - r.sync_ms) / (r.drafted - 1))
         if wall_ms is not None:
             self.rounds += 1
             self.measured_at[depth] = self.rounds
             _window(self.wall, depth).add(wall_ms)
-            self.python[depth > 0].add(max(0.0, wall_ms - verify_ms - draft_ms))
+            self.python[depth > 0].add(max(0.0, wall_ms - r.verify_ms - r.draft_ms))
 
     # -------------------------------------------------------------- estimates
     def verify_ms(self, rows: int) -> float:

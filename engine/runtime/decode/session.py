@@ -405,8 +405,13 @@ class FedTail:
         if pos != self.start + len(self.tokens):
             self.clear()
             self.start = pos
+        drop = len(tokens) - self.SIZE  # a prompt chunk: only its newest entries can be kept
+        if drop > 0:
+            self.clear()
+            self.start = pos + drop
+            tokens, rows = tokens[drop:], rows[drop:]
         self.tokens.extend(tokens)
-        self.rows.extend(rows)
+        self.rows.extend(rows.copy())  # not views that keep a whole chunk's rows alive
         cut = len(self.tokens) - self.SIZE
         if cut > 0:
             del self.tokens[:cut], self.rows[:cut]

@@ -87,8 +87,7 @@ class Context(OwnedPtr):
         self.is_mtp = mtp_target is not None
         self._mem = L.llama_get_memory(ptr)
         self._n_out = 0  # logit rows of the last decode
-        self._logits_at: tuple[int, np.ndarray] = (0, np.empty((0, model.n_vocab), np.float32))
-        self._hidden_at: tuple[int, np.ndarray] = (0, np.empty((0, model.n_embd), np.float32))
+        self._views: dict[str, tuple[int, np.ndarray]] = {}  # buffer -> (its address, a view)
         self._nextn = False
         self.set_nextn_embeddings(nextn_embeddings)
 
@@ -123,10 +122,16 @@ class Context(OwnedPtr):
         ptr = llama().llama_get_logits(self.ptr)
         if not ptr:
             raise DecodeError("no logits: the last decode asked for none")
+        return self._view("logits", ptr, (self.n_outputs, self.model.n_vocab))
+
+    def _view(self, name: str, ptr, shape: tuple[int, int]) -> np.ndarray:
+        """A numpy view of llama.cpp's buffer ``name`` at ``ptr``, made again only when the
+        buffer has moved."""
         addr = ctypes.addressof(ptr.contents)
-        if addr != self._logits_at[0]:
-            self._logits_at = (addr, np.ctypeslib.as_array(ptr, shape=(self.n_outputs, self.model.n_vocab)))
-        return self._logits_at[1]
+        seen = self._views.get(name)
+        if seen is None or seen[0] != addr:
+            seen = self._views[name] = (addr, np.ctypeslib.as_array(ptr, shape=shape))
+        return seen[1]
 
     def logits(self, i: int) -> np.ndarray:
         """Logits of output row ``i`` (``-1``: the last)."""
@@ -149,10 +154,7 @@ class Context(OwnedPtr):
         ptr = ext().llama_get_embeddings_nextn(self.ptr)
         if not ptr:
             raise DecodeError("no hidden states: nextn embeddings are not enabled on this context")
-        addr = ctypes.addressof(ptr.contents)
-        if addr != self._hidden_at[0]:
-            self._hidden_at = (addr, np.ctypeslib.as_array(ptr, shape=(self.n_batch, self.model.n_embd)))
-        return self._hidden_at[1][:n]
+        return self._view("hidden", ptr, (self.n_batch, self.model.n_embd))[:n]
 
     def hidden_row(self, i: int) -> np.ndarray:
         return self.hidden_rows(i + 1)[i]
