@@ -17,7 +17,8 @@ from benchmarks.demo import PROMPTS
 
 
 def record(model: Path, depths: list[int], tokens: int, runs: int) -> dict:
-    from engine.runtime.decode.loop import DecodeParams, generate
+    from engine.runtime.decode.loop import generate
+    from engine.runtime.decode.params import DecodeParams
     from engine.runtime.decode.policy import FixedDepth
     from engine.runtime.load.loader import LoadSpec, load
 

@@ -1,11 +1,14 @@
-"""The layer contracts in pyproject.toml ([tool.importlinter]) hold, and the checker
-really checks (a reversed contract fails)."""
+"""The layer contracts in pyproject.toml ([tool.importlinter]) hold, no module takes part
+in an import cycle (tools/importcycles.py), and both checkers really check (a reversed
+contract fails; a cycle written on purpose is found)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+from tools import importcycles
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT = Path(sys.executable).parent / "lint-imports"
@@ -29,3 +32,22 @@ def test_a_broken_layer_order_is_reported(tmp_path):
     )
     proc = _lint("--config", str(cfg))
     assert proc.returncode != 0 and "engine.gguf" in proc.stdout and "BROKEN" in proc.stdout
+
+
+def test_no_module_takes_part_in_an_import_cycle():
+    found = importcycles.cycles(importcycles.graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_a_cycle_is_found_wherever_its_imports_are_written(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    # deferred and TYPE_CHECKING-only imports count: a cycle hidden is still a cycle
+    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..c import C\n")
+    (pkg / "c.py").write_text("def f():\n    import pkg.a\n")
+    (pkg / "d.py").write_text("import pkg.a\n")  # imports into the cycle, not part of it
+    found = importcycles.cycles(importcycles.graph(tmp_path, ["pkg"]))
+    assert found == [["pkg.a", "pkg.c", "pkg.sub.b"]]

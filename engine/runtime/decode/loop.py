@@ -8,7 +8,7 @@ own next token ``t_a``; settling rolls the target back to what was kept and tell
 draft source, whose context catches up on the kept tokens with the target's own hidden
 states. Greedy output is exactly what plain greedy decoding emits: every emitted token
 is the target's argmax given the tokens before it (bit for bit where the kernels are
-batch-invariant: exact mode; see the README's "What holds exactly").
+batch-invariant: exact mode; see docs/mtp.md, "Speculation and identity").
 
 Cancellation is checked at every phase boundary (prefill chunks, each draft step,
 before verify, before commit); whatever the phase, the contexts end holding exactly
@@ -20,53 +20,26 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from engine.errors import Cancelled
 from engine.runtime.decode.accept import accept
 from engine.runtime.decode.depth import Mtp
-from engine.runtime.decode.grammar import Constraint
-from engine.runtime.decode.penalties import Penalties, PenalizedRows
+from engine.runtime.decode.emitter import Emitter, EmitFn, RoundFn, Splitter
+from engine.runtime.decode.logprobs import TokenLogprob, token_logprob
+from engine.runtime.decode.params import DecodeParams
+from engine.runtime.decode.penalties import PenalizedRows
 from engine.runtime.decode.policy import DepthPolicy
+from engine.runtime.decode.prefill import prefill
 from engine.runtime.decode.propose import DraftSource, MtpDraft, Proposal
-from engine.runtime.decode.sampling import Sampler, SamplingParams
+from engine.runtime.decode.sampling import Sampler
 from engine.runtime.decode.session import Session
+from engine.runtime.decode.snapshotcache import SnapshotCache
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import Pushed, StopChecker, StopReason
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST
-
-
-@dataclass
-class DecodeParams:
-    max_tokens: int = 256
-    stop: tuple[str, ...] = ()
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    #: None: plain decoding; a policy: MTP speculation (greedy or sampled)
-    depth: DepthPolicy | None = None
-    #: while sampling: draft by sampling the MTP head and accept by rejection sampling
-    #: (exact in distribution; not token-for-token equal to plain sampling with the same
-    #: seed). Off: argmax drafts accepted while the sampled target token equals them.
-    sampled_draft: bool = False
-    ignore_eog: bool = False
-    #: tokens that end the reply like end-of-generation (a chat template's turn markers)
-    end_tokens: frozenset[int] = frozenset()
-    #: a grammar the output must follow (fresh per generation: it holds the matcher state)
-    constraint: Constraint | None = None
-    #: repetition penalties, by the tokens generated before each position
-    penalties: Penalties = field(default_factory=Penalties)
-    #: report each token's log-probability and this many alternatives (0-20); None: off
-    logprobs: int | None = None
-    #: control tokens shown as their text (a tool-call format's markers, which the reply
-    #: parser must see; control tokens otherwise render as nothing)
-    shown_tokens: frozenset[int] = frozenset()
-    #: the reply starts inside a think block that this marker ends: rounds are counted as
-    #: thinking until it is emitted (GenerationStats.thinking)
-    thinking_end: str | None = None
-    #: prompt positions worth a prompt-cache snapshot (a chat prompt's message boundaries)
-    cache_points: tuple[int, ...] = ()
 
 
 @dataclass
@@ -82,35 +55,6 @@ class Generation:
         return self.stats.stop_reason
 
 
-@dataclass(frozen=True)
-class TokenLogprob:
-    """A token's log-probability under the model's own row (before penalties, the grammar
-    mask, temperature and top-k/top-p), and the most likely alternatives there. A token a
-    grammar forced into a batch with no row of its own reports 0.0 and no alternatives."""
-
-    token: int
-    piece: bytes
-    logprob: float
-    #: (token, its bytes, log-probability), most likely first
-    top: tuple[tuple[int, bytes, float], ...] = ()
-
-
-def token_logprob(row: np.ndarray, token: int, n_top: int, piece: Callable[[int], bytes]) -> TokenLogprob:
-    x = np.asarray(row, dtype=np.float64)
-    m = x.max()
-    lse = m + np.log(np.exp(x - m).sum())
-    top: tuple[tuple[int, bytes, float], ...] = ()
-    if n_top > 0:
-        idx = np.argpartition(-x, min(n_top, x.size) - 1)[:n_top]
-        idx = idx[np.argsort(-x[idx], kind="stable")]
-        top = tuple((int(i), piece(int(i)), float(x[i] - lse)) for i in idx)
-    return TokenLogprob(token, piece(token), float(x[token] - lse), top)
-
-
-EmitFn = Callable[[list[int], str, list[TokenLogprob] | None], None]
-RoundFn = Callable[[RoundStats], None]
-
-
 def generate(
     session: Session,
     prompt: list[int],
@@ -119,9 +63,15 @@ def generate(
     cancel: threading.Event | None = None,
     on_emit: EmitFn | None = None,
     on_round: RoundFn | None = None,
+    cache: SnapshotCache | None = None,
+    splitter: Splitter | None = None,
 ) -> Generation:
     """Generate after ``prompt``. Speculation is used when ``params.depth`` is set and
-    the session has an MTP context, greedy or sampling."""
+    the session has an MTP context, greedy or sampling. With a prompt ``cache`` (the
+    loaded model's), the prefill resumes from and saves snapshots of prompt prefixes.
+    With a ``splitter`` (a chat reply's parser) every emitted piece is split by it, its
+    parts go to ``on_emit`` with the text, and the tokens and rounds of the reply's think
+    block are counted as thinking (:mod:`engine.runtime.decode.emitter`)."""
     model = session.target.model
     policy = params.depth if session.draft is not None else None
     greedy = params.sampling.greedy
@@ -145,8 +95,7 @@ def generate(
     checker = StopChecker(piece, is_end, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=ignore_eog)
     repairs0 = session.repairs
     t0 = time.perf_counter()
-    run = _Run(session, params, checker, stats, cancel, on_emit, on_round)
-    run.piece = piece
+    run = _Run(session, params, checker, stats, cancel, Emitter(on_emit, splitter, piece), on_round)
     if not greedy:
         stats.seed = run.sampler.seed
     source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel) if policy is not None else None
@@ -158,10 +107,11 @@ def generate(
     try:
         if source is not None:
             assert policy is not None
-            pf = source.begin(prompt, cancel=cancel, choose_first=first, idle=policy.idle, points=params.cache_points)
+            pf = source.begin(prompt, cancel=cancel, choose_first=first, idle=policy.idle, points=params.cache_points,
+                              cache=cache)  # fmt: skip
         else:
-            pf = session.prefill(prompt, speculative=False, cancel=cancel, choose_first=first,
-                                 points=params.cache_points)
+            pf = prefill(session, prompt, speculative=False, cancel=cancel, choose_first=first,
+                         points=params.cache_points, cache=cache)  # fmt: skip
     except Cancelled:
         stats.stop_reason = StopReason.CANCELLED
         stats.prompt_ms = (time.perf_counter() - t0) * 1000
@@ -181,6 +131,7 @@ def generate(
         run.plain(pf.first_token)
     stats.generation_ms = (time.perf_counter() - run.t_gen) * 1000
     stats.rollback_repairs = session.repairs - repairs0
+    stats.thinking_tokens = run.out.thinking_tokens
     stats.generated = len(checker.tokens)
     stats.stop_reason = checker.stop_reason or stats.stop_reason
     if c is not None:
@@ -192,13 +143,13 @@ def generate(
 class _Run:
     """One generation's loops (state shared by the plain and speculative paths)."""
 
-    def __init__(self, session, params, checker, stats, cancel, on_emit, on_round):
+    def __init__(self, session, params, checker, stats, cancel, out: Emitter, on_round: RoundFn | None):
         self.s: Session = session
         self.p: DecodeParams = params
         self.checker: StopChecker = checker
         self.stats: GenerationStats = stats
         self.cancel = cancel
-        self.on_emit = on_emit
+        self.out = out
         self.on_round = on_round
         self.sampler = Sampler(params.sampling)
         self.t_gen = 0.0
@@ -208,10 +159,6 @@ class _Run:
         #: log-probabilities of tokens chosen but not pushed yet, and of those emitted
         self.pending_lps: list[TokenLogprob] = []
         self.emitted_lps: list[TokenLogprob] = []
-        #: inside the reply's think block (until params.thinking_end is emitted)
-        self.thinking = params.thinking_end is not None
-        self._think_tail = ""
-        self.piece: Callable[[int], bytes] = session.target.model.piece
 
     def note_lp(self, row: np.ndarray | None, token: int) -> None:
         """Record the log-probability of ``token`` chosen from ``row`` (None: forced)."""
@@ -220,19 +167,15 @@ class _Run:
             lp = TokenLogprob(token, piece(token), 0.0) if row is None else token_logprob(row, token, self.p.logprobs, piece)
             self.pending_lps.append(lp)
 
-    def _emit(self, tokens: list[int], text: str, lps: list[TokenLogprob] | None = None) -> None:
-        if self.on_emit is not None and (tokens or text):
-            self.on_emit(tokens, text, lps)
-
     def penalized(self, logits: np.ndarray) -> np.ndarray:
         """``logits`` penalised by the output so far (the row itself when no penalty)."""
         return self.penalties.apply(logits, self.counts) if self.penalties is not None else logits
 
     def _finish(self, reason: StopReason) -> None:
-        self._emit([], self.checker.finish(reason))
+        self.out.emit([], self.checker.finish(reason))
 
     def _round(self, r: RoundStats) -> None:
-        if self.thinking:
+        if self.out.thinking:
             r = replace(r, thinking=True)
         self.stats.record(r)
         if self.on_round is not None:
@@ -254,35 +197,13 @@ class _Run:
                 break
         if self.penalties is not None:
             self.counts.update(out)
-        if self.thinking:
-            self._note_thinking(out, "".join(text))
         lps = None
         if self.p.logprobs is not None:
             lps = self.pending_lps[: len(out)]
             del self.pending_lps[: len(tokens)]
             self.emitted_lps.extend(lps)
-        self._emit(out, "".join(text), lps)
+        self.out.emit(out, "".join(text), lps)
         return len(out), stop
-
-    def _note_thinking(self, tokens: list[int], text: str) -> None:
-        """Count thinking tokens; the think block ends when its end marker is emitted."""
-        end = self.p.thinking_end
-        assert end is not None
-        tail = self._think_tail + text
-        i = tail.find(end)
-        if i < 0:
-            self.stats.thinking_tokens += len(tokens)
-            self._think_tail = tail[-len(end):]
-            return
-        # the tokens up to the one completing the marker are thinking
-        done, n = len(self._think_tail), 0
-        for t in tokens:
-            if done >= i + len(end):
-                break
-            done += len(self.piece(t).decode("utf-8", "replace"))
-            n += 1
-        self.stats.thinking_tokens += n
-        self.thinking = False
 
     # ------------------------------------------------------------------ plain
     def plain(self, tok: int) -> None:

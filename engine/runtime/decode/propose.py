@@ -17,8 +17,11 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.runtime.decode.entries import Choose
+from engine.runtime.decode.prefill import Prefill, prefill
 from engine.runtime.decode.sampling import DRAFT, Sampler
-from engine.runtime.decode.session import Choose, Prefill, Session
+from engine.runtime.decode.session import Session
+from engine.runtime.decode.snapshotcache import SnapshotCache
 
 #: most MTP entries caught up before a draft; older ones (left while drafting was off)
 #: become holes in the MTP context
@@ -39,7 +42,7 @@ class Proposal:
 
 class DraftSource(Protocol):
     def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
-              idle: bool, points: tuple[int, ...] = ()) -> Prefill: ...  # fmt: skip
+              idle: bool, points: tuple[int, ...] = (), cache: SnapshotCache | None = None) -> Prefill: ...  # fmt: skip
 
     def draft(self, id_last: int, pos0: int, k: int) -> Proposal: ...
 
@@ -61,11 +64,11 @@ class MtpDraft:
         self.cancel = cancel
 
     def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
-              idle: bool, points: tuple[int, ...] = ()) -> Prefill:  # fmt: skip
+              idle: bool, points: tuple[int, ...] = (), cache: SnapshotCache | None = None) -> Prefill:  # fmt: skip
         """Prefill the target and feed the prompt's MTP entries along with it (deferred
         to the lag while the depth policy is ``idle``)."""
-        return self.s.prefill(prompt, speculative=True, cancel=cancel, choose_first=choose_first,
-                              defer_mtp=CATCH_UP_LIMIT if idle else None, points=points)  # fmt: skip
+        return prefill(self.s, prompt, speculative=True, cancel=cancel, choose_first=choose_first,
+                       defer_mtp=CATCH_UP_LIMIT if idle else None, points=points, cache=cache)  # fmt: skip
 
     def draft(self, id_last: int, pos0: int, k: int) -> Proposal:
         """Up to ``k`` chained drafts after ``id_last`` (at ``pos0``). The chain's entries

@@ -16,7 +16,8 @@ from dataclasses import asdict
 
 from engine.errors import MtpStudioError
 from engine.gguf.validate import validate_path
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.llama.model import Model
 from engine.runtime.load.filecheck import ProbeResult

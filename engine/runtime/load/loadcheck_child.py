@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr, format="%(message)s")
     extra = not a.no_extra_bufts
 
-    from engine.runtime.decode.loop import DecodeParams, generate
+    from engine.runtime.decode.loop import generate
+    from engine.runtime.decode.params import DecodeParams
 
     from engine.runtime.decode.policy import FixedDepth
 

@@ -21,7 +21,8 @@ from typing import Any
 from engine.errors import Cancelled, InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.adaptive import AdaptiveDepth
-from engine.runtime.decode.loop import DecodeParams, Generation, generate
+from engine.runtime.decode.loop import Generation, generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import DepthPolicy, FixedDepth
 from engine.runtime.measure.batchnoise import top2_margin
 from engine.runtime.measure.profile import Profiler

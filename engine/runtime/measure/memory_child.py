@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from engine.runtime.decode.loop import DecodeParams, generate
+    from engine.runtime.decode.loop import generate
+    from engine.runtime.decode.params import DecodeParams
     from engine.runtime.decode.policy import FixedDepth
     from engine.runtime.llama.lib import llama
     from engine.runtime.load.loader import LoadSpec, MtpSource, load

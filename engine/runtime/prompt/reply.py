@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.runtime.prompt.calls import ToolFormat
 from engine.runtime.prompt.reasoning import Thinking
-from engine.runtime.prompt.toolformats import ToolFormat
 from engine.runtime.prompt.tools import Tool, ToolCall
 
 REASONING, CONTENT, CALL = "reasoning", "content", "call"
@@ -73,10 +73,15 @@ class ReplyParser:
         self.lead = True  # strip whitespace at the start of content
         self.calls: list[ToolCall] = []
         self.reply = Reply()
+        #: characters fed so far, and the offset just past the think block's end marker
+        #: once it is seen (the decode loop counts thinking tokens by it)
+        self.fed = 0
+        self.think_end: int | None = None
 
     # ------------------------------------------------------------------ feed
     def feed(self, text: str) -> list[Part]:
         self.buf += text
+        self.fed += len(text)
         out: list[Part] = []
         while True:
             before = (self.state, len(self.buf))
@@ -122,6 +127,7 @@ class ReplyParser:
                 self.buf = self.buf[i + len(self.thinking.end) :]
                 self.state = "content"
                 self.lead = True
+                self.think_end = self.fed - len(self.buf)
             else:
                 keep = 0 if final else _held(self.buf, self.thinking.end)
                 self._emit(out, REASONING, self.buf[: len(self.buf) - keep])

@@ -18,7 +18,8 @@ from engine.gguf.reader import read_header
 from engine.gguf.shards import open_set
 from engine.gguf.split import split_model
 from engine.gguf.validate import validate_path
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.qwen35 import build_model

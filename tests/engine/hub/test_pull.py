@@ -14,7 +14,8 @@ from engine.hub.download import ChecksumError, Target, download, partial_paths
 from engine.hub.library import Library
 from engine.hub.pull import pull
 from engine.hub.remote import HubConfig, HubError, OfflineError, RepoNotFound, list_gguf, read_remote_header, search
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from tests.engine.hub.fakehub import Fault

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from engine.runtime.decode.adaptive import PROBE_MAX, PROBE_MIN, AdaptiveDepth
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.runtime.decode.stats import RoundStats
@@ -232,7 +233,7 @@ def test_an_idle_policy_defers_the_prompts_mtp_entries(fixtures):
     """While drafting is off, a new prompt's MTP entries are not fed (older ones become
     holes, the newest wait in the lag for a probe) — and the output is unchanged."""
     from engine.runtime.decode.propose import CATCH_UP_LIMIT
-    from engine.runtime.decode.session import HOLE
+    from engine.runtime.decode.entries import HOLE
 
     lm = load_fixture(fixtures["random"], "integrated", max_depth=6)
     plain = load_fixture(fixtures["random"], "off")

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 
 from engine.runtime.decode.policy import FixedDepth
 from tests.engine.runtime.helpers import load_fixture

@@ -12,7 +12,8 @@ import pytest
 from engine.errors import InvalidRequestError
 from engine.runtime.decode.adaptive import AdaptiveDepth
 from engine.runtime.decode.grammar import MAX_GRAMMAR_CHARS, Constraint, GrammarSpec, compile_grammar
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.decode.propose import MtpDraft
 from engine.runtime.decode.sampling import SamplingParams

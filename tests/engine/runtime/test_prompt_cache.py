@@ -13,8 +13,7 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.decode.prefixcache import PrefixCache
-from engine.runtime.decode.snapshot import take
+from engine.runtime.decode.snapshotcache import SnapshotCache
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
@@ -40,9 +39,9 @@ def engines(qwen35_template_model):
     off.stop()
 
 
-def _cache(eng: Engine) -> PrefixCache:
+def _cache(eng: Engine) -> SnapshotCache:
     def get(state, *_):
-        return next(iter(state.models.values())).session.cache
+        return next(iter(state.models.values())).snapshots
 
     return eng.submit(J.Call(get)).result(10)
 
@@ -151,7 +150,7 @@ def test_eviction_keeps_the_budget_and_the_output(qwen35_template_model, engines
 
         def size(state, *_):  # one snapshot of this conversation's length, measured
             s = next(iter(state.models.values())).session
-            return take(s).nbytes
+            return s.snapshot().nbytes
 
         _turn(small, [SYSTEM, {"role": "user", "content": "Question 0: what does rule 0 say?"}])
         one = small.submit(J.Call(size)).result(10)
@@ -239,13 +238,11 @@ def test_a_snapshot_restores_bit_for_bit(engines):
     _turn(on, [SYSTEM, {"role": "user", "content": "Question 9?"}])
 
     def roundtrip(state, *_):
-        from engine.runtime.decode.snapshot import restore
-
         s = next(iter(state.models.values())).session
-        snap = take(s)
+        snap = s.snapshot()
         s.reset()
-        restore(s, snap)
-        again = take(s)
+        s.restore(snap)
+        again = s.snapshot()
         return (bytes(again.target) == bytes(snap.target) and bytes(again.draft) == bytes(snap.draft)
                 and again.draft_tokens == snap.draft_tokens and s.target_tokens == snap.tokens.tolist())  # fmt: skip
 
@@ -299,7 +296,7 @@ def test_a_mark_on_a_batch_boundary_is_snapshotted(engines):
 
     def interval(n):
         def set_(state, *_):
-            next(iter(state.models.values())).session.cache.interval = n
+            next(iter(state.models.values())).snapshots.interval = n
 
         on.submit(J.Call(set_)).result(10)
 

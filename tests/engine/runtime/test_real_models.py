@@ -8,7 +8,8 @@ import pytest
 
 from engine.gguf.inspect import inspect_path
 from engine.runtime import jobs as J
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.engine import Engine
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from tests.engine.cli_helpers import mtp_json

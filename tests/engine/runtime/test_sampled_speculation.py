@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from engine.runtime.decode import accept as A
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.sampling import SamplingParams

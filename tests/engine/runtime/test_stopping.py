@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.decode.stopping import StopChecker

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime.decode.adaptive import AdaptiveDepth
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy import FixedDepth
 from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
 from engine.runtime.load.loader import LoadSpec, MtpSource, load

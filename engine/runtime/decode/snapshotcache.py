@@ -7,9 +7,10 @@ continue it — another chat, another client, or the same chat re-rendered diffe
 cache back to the common prefix, but not a hybrid model's recurrent state: without
 snapshots every such prompt is decoded from its first token.
 
-:class:`PrefixCache` keeps :class:`~engine.runtime.decode.snapshot.Snapshot`\\ s of
-prompt prefixes, least recently used first out, within a byte budget. Before a prefill
-(:meth:`PrefixCache.resume`) the session starts from whichever is longer: what the live
+:class:`SnapshotCache` keeps :class:`~engine.runtime.decode.snapshot.Snapshot`\\ s of
+prompt prefixes, least recently used first out, within a byte budget. It only stores
+and plans; the prefill (:mod:`engine.runtime.decode.prefill`) carries the plan out. Before
+a prefill (:meth:`SnapshotCache.plan`) the session starts from whichever is longer: what the live
 contexts already share with the prompt, or the snapshot sharing the most with it — on a
 model that can be cut back, any snapshot (cut to the common prefix after restoring); on a
 hybrid or recurrent model, only one lying wholly inside the prompt. When that is about
@@ -17,9 +18,9 @@ to throw away a live state with a real tail, the live state is saved first, so t
 conversation it belonged to resumes where it was.
 
 On hybrid and recurrent models snapshots are also taken during prefill, at the marks
-(:meth:`PrefixCache.marks`): the points the request gives (a chat prompt's message
+(:meth:`SnapshotCache.marks`): the points the request gives (a chat prompt's message
 boundaries: after the system prompt, at the start of the reply; the token before the
-end of a prompt that is not a chat) and every :attr:`~PrefixCache.interval` tokens
+end of a prompt that is not a chat) and every :attr:`~SnapshotCache.interval` tokens
 through long prompts.
 
 Entries are keyed by their tokens and belong to one session: a cache is made for each
@@ -36,11 +37,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from collections.abc import Callable
+
 import numpy as np
 
-from engine.errors import MtpStudioError
-from engine.runtime.decode.session import Session, common_prefix
-from engine.runtime.decode.snapshot import Snapshot, restore, take, token_key
+from engine.runtime.decode.entries import common_prefix
+from engine.runtime.decode.snapshot import Snapshot, token_key
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,10 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 2048
 #: a live state is saved before it is thrown away only when this many tokens would be lost
 MIN_TAIL = 16
+
+
+#: the figures :meth:`SnapshotCache.info` gives that add up over caches
+CACHE_FIGURES = ("entries", "bytes", "hits", "live", "misses", "saved", "evicted", "skipped", "restored_tokens")
 
 
 @dataclass
@@ -62,9 +68,23 @@ class CacheStats:
     restored_tokens: int = 0
 
 
-class PrefixCache:
-    """Snapshots of one session's prompt prefixes. Engine thread only; :meth:`info` is
-    safe from any thread."""
+@dataclass(frozen=True)
+class Resume:
+    """What a prefill starts from (:meth:`SnapshotCache.plan`)."""
+
+    #: the snapshot to restore (None: go on from the live contexts)
+    snap: Snapshot | None
+    #: tokens of the snapshot that are used
+    n: int
+    #: tokens the live contexts share with the prompt and can keep
+    live_n: int
+    #: the live state would be lost with a real tail: save it first
+    save_live: bool
+
+
+class SnapshotCache:
+    """Snapshots of one session's prompt prefixes (the prompt cache). Engine thread only;
+    :meth:`info` is safe from any thread."""
 
     def __init__(self, budget_bytes: int = DEFAULT_PROMPT_CACHE_MB << 20, *, interval: int = DEFAULT_INTERVAL):
         self.budget = max(0, int(budget_bytes))
@@ -155,65 +175,66 @@ class PrefixCache:
                 best, best_n = snap, usable
         return best, best_n
 
-    # ---------------------------------------------------------------- prefill
-    def resume(self, session: Session, prompt: list[int], limit: int) -> int:
-        """Before prefilling ``prompt`` (of which at most ``limit`` tokens may be reused):
-        restore the snapshot that shares more with it than the live contexts do, saving
-        the live state first when it would be lost. Returns the tokens restored (0: the
-        live contexts go on, or nothing is reused)."""
-        live = session.target_tokens
-        cut = not session.target.model.is_recurrent
+    # ------------------------------------------------------------------- plan
+    def plan(self, live: list[int], prompt: list[int], limit: int, *, cut: bool) -> Resume:
+        """Where a prefill of ``prompt`` starts (at most ``limit`` tokens reused), given
+        the tokens the live contexts hold: from a snapshot when it shares more with the
+        prompt than they do. ``cut``: the model's memory can be cut back (attention
+        only); without, only a live state or snapshot wholly inside the prompt counts."""
         shared = min(common_prefix(live, prompt), limit)
         live_n = shared if (cut or shared == len(live)) else 0
         snap, snap_n = self.best(np.asarray(prompt, np.int32), limit, cut=cut)
         restoring = snap is not None and snap_n > live_n
         lost = len(live) - (0 if restoring else live_n)
-        if lost >= MIN_TAIL and self.enabled:
-            self.save(session)
-        if not restoring:
-            with self._lock:
-                if live_n > 0:
-                    self.stats.live += 1
-                else:
-                    self.stats.misses += 1
-            return 0
-        assert snap is not None
-        try:
-            restore(session, snap)
-        except MtpStudioError as e:  # llama.cpp refused the bytes: decode from scratch
-            log.warning("prompt cache: dropped a snapshot that could not be restored: %s", e)
-            self.drop(snap)
-            with self._lock:
+        return Resume(snap if restoring else None, snap_n if restoring else 0, live_n,
+                      lost >= MIN_TAIL and self.enabled)  # fmt: skip
+
+    def note_live(self, live_n: int) -> None:
+        """A prefill went on from the live contexts (``live_n`` tokens kept; 0: a miss)."""
+        with self._lock:
+            if live_n > 0:
+                self.stats.live += 1
+            else:
                 self.stats.misses += 1
-            return 0
-        self._entries.move_to_end(snap.key)
+
+    def note_restored(self, snap: Snapshot, n: int) -> None:
+        """A prefill resumed from ``snap`` (``n`` of its tokens used)."""
+        if snap.key in self._entries:
+            self._entries.move_to_end(snap.key)
         with self._lock:
             self.stats.hits += 1
-            self.stats.restored_tokens += snap_n
-        return snap_n
+            self.stats.restored_tokens += n
 
-    def snapshots_in_prefill(self, session: Session) -> bool:
+    def note_refused(self, snap: Snapshot) -> None:
+        """llama.cpp refused to restore ``snap``: it is dropped, the prompt decoded anew."""
+        self.drop(snap)
+        with self._lock:
+            self.stats.misses += 1
+
+    def snapshots_in_prefill(self, recurrent: bool) -> bool:
         """Whether prefills snapshot at marks: only where the model's memory cannot be
-        cut back (on other models any snapshot serves every shorter prefix)."""
-        return self.enabled and session.target.model.is_recurrent
+        cut back (``recurrent``; on other models any snapshot serves every shorter
+        prefix)."""
+        return self.enabled and recurrent
 
-    def marks(self, session: Session, start: int, n: int, points: tuple[int, ...]) -> list[int]:
+    def marks(self, recurrent: bool, start: int, n: int, points: tuple[int, ...]) -> list[int]:
         """Positions in ``(start, n)`` to snapshot at while prefilling a prompt of ``n``
         tokens from ``start``: the request's ``points`` and every :attr:`interval`
         tokens, where :meth:`snapshots_in_prefill`."""
-        if not self.snapshots_in_prefill(session):
+        if not self.snapshots_in_prefill(recurrent):
             return []
         out = set(points)
         out.update(range(self.interval, n, self.interval))
         return sorted(p for p in out if start < p < n)
 
-    def save(self, session: Session) -> None:
-        """Snapshot the session now, unless an entry holds the same tokens (that one is
-        marked as just used) or there is no memory for it."""
-        if not session.target_tokens or self.find(session.target_tokens) is not None:
+    def save(self, tokens: list[int], take: Callable[[], Snapshot]) -> None:
+        """Keep ``take()``, the snapshot of a session holding ``tokens``, unless an entry
+        holds the same tokens (that one is marked as just used) or there is no memory
+        for it."""
+        if not tokens or self.find(tokens) is not None:
             return
         try:
-            snap = take(session)
+            snap = take()
         except MemoryError:
             log.warning("prompt cache: no memory for a snapshot; skipped")
             with self._lock:
