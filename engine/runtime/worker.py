@@ -76,10 +76,6 @@ def rebuild_error(name: str, code: str, message: str) -> E.MtpStudioError:
     return err
 
 
-#: the prompt-cache budget (MB) the worker's engine gets, from the parent's
-PROMPT_CACHE_ENV = "MTP_STUDIO_PROMPT_CACHE_MB"
-
-
 class WorkerModel:
     """The engine thread's handle on a model in a child process. Used only on the engine
     thread; a reader thread turns the child's frames into a queue."""
@@ -93,24 +89,26 @@ class WorkerModel:
         self.info: dict = {}
         #: why the worker is gone, once it is (raised again for any later job)
         self.lost: E.MtpStudioError | None = None
+        #: the worker's prompt-cache figures as of its last job (replaced whole: any thread reads it)
+        self._cache_info: dict = {}
         threading.Thread(target=self._read, name="mtp-worker-read", daemon=True).start()
         threading.Thread(target=self._read_stderr, name="mtp-worker-log", daemon=True).start()
 
     # ------------------------------------------------------------------ start
     @classmethod
     def start(cls, spec, *, progress=None, cancel: threading.Event | None = None,
-              prompt_cache_mb: int | None = None) -> WorkerModel:  # fmt: skip
-        extra = {} if prompt_cache_mb is None else {PROMPT_CACHE_ENV: str(int(prompt_cache_mb))}
+              prompt_cache_bytes: int = 0) -> WorkerModel:  # fmt: skip
         proc = subprocess.Popen(
             module_command(CHILD_MODULE),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=child_env(**extra),
+            env=child_env(),
         )
         w = cls(spec, proc)
         try:
-            info = w.call(("load", spec), emit=lambda ev: progress and progress(ev.fraction, ev.message), cancel=cancel)
+            info = w.call(("load", spec, prompt_cache_bytes),
+                          emit=lambda ev: progress and progress(ev.fraction, ev.message), cancel=cancel)  # fmt: skip
         except BaseException:
             w.close()
             raise
@@ -119,11 +117,16 @@ class WorkerModel:
         return w
 
     # ------------------------------------------------------------------- jobs
-    def run(self, job: J.Generate | J.Call, h) -> Any:
-        """Run ``job`` in the child, relaying its events to ``h``."""
+    def run(self, job: J.Generate | J.Call, h, *, prompt_cache_bytes: int) -> Any:
+        """Run ``job`` in the child, relaying its events to ``h``, with the prompt-cache
+        budget set now (the child applies it before the job)."""
         if isinstance(job, J.Generate) and job.phase_hook is not None:
             raise E.InvalidRequestError("phase hooks cannot run in a worker process")
-        return self.call(("run", job), emit=h._emit, cancel=h.cancel_event)
+        return self.call(("run", job, prompt_cache_bytes), emit=h._emit, cancel=h.cancel_event)
+
+    def prompt_cache_info(self) -> dict:
+        """The worker's prompt-cache figures as of its last job (any thread)."""
+        return self._cache_info
 
     def call(self, message: tuple, *, emit, cancel: threading.Event | None) -> Any:
         if self.lost is not None:
@@ -144,6 +147,7 @@ class WorkerModel:
             if kind == "event":
                 emit(frame[1])
             elif kind == "done":
+                self._cache_info = frame[3]
                 if frame[2]:
                     raise E.Cancelled("cancelled in the worker process")
                 return frame[1]

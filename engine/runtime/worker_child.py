@@ -1,8 +1,11 @@
 """The child side of :mod:`engine.runtime.worker`: an engine process for one model.
 
-Reads frames from stdin — ``("load", spec)``, ``("run", job)``, ``("cancel",)``,
-``("exit",)`` — and answers on the original stdout with ``("event", ev)``,
-``("done", result, cancelled)`` or ``("failed", class, code, message)``. llama.cpp's own
+Reads frames from stdin — ``("load", spec, cache_bytes)``, ``("run", job, cache_bytes)``,
+``("cancel",)``, ``("exit",)`` — and answers on the original stdout with
+``("event", ev)``, ``("done", result, cancelled, cache_info)`` or
+``("failed", class, code, message)``. ``cache_bytes`` is the prompt-cache budget the
+parent has now (applied before the job); ``cache_info`` the child's prompt-cache figures
+after it, which the parent reports as its own. llama.cpp's own
 prints go to stderr (fd 1 is moved there first), where the parent keeps the last lines
 to explain a crash.
 """
@@ -16,7 +19,7 @@ from dataclasses import replace
 
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.worker import _EOF, PROMPT_CACHE_ENV, error_frame, recv_frame, send_frame
+from engine.runtime.worker import _EOF, error_frame, recv_frame, send_frame
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,17 +36,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_event(ev) -> None:
         if isinstance(ev, J.Done):
-            send(("done", ev.result, ev.cancelled))
+            send(("done", ev.result, ev.cancelled, engine.prompt_cache_info()))
         elif isinstance(ev, J.Failed):
             send(error_frame(ev.error))
         elif not isinstance(ev, J.Started):
             send(("event", ev))
 
-    budget = os.environ.get(PROMPT_CACHE_ENV)
-    defaults = EngineDefaults(isolate_rpc=False)
-    if budget is not None and budget.isdigit():
-        defaults = EngineDefaults(isolate_rpc=False, prompt_cache_mb=int(budget))
-    engine = Engine(defaults).start()
+    engine = Engine(EngineDefaults(isolate_rpc=False)).start()
     current = None
     try:
         while True:
@@ -52,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             kind = msg[0]
             try:
+                if kind in ("load", "run"):
+                    engine.set_prompt_cache_bytes(msg[2])
                 if kind == "load":
                     spec = replace(msg[1], probe=False)  # this process is the isolation the probe would give
                     current = engine.submit(J.LoadModel(spec), on_event=on_event)

@@ -6,17 +6,13 @@ globals those renderers provide (``raise_exception``, ``strftime_now``, ``bos_to
 one of llama.cpp's built-in templates chosen from its vocabulary, and only when none
 matches with :data:`CHATML` (the order is :func:`engine.runtime.prompt.templates.resolve_template`'s).
 
-:class:`PromptCache` keeps the text and tokens of recent prompts + replies, so the next
-turn of a conversation tokenizes only the new text and the engine reuses its state
-for everything before it (re-tokenizing a reply can split it differently from how it
-was generated, which would waste the cache).
+Tokenizing a conversation's next turn reuses the tokens of the turns before it
+(:mod:`engine.runtime.prompt.tokenized`).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 
 from engine.errors import InvalidRequestError
@@ -157,40 +153,3 @@ def render(
         raise InvalidRequestError(f"the model's chat template rejected these messages: {e}") from None
     except Exception as e:  # a template's own bug (a None it did not expect, str + dict …): still the request's 400
         raise InvalidRequestError(f"the model's chat template failed on these messages: {type(e).__name__}: {e}") from None
-
-
-class PromptCache:
-    """Text and tokens of the last few prompts plus their generated replies (one per
-    conversation that took turns lately), newest last."""
-
-    def __init__(self, size: int = 16):
-        self.size = size
-        self._entries: list[tuple[str, tuple[int, ...]]] = []
-
-    @property
-    def text(self) -> str:
-        return self._entries[-1][0] if self._entries else ""
-
-    @property
-    def tokens(self) -> tuple[int, ...]:
-        return self._entries[-1][1] if self._entries else ()
-
-    def tokenize(self, text: str, tokenize: Callable[[str], list[int]]) -> list[int]:
-        """Tokens for ``text``, reusing the tokens of the longest remembered text that
-        ``text`` extends."""
-        best = None
-        for known, tokens in self._entries:
-            if known and len(text) > len(known) and text.startswith(known) and (best is None or len(known) > len(best[0])):
-                best = (known, tokens)
-        if best is not None:
-            return [*best[1], *tokenize(text[len(best[0]) :])]
-        return tokenize(text)
-
-    def remember(self, prompt_text: str, prompt_tokens: list[int], reply_text: str, reply_tokens: list[int]) -> None:
-        text = prompt_text + reply_text
-        if not text:
-            return
-        # the conversation's earlier turn is superseded by this one
-        self._entries = [e for e in self._entries if not text.startswith(e[0])]
-        self._entries.append((text, (*prompt_tokens, *reply_tokens)))
-        del self._entries[: -self.size]

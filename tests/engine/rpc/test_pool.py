@@ -83,7 +83,8 @@ def test_greedy_and_mtp_output_equal_the_local_run(pooled, local):
 
 
 def _gen_local(lm, text):
-    from engine.runtime.decode.loop import DecodeParams, generate
+    from engine.runtime.decode.loop import generate
+    from engine.runtime.decode.params import DecodeParams
 
     return generate(lm.session, lm.model.prompt_tokens(text), DecodeParams(max_tokens=64, ignore_eog=True)).tokens
 
@@ -276,3 +277,32 @@ def test_a_request_without_a_depth_gets_the_engines_default_locally_and_pooled()
         helper.stop()
     assert got["local"].stats.draft_depth == got["pooled"].stats.draft_depth == AUTO
     assert got["pooled"].stats.mtp is Mtp.ON
+
+
+def test_the_prompt_cache_budget_reaches_the_worker_and_its_figures_come_back(pooled):
+    """A model on remote devices runs in a worker process: a budget set after the load
+    reaches that process's prompt cache, and its figures are the engine's (the Server
+    page and /metrics read them)."""
+    from engine.settings import DEFAULT_PROMPT_CACHE_MB
+
+    engine, _ = pooled
+    try:
+        engine.set_prompt_cache_mb(0)
+        for p in PROMPTS:
+            _gen(engine, p, n=24)
+        off = engine.prompt_cache_info()
+        assert off["budget_bytes"] == 0 and off["entries"] == 0 and off["bytes"] == 0
+
+        engine.set_prompt_cache_mb(64)
+        for p in PROMPTS:  # the second prompt throws the first conversation's state away: it is saved
+            _gen(engine, p, n=24)
+        on = engine.prompt_cache_info()
+        assert on["budget_bytes"] == 64 << 20
+        assert on["saved"] > off["saved"] and on["entries"] > 0 and 0 < on["bytes"] <= 64 << 20
+
+        engine.set_prompt_cache_mb(0)  # a smaller budget evicts in the worker too
+        _gen(engine, PROMPTS[0], n=4)
+        gone = engine.prompt_cache_info()
+        assert gone["entries"] == 0 and gone["bytes"] == 0 and gone["evicted"] >= on["entries"]
+    finally:
+        engine.set_prompt_cache_mb(DEFAULT_PROMPT_CACHE_MB)

@@ -6,7 +6,8 @@ import pytest
 
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
-from engine.runtime.prompt.chat import CHATML, PromptCache, render
+from engine.runtime.prompt.chat import CHATML, render
+from engine.runtime.prompt.tokenized import TokenizedTexts
 from engine.runtime.engine import Engine
 from engine.runtime.load.loader import LoadSpec, MtpSource
 
@@ -54,7 +55,7 @@ def test_prompt_cache_tokenizes_only_the_new_text():
         calls.append(s)
         return [ord(c) for c in s]
 
-    c = PromptCache()
+    c = TokenizedTexts()
     c.remember("AB", [1, 2], "C", [3])
     assert c.tokenize("ABCD", tok) == [1, 2, 3, ord("D")] and calls == ["D"]
     assert c.tokenize("XY", tok) == [ord("X"), ord("Y")]

@@ -1,0 +1,42 @@
+"""One generation on a model in this process: a resolved :class:`~engine.runtime.jobs.Generate`
+met with its model, decoded, its events emitted, and what it leaves behind kept (the
+conversation's tokens, what auto learned). Engine thread only.
+"""
+
+from __future__ import annotations
+
+from engine.runtime import jobs as J
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.policystore import save_policy
+from engine.runtime.handle import JobHandle
+from engine.runtime.load.loader import LoadedModel
+from engine.runtime.prompt.tokenized import TokenizedTexts
+from engine.runtime.request import prepare
+
+
+def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle) -> J.GenerateResult:
+    """Run the resolved ``job`` on ``lm``, emitting its tokens (split into the reply's parts
+    when it has them) and rounds to ``h``."""
+    prep = prepare(job, lm, texts)
+    lm.session.phase_hook = job.phase_hook
+    parser = prep.reply.parser() if prep.reply is not None else None
+
+    def emit(toks: list[int], text: str, lps, parts) -> None:
+        h._emit(J.Tokens(tuple(toks), text, None if lps is None else tuple(lps), None if parts is None else tuple(parts)))
+
+    try:
+        g = generate(lm.session, prep.prompt, prep.params, cancel=h.cancel_event, on_emit=emit,
+                     on_round=lambda r: h._emit(J.Round(r)), cache=lm.snapshots, splitter=parser)  # fmt: skip
+        if parser is not None:
+            rest = parser.finish()
+            if rest:
+                h._emit(J.Tokens((), "", None, tuple(rest)))
+    finally:
+        lm.session.phase_hook = None
+        if prep.learns:
+            save_policy(lm.auto_policy_path, lm.auto_policy)
+    if prep.prompt_text is not None:
+        reply_bytes = b"".join(lm.model.piece(t) for t in g.tokens)
+        texts.remember(prep.prompt_text, prep.prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
+    return J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs,
+                            parser.reply if parser is not None else None)  # fmt: skip

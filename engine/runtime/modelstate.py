@@ -1,0 +1,105 @@
+"""What the engine thread owns about its loaded models, and the figures other threads
+read of them.
+
+:class:`EngineState` is the engine thread's own: the loaded models (in this process, or
+in a worker process for models on remote devices) and each one's tokenized texts.
+:class:`Published` is the thread-safe face of it — each model's info, the prompt-cache
+budget every model gets, and the prompt caches' figures summed over the models, those in
+worker processes included.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from engine.errors import NoModelLoadedError
+from engine.runtime.decode.snapshotcache import CACHE_FIGURES, SnapshotCache
+from engine.runtime.load.loader import LoadedModel
+from engine.runtime.prompt.tokenized import TokenizedTexts
+from engine.runtime.worker import WorkerModel
+
+
+@dataclass
+class EngineState:
+    """What the engine thread owns. Only the engine thread touches it."""
+
+    #: in-process models, and models on remote devices that run in a worker process
+    models: dict[str, LoadedModel | WorkerModel] = field(default_factory=dict)
+    #: per model, the text and tokens of its recent conversations
+    texts: dict[str, TokenizedTexts] = field(default_factory=dict)
+
+    def get(self, name: str | None) -> LoadedModel | WorkerModel:
+        if not self.models:
+            raise NoModelLoadedError("No model is loaded. Load a model first.")
+        if name is None:
+            return next(iter(self.models.values()))
+        lm = self.models.get(name)
+        if lm is None:
+            known = ", ".join(self.models)
+            raise NoModelLoadedError(f"Model {name!r} is not loaded (loaded: {known}).")
+        return lm
+
+    def texts_of(self, name: str) -> TokenizedTexts:
+        return self.texts.setdefault(name, TokenizedTexts())
+
+
+class Published:
+    """The loaded models as other threads see them, and the prompt-cache budget. Any
+    thread; the engine thread publishes after every change."""
+
+    def __init__(self, prompt_cache_bytes: int):
+        self._lock = threading.Lock()
+        self._info: dict[str, dict] = {}
+        self._models: list[LoadedModel | WorkerModel] = []
+        self._budget = max(0, int(prompt_cache_bytes))
+
+    def publish(self, state: EngineState) -> None:
+        with self._lock:
+            self._info = {name: dict(lm.info) for name, lm in state.models.items()}
+            self._models = list(state.models.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._info.clear()
+            self._models = []
+
+    def models(self) -> dict[str, dict]:
+        with self._lock:
+            return dict(self._info)
+
+    # ----------------------------------------------------------- prompt cache
+    @property
+    def prompt_cache_bytes(self) -> int:
+        with self._lock:
+            return self._budget
+
+    def set_prompt_cache_bytes(self, nbytes: int) -> None:
+        with self._lock:
+            self._budget = max(0, int(nbytes))
+
+    def give_cache(self, lm: LoadedModel) -> None:
+        """Give ``lm`` its prompt cache at the budget set now (engine thread)."""
+        budget = self.prompt_cache_bytes
+        if lm.snapshots is None:
+            lm.snapshots = SnapshotCache(budget)
+        elif lm.snapshots.budget != budget:
+            lm.snapshots.set_budget(budget)
+
+    def prompt_cache_info(self) -> dict:
+        """The prompt caches' figures summed over the loaded models, those in worker
+        processes included (as of their last job), with the budget each model gets."""
+        with self._lock:
+            models = list(self._models)
+            budget = self._budget
+        total = dict.fromkeys(CACHE_FIGURES, 0)
+        for lm in models:
+            if isinstance(lm, WorkerModel):
+                info = lm.prompt_cache_info()
+            elif lm.snapshots is not None:
+                info = lm.snapshots.info()
+            else:
+                continue
+            for k in CACHE_FIGURES:
+                total[k] += info.get(k, 0)
+        return {**total, "budget_bytes": budget}
