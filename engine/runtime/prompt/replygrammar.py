@@ -22,8 +22,8 @@ import json
 import re
 
 from engine.runtime.decode.grammar import GrammarSpec, compile_grammar
+from engine.runtime.prompt.calls import Lit, ToolFormat, text_lit
 from engine.runtime.prompt.reasoning import Thinking
-from engine.runtime.prompt.toolformats import Lit, ToolFormat, text_lit
 from engine.runtime.prompt.tools import Tool, ToolChoice
 
 _TEXT = "/(?s:.*)/"
