@@ -40,7 +40,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     from engine import settings as settings_mod
     from engine.hub.library import Library
     from engine.runtime.engine import Engine, EngineDefaults
-    from engine.runtime.jobs import Defaults
+    from engine.runtime.request import INTERACTIVE
 
     app = QApplication.instance() or QApplication(argv or sys.argv[:1])
     app.setApplicationName("MTP Studio")
@@ -53,8 +53,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
 
         exact_mod.request()
     if engine is None:
-        engine = Engine(EngineDefaults(request=Defaults(draft_depth="auto"),
-                                       prompt_cache_mb=settings.prompt_cache_mb)).start()  # fmt: skip
+        engine = Engine(EngineDefaults(request=INTERACTIVE, prompt_cache_mb=settings.prompt_cache_mb)).start()
     else:
         engine.set_prompt_cache_mb(settings.prompt_cache_mb)
     limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None

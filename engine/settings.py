@@ -26,7 +26,7 @@ from engine.paths import config_dir
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
-#: host memory for prompt-cache snapshots unless set (MB; engine.runtime.decode.prefixcache)
+#: host memory for prompt-cache snapshots unless set (MB; engine.runtime.decode.snapshotcache)
 DEFAULT_PROMPT_CACHE_MB = 4096
 #: the context a load asks for unless told (lowered to what fits memory)
 DEFAULT_CTX = 4096
@@ -41,7 +41,8 @@ class MtpPrefs:
 @dataclass
 class ChatPrefs:
     system_prompt: str = ""
-    max_tokens: int = 1024
+    #: most tokens a reply may have (0: the engine's)
+    max_tokens: int = 0
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -152,7 +153,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 RANGES: dict[str, tuple[float, float | None]] = {
     "n_ctx": (64, 1 << 22),
     "max_draft_depth": (0, 16),
-    "chat.max_tokens": (1, 1 << 20),
+    "chat.max_tokens": (0, 1 << 20),
     "chat.thinking_budget": (0, 1 << 20),
     "server.thinking_budget": (0, 1 << 20),
     "chat.temperature": (0.0, 2.0),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.errors import InvalidRequestError, InvalidSettingError, MtpStudioError
-from engine.runtime.decode.depth import DraftDepth
+from engine.runtime.decode.depth import AUTO, DraftDepth
 from engine.settings import DEFAULT_CTX
 
 
@@ -40,7 +40,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--exact",
         action="store_true",
-        help="batch-invariant arithmetic: MTP output bit-identical to one-token-at-a-time decoding (slower; README)",
+        help="batch-invariant arithmetic: MTP output bit-identical to one-token-at-a-time decoding (slower; docs/mtp.md)",
     )
     add_rpc_args(p)
 
@@ -63,15 +63,15 @@ def add_rpc_args(p: argparse.ArgumentParser) -> None:
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text from a prompt or a chat")
     add_model_args(p)
-    p.add_argument("--draft-depth", type=depth_arg, default=DraftDepth(1), help="tokens drafted per round, or 'auto' (default 1)")
+    p.add_argument("--draft-depth", type=depth_arg, default=None, help="tokens drafted per round, or 'auto' (default auto)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="raw prompt text (no chat template)")
     src.add_argument("--chat-json", type=Path, help="JSON file with a list of {role, content} messages")
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=None, help="most tokens generated (default 1024)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0 samples, with MTP too")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="0: no top-k limit")
+    p.add_argument("--temperature", type=float, default=None, help="0: greedy (default); > 0 samples, with MTP too")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 1: no cut)")
+    p.add_argument("--top-k", type=int, default=None, help="0: no top-k limit (default)")
     p.add_argument("--seed", type=int, default=None, help="same seed, same text (-1: random)")
     p.add_argument(
         "--sampled-draft",
@@ -83,7 +83,7 @@ def register(sub) -> None:
     p.add_argument("--frequency-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per time generated")
     p.add_argument("--repeat-penalty", type=float, default=None, help="llama.cpp's: above 0 (1: off)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--json-schema", type=Path, metavar="FILE", help="the output follows this JSON schema (README: Structured output)")
+    g.add_argument("--json-schema", type=Path, metavar="FILE", help="the output follows this JSON schema (docs/endpoint.md: Structured output)")
     g.add_argument("--grammar", type=Path, metavar="FILE", help="the output follows this GBNF or Lark grammar")
     g.add_argument("--regex", metavar="RE", help="the output matches this regular expression")
     p.add_argument("--json", action="store_true", help="print one JSON object with tokens, text and stats")
@@ -111,7 +111,8 @@ def load_spec(args, max_draft_depth: int = 4):
 
         exact_mod.request()
 
-    max_draft_depth = DraftDepth.parse(getattr(args, "draft_depth", None) or 1).load_depth(max_draft_depth)
+    depth = getattr(args, "draft_depth", None)  # None: the engine's, auto
+    max_draft_depth = (AUTO if depth is None else DraftDepth.parse(depth)).load_depth(max_draft_depth)
     rpc, split = rpc_options(args)
     return LoadSpec(
         args.model,
@@ -164,7 +165,8 @@ def rpc_options(args) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
 
 def run(args) -> int:
     from engine.runtime import jobs as J
-    from engine.runtime.engine import Engine
+    from engine.runtime.engine import Engine, EngineDefaults
+    from engine.runtime.request import INTERACTIVE
 
     messages = None
     if args.chat_json is not None:
@@ -179,7 +181,8 @@ def run(args) -> int:
         spec = load_spec(args)
     except MtpStudioError as e:
         return die(str(e), EXIT_USAGE)
-    with Engine() as engine:
+    # what the app and `serve` give a request: the options above only say what the user set
+    with Engine(EngineDefaults(request=INTERACTIVE)) as engine:
         try:
             info = engine.submit(J.LoadModel(spec)).result()
             if not args.json:
@@ -198,7 +201,7 @@ def run(args) -> int:
                 top_k=args.top_k,
                 seed=args.seed,
                 draft_depth=args.draft_depth,
-                sampled_draft=args.sampled_draft,
+                sampled_draft=args.sampled_draft or None,
                 grammar=grammar,
                 presence_penalty=args.presence_penalty,
                 frequency_penalty=args.frequency_penalty,

@@ -9,7 +9,6 @@ import threading
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, context_line, depth_arg, load_spec
-from engine.runtime.decode.depth import AUTO
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
@@ -48,7 +47,7 @@ def run(args) -> int:
     from engine.errors import MtpStudioError
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine, EngineDefaults
-    from engine.runtime.jobs import Defaults
+    from engine.runtime.request import INTERACTIVE
     from engine.server.runner import ServerThread
     from engine.server.settings import ServerSettings
 
@@ -70,10 +69,10 @@ def run(args) -> int:
             check_thinking_budget(args.thinking_budget)
     except ValueError as e:
         return die(str(e), EXIT_USAGE)
-    # the endpoint's --draft-depth (in its settings) over the engine's auto
+    # the endpoint's --draft-depth (in its settings) over the engine's (auto)
     if args.cache_ram < 0:
         return die("--cache-ram must be 0 (off) or a size in MB", EXIT_USAGE)
-    with Engine(EngineDefaults(request=Defaults(draft_depth=AUTO), prompt_cache_mb=args.cache_ram)) as engine:
+    with Engine(EngineDefaults(request=INTERACTIVE, prompt_cache_mb=args.cache_ram)) as engine:
         try:
             info = engine.submit(J.LoadModel(load_spec(args))).result()
         except MtpStudioError as e:

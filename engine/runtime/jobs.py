@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
-from engine.runtime.decode.loop import TokenLogprob
+from engine.runtime.decode.logprobs import TokenLogprob
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import StopReason
 from engine.runtime.load.loader import LoadSpec
@@ -47,6 +47,9 @@ class Defaults:
     mtp: Mtp | None = None
     draft_depth: DraftDepth | int | str | None = None
     sampled_draft: bool | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
     #: most tokens a reply may think before its think block is closed for it
     thinking_budget: int | None = None
 
@@ -107,6 +110,9 @@ class Generate:
     defaults: Defaults | None = field(default=None, compare=False)
     #: test seam: called on the engine thread at every cancellation point
     phase_hook: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    #: every value is decided and checked (:func:`engine.runtime.request.resolve` sets it;
+    #: the engine does not resolve such a job again)
+    resolved: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,7 @@ class Progress:
 class Tokens:
     tokens: tuple[int, ...]
     text: str
-    #: per token, when the job asked for log-probabilities (decode.loop.TokenLogprob)
+    #: per token, when the job asked for log-probabilities (decode.logprobs.TokenLogprob)
     logprobs: tuple[TokenLogprob, ...] | None = None
     #: the text split into thinking, content and tool calls (prompt.reply), when the
     #: reply is split (a thinking template, or tools)

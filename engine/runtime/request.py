@@ -6,18 +6,24 @@ left out is ``None``. Two steps turn it into a decode, both here:
 
 * :func:`resolve` (no model needed) fills each value left out from the defaults, in
   layers — the job's own, then the submitter's (``Generate.defaults``: the endpoint's
-  settings), then the engine's (the app's or the CLI's), then :data:`BUILTIN` — and checks
-  every value with :mod:`engine.runtime.limits`, the one place ranges are written. A
-  resolved job is complete: the engine resolves before it forwards a job to a worker
-  process, so a model pooled over RPC runs exactly what a local one would.
+  settings), then the engine's (:data:`INTERACTIVE` for the app, ``serve`` and
+  ``generate``), then :data:`BUILTIN` — and checks every value with
+  :mod:`engine.runtime.limits`, the one place ranges are written. It also normalizes the
+  conversation (tool calls' arguments, tool results) and decides ``tool_choice``. A
+  resolved job is complete and marked so: the endpoint resolves before it queues a job
+  (a bad value is its 400 at once) and nothing resolves it again — not the engine thread,
+  not the worker process a model pooled over RPC runs in, which therefore runs exactly
+  what a local one would.
 * :func:`prepare` meets the model: renders and tokenizes the prompt (reusing the
   conversation's tokens), takes the model's limits (its end tokens, its deepest draft)
   and chooses the draft source and depth policy, giving :class:`Prepared`.
 
 Tools and reasoning hook in here: :func:`prepare` renders the tools and the template's
-own arguments, detects the call format and whether the reply starts thinking, and gives
-one grammar for the whole reply (:mod:`engine.runtime.prompt.replygrammar`) and the plan
-the reply is split by (:class:`ReplyPlan`).
+own arguments with what was found of the template when the model loaded (its call format
+and thinking markers: ``ChatTemplate.calls``/``thinking``), reads whether the reply
+starts thinking from the rendered prompt, and gives one grammar for the whole reply
+(:mod:`engine.runtime.prompt.replygrammar`) and the plan the reply is split by
+(:class:`ReplyPlan`).
 """
 
 from __future__ import annotations
@@ -26,9 +32,9 @@ from dataclasses import dataclass, fields, replace
 
 from engine.errors import InvalidRequestError
 from engine.runtime import limits
-from engine.runtime.decode.depth import DraftDepth, Mtp
+from engine.runtime.decode.depth import AUTO, DraftDepth, Mtp
 from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
-from engine.runtime.decode.loop import DecodeParams
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import Penalties
 from engine.runtime.decode.policy import DepthPolicy, FixedDepth
 from engine.runtime.decode.policystore import load_policy, policy_path
@@ -37,25 +43,47 @@ from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model
 from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer, shown_markers
 from engine.runtime.load.loader import LoadedModel, MtpSource
-from engine.runtime.prompt import cachepoints, reasoning, toolturns
-from engine.runtime.prompt.chat import PromptCache, template_kwargs
+from engine.runtime.prompt import cachepoints, toolturns
+from engine.runtime.prompt.chat import template_kwargs
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import ReplyParser
+from engine.runtime.prompt.tokenized import TokenizedTexts
 from engine.runtime.prompt.replygrammar import reply_grammar
-from engine.runtime.prompt.toolformats import ToolFormat
+from engine.runtime.prompt.calls import ToolFormat
 from engine.runtime.prompt.tools import Tool, ToolChoice, check_tool_schemas, normalize_messages
 
+_OFF = SamplingParams()  # the decoder's neutral values: greedy, no top-p/top-k cut
+_NO_PENALTY = Penalties()
 
-#: what a request gets when no layer sets a value (plain greedy, MTP on at depth 1)
-BUILTIN = Defaults(max_tokens=256, temperature=0.0, top_p=1.0, top_k=0, mtp=Mtp.ON, draft_depth=DraftDepth(1),
-                   sampled_draft=False)  # fmt: skip
+#: The one table of built-in values: what a request gets when no layer sets one (plain
+#: greedy, MTP on at depth 1, no penalties, thinking unlimited). Every caller passes only
+#: what its user set — as the job's own values or as a layer of :class:`Defaults`.
+BUILTIN = Defaults(
+    max_tokens=256,
+    temperature=_OFF.temperature,
+    top_p=_OFF.top_p,
+    top_k=_OFF.top_k,
+    mtp=Mtp.ON,
+    draft_depth=DraftDepth(1),
+    sampled_draft=False,
+    presence_penalty=_NO_PENALTY.presence,
+    frequency_penalty=_NO_PENALTY.frequency,
+    repeat_penalty=_NO_PENALTY.repeat,
+    thinking_budget=None,
+)
+#: The engine layer of what people use — the app (its chat page and endpoint), ``serve``
+#: and ``generate``: auto depth, and replies long enough for a chat answer. Library
+#: callers, benchmarks and tests that make an Engine of their own get :data:`BUILTIN`.
+INTERACTIVE = Defaults(max_tokens=1024, draft_depth=AUTO)
 
 _DEFAULTED = tuple(f.name for f in fields(Defaults))
 
 
 def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
-    """``job`` with every value given and checked (idempotent). Raises
-    :class:`InvalidRequestError` naming the field at fault."""
+    """``job`` with every value decided and checked, marked resolved (a resolved job is
+    returned as it is). Raises :class:`InvalidRequestError` naming the field at fault."""
+    if job.resolved:
+        return job
     layers = BUILTIN if engine_defaults is None else engine_defaults.over(BUILTIN)
     if job.defaults is not None:
         layers = job.defaults.over(layers)
@@ -72,9 +100,10 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
     if job.reasoning_format not in (None, "auto", "deepseek", "none"):
         raise InvalidRequestError("reasoning_format must be 'auto', 'deepseek' or 'none'", param="reasoning_format")
     template_kwargs(job.chat_template_kwargs)
-    budget = job.thinking_budget if job.thinking_budget is not None else values["thinking_budget"]
+    budget = values["thinking_budget"]
     return replace(
         job,
+        messages=None if job.messages is None else normalize_messages(job.messages),
         max_tokens=limits.check_max_tokens(values["max_tokens"]),
         temperature=limits.check_temperature(values["temperature"]),
         top_p=limits.check_top_p(values["top_p"]),
@@ -84,24 +113,16 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         mtp=mtp,
         draft_depth=_depth(values["draft_depth"]),
         sampled_draft=bool(values["sampled_draft"]),
-        presence_penalty=limits.check_penalty("presence_penalty", _or(job.presence_penalty, 0.0)),
-        frequency_penalty=limits.check_penalty("frequency_penalty", _or(job.frequency_penalty, 0.0)),
-        repeat_penalty=limits.check_repeat_penalty(_or(job.repeat_penalty, 1.0)),
+        presence_penalty=limits.check_penalty("presence_penalty", values["presence_penalty"]),
+        frequency_penalty=limits.check_penalty("frequency_penalty", values["frequency_penalty"]),
+        repeat_penalty=limits.check_repeat_penalty(values["repeat_penalty"]),
         logprobs=None if job.logprobs is None else limits.check_top_logprobs(job.logprobs),
         thinking_budget=None if budget is None else limits.check_thinking_budget(budget),
+        # offered tools may be called unless the request says otherwise
         tool_choice=job.tool_choice or ToolChoice("auto" if job.tools else "none"),
         defaults=None,
+        resolved=True,
     )
-
-
-def check(job: Generate) -> None:
-    """Raise :class:`InvalidRequestError` for any value of ``job`` out of range (what
-    :func:`resolve` would refuse), without the engine's defaults."""
-    resolve(job)
-
-
-def _or(value: object, default: float) -> object:
-    return default if value is None else value
 
 
 def _depth(value: object) -> DraftDepth:
@@ -146,8 +167,10 @@ class Prepared:
         return getattr(self.params.depth, "learns", False)
 
 
-def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
-    """The prompt tokens and decode parameters of a resolved ``job`` on ``lm``."""
+def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
+    """The prompt tokens and decode parameters of a resolved ``job`` on ``lm``
+    (``texts``: the model's recent conversations, whose tokens are reused)."""
+    assert job.resolved, "prepare takes a resolved job (engine.runtime.request.resolve)"
     model = lm.model
     prompt_text = None
     end_tokens: frozenset[int] = frozenset()
@@ -156,12 +179,12 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
     think: Thinking | None = None
     grammar = job.grammar
     points: tuple[int, ...] = ()
-    snapshots = lm.session.cache is not None and lm.session.cache.snapshots_in_prefill(lm.session)
+    snapshots = lm.snapshots is not None and lm.snapshots.snapshots_in_prefill(model.is_recurrent)
     if job.messages is not None:
         template = lm.template
         prompt_text, plan, think, offsets = _render_chat(job, template, model, points=snapshots)
         # a template that writes the BOS token gets no second one
-        body = cache.tokenize(prompt_text, model.tokenize)
+        body = texts.tokenize(prompt_text, model.tokenize)
         prompt = model.with_bos(body)
         if offsets:
             points = cachepoints.token_points(offsets, prompt_text, prompt, model.tokenize, len(prompt) - len(body))
@@ -178,7 +201,7 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         )
     elif isinstance(job.prompt, str):
         prompt_text = job.prompt
-        prompt = model.with_bos(cache.tokenize(prompt_text, model.tokenize))
+        prompt = model.with_bos(texts.tokenize(prompt_text, model.tokenize))
         # a completion sent again (a retry, another sample) resumes one token before its end
         points = (len(prompt) - 1,) if snapshots else ()
     elif isinstance(job.prompt, list):
@@ -207,7 +230,6 @@ def prepare(job: Generate, lm: LoadedModel, cache: PromptCache) -> Prepared:
         logprobs=job.logprobs,
         penalties=Penalties(job.presence_penalty, job.frequency_penalty, job.repeat_penalty),
         shown_tokens=shown_markers(model, markers) if markers else frozenset(),
-        thinking_end=think.end if think is not None else None,
         cache_points=points,
     )
     return Prepared(prompt, prompt_text, params, plan)
@@ -218,9 +240,9 @@ def _render_chat(job: Generate, template, model: Model, *, points: bool) -> tupl
     be split, the thinking markers when the reply starts thinking, and (with ``points``)
     the text offsets worth a prompt-cache snapshot (:mod:`engine.runtime.prompt.cachepoints`)."""
     tools = job.tools
-    assert job.tool_choice is not None  # resolved
+    assert job.tool_choice is not None and job.messages is not None  # resolved: normalized
     offered = tools if job.tool_choice.mode != "none" else ()
-    messages, tool_list, fmt = toolturns.conversation(template.source, normalize_messages(job.messages or []), offered)
+    messages, tool_list, fmt = toolturns.conversation(template.calls, job.messages, offered)
 
     def render(msgs: list[dict], add_generation_prompt: bool = True) -> str:
         return template.render(
@@ -244,10 +266,14 @@ def _render_chat(job: Generate, template, model: Model, *, points: bool) -> tupl
             raise
         text = render(folded)
         messages = folded
-    markers = reasoning.detect(template.source)
+    markers = template.thinking
     in_thinking = markers is not None and markers.opens(text)
     plan = ReplyPlan(markers if job.reasoning_format != "none" else None, in_thinking, fmt, tools)
-    offsets = cachepoints.text_points(render, messages, text) if points else []
+    offsets = []
+    if points:
+        # what a rendering for these arguments and tools tells is kept with the template
+        key = (repr(sorted((job.chat_template_kwargs or {}).items())), repr(tool_list))
+        offsets = cachepoints.text_points(render, messages, text, template.points, key)
     return text, plan, markers if in_thinking else None, offsets
 
 

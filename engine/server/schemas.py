@@ -5,14 +5,17 @@ that changes the result (n > 1, legacy ``functions``) is a 400 that says so. Cha
 may offer ``tools`` (with ``tool_choice`` and ``parallel_tool_calls``) and steer thinking
 (``chat_template_kwargs``, ``reasoning_format``, ``thinking_budget_tokens``).
 Output constraints (``response_format``, ``json_schema``, ``grammar``, ``regex``) become
-the job's grammar. JSON
-types are checked here; values are checked by the engine's request step
-(:mod:`engine.runtime.request`, ranges in :mod:`engine.runtime.limits`), before the job
-is queued, and defaults (the endpoint's settings, then the engine's) are applied there.
+the job's grammar. JSON types are checked here; the job is then decided once, before it
+is queued, by the engine's request step (:meth:`Engine.resolve
+<engine.runtime.engine.Engine.resolve>`: :mod:`engine.runtime.request`, ranges in
+:mod:`engine.runtime.limits`), with the endpoint's settings as the submitter's layer of
+defaults over the engine's — a bad value is a 400 now, not after the job waited its turn,
+and the resolved job is what runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +24,11 @@ from engine.runtime import limits
 from engine.runtime.decode.depth import AUTO_TEXT, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
 from engine.errors import InvalidRequestError
-from engine.runtime.prompt.tools import normalize_messages, parse_choice, parse_tools
-from engine.runtime.request import check
+from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.errors import HTTPError
+
+#: decides a job (Engine.resolve): every value set, checked, and marked resolved
+Resolve = Callable[[J.Generate], J.Generate]
 
 
 @dataclass
@@ -51,7 +56,7 @@ def _get(body: dict, key: str, types: tuple[type, ...], default: Any = None) -> 
 
 def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
     """The request's fields as job values (JSON types checked here; ranges by the engine's
-    request step, :func:`engine.runtime.request.check`)."""
+    request step, :func:`engine.runtime.request.resolve`)."""
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = body.get("model")
@@ -153,13 +158,13 @@ _JOB_FIELDS = ("model", "max_tokens", "stop", "temperature", "top_p", "top_k", "
                "repeat_penalty", "logprobs")  # fmt: skip
 
 
-def _parsed(c: dict[str, Any], defaults: J.Defaults | None, **prompt: Any) -> Parsed:
+def _parsed(c: dict[str, Any], resolve: Resolve, defaults: J.Defaults | None, **prompt: Any) -> Parsed:
     job = J.Generate(**{k: c[k] for k in _JOB_FIELDS}, rounds=False, defaults=defaults, **prompt)
-    check(job)  # a bad value is a 400 now, not after the job waited its turn in the queue
-    return Parsed(job, c["model"], c["stream"], c["include_usage"])
+    return Parsed(resolve(job), c["model"], c["stream"], c["include_usage"])
 
 
-def parse_chat(body: Any, models: dict[str, dict], defaults: J.Defaults | None = None) -> Parsed:
+def parse_chat(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None = None) -> Parsed:
+    """A chat completion request as a resolved job (``resolve``: the engine's)."""
     c = _common(body, models)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -167,18 +172,19 @@ def parse_chat(body: Any, models: dict[str, dict], defaults: J.Defaults | None =
     try:
         tools = parse_tools(body.get("tools"))
         choice = parse_choice(body.get("tool_choice"), tools)
-        normalize_messages(messages)
     except InvalidRequestError as e:
         raise _bad(str(e), e.param) from None
     parallel = _get(body, "parallel_tool_calls", (bool,), None)
     kwargs = _get(body, "chat_template_kwargs", (dict,), None)
     fmt = _get(body, "reasoning_format", (str,), None)
     budget = body.get("thinking_budget_tokens")
-    return _parsed(c, defaults, messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
-                   chat_template_kwargs=kwargs, reasoning_format=fmt, thinking_budget=budget)  # fmt: skip
+    return _parsed(c, resolve, defaults, messages=messages, tools=tools, tool_choice=choice,
+                   parallel_tool_calls=parallel, chat_template_kwargs=kwargs, reasoning_format=fmt,
+                   thinking_budget=budget)  # fmt: skip
 
 
-def parse_completion(body: Any, models: dict[str, dict], defaults: J.Defaults | None = None) -> Parsed:
+def parse_completion(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None = None) -> Parsed:
+    """A completion request as a resolved job (``resolve``: the engine's)."""
     c = _common(body, models)
     if body.get("tools"):
         raise _bad("'tools' needs the chat API (POST /v1/chat/completions)", "tools")
@@ -196,4 +202,4 @@ def parse_completion(body: Any, models: dict[str, dict], defaults: J.Defaults | 
         raise _bad("'echo' is not supported", "echo")
     if body.get("suffix"):
         raise _bad("'suffix' is not supported", "suffix")
-    return _parsed(c, defaults, prompt=prompt)
+    return _parsed(c, resolve, defaults, prompt=prompt)

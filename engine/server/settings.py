@@ -24,8 +24,8 @@ class ServerSettings:
     #: draft depth (an integer or "auto") for requests that do not ask for one, greedy or
     #: sampled alike (None: the engine's default)
     draft_depth: DraftDepth | int | str | None = None
-    #: tokens generated for requests that give no max_tokens
-    max_tokens: int = 512
+    #: tokens generated for requests that give no max_tokens (None: the engine's)
+    max_tokens: int | None = None
     #: most tokens a reply may think for requests that give no thinking_budget_tokens
     #: (None: unlimited)
     thinking_budget: int | None = None

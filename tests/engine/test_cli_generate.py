@@ -49,7 +49,8 @@ def test_json_tokens_identical_with_mtp_off_and_on(unseen, name):
 def test_chat_json(fixtures, tmp_path):
     chat = tmp_path / "chat.json"
     chat.write_text(json.dumps([{"role": "user", "content": "Hello"}]))
-    out = mtp_json("generate", "--model", str(fixtures["full"].path), "--chat-json", str(chat), "--max-tokens", "8")
+    out = mtp_json("generate", "--model", str(fixtures["full"].path), "--chat-json", str(chat), "--max-tokens", "8",
+                   "--draft-depth", "1")  # auto, the default, may not draft in 8 tokens on a fresh model
     assert len(out["tokens"]) == 8 and out["stats"]["acceptance"] == 1.0
 
 
@@ -80,3 +81,13 @@ def test_generate_with_a_json_schema_and_a_bad_grammar(tmp_path):
     (tmp_path / "bad.gbnf").write_text("root ::= undefined")
     r = mtp_studio("generate", "--model", str(demo_model_path()), "--prompt", "x", "--grammar", str(tmp_path / "bad.gbnf"))
     assert r.returncode != 0 and "gbnf" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_generate_leaves_what_the_user_did_not_set_to_the_engine(fixtures):
+    """The command line passes only what was given: the rest comes from the same layer the
+    app and `serve` use (auto depth), not from copies of the defaults in its options."""
+    from engine.runtime.request import INTERACTIVE
+
+    out = mtp_json("generate", "--model", str(fixtures["full"].path), "--prompt", "Hello", "--max-tokens", "4")
+    assert out["stats"]["draft_depth"] == INTERACTIVE.draft_depth.to_json() == "auto"
+    assert out["stats"]["sampled"] is False and len(out["tokens"]) == 4

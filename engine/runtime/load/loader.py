@@ -40,7 +40,8 @@ from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
 from engine.runtime.decode.session import Session
-from engine.runtime.prompt import reasoning, toolformats
+from engine.runtime.decode.snapshotcache import SnapshotCache
+from engine.runtime.prompt.calls import GENERIC
 from engine.runtime.prompt.templates import ChatTemplate, resolve_template
 
 
@@ -104,17 +105,21 @@ class LoadedModel:
     session: Session
     facts: MtpFacts
     info: dict = field(default_factory=dict)
-    template: ChatTemplate = field(default_factory=lambda: ChatTemplate("default", "chatml"))
+    template: ChatTemplate = field(default_factory=lambda: ChatTemplate.of("default", "chatml"))
     #: the adaptive-depth policy of this model, kept across requests, and where it is saved
     #: (engine.runtime.decode.policystore)
     auto_policy: Any = None
     auto_policy_path: Path | None = None
+    #: the prompt cache: snapshots of this model's prompt prefixes (set by the engine)
+    snapshots: SnapshotCache | None = None
 
     @property
     def max_draft_depth(self) -> int:
         return self.spec.max_draft_depth
 
     def close(self) -> None:
+        if self.snapshots is not None:
+            self.snapshots.clear()
         self.session.close()
         if self.session.draft is not None:
             self.session.draft.close()
@@ -267,7 +272,7 @@ def load(
         raise
     name = spec.name or Path(spec.path).name.removesuffix(".gguf")
     template = resolve_template(model)
-    thinking = reasoning.detect(template.source)
+    thinking = template.thinking
     quant = _quant_name(target_set)
     info = {
         "path": str(spec.path),
@@ -287,13 +292,13 @@ def load(
         #: the template thinks in <think> blocks, and takes enable_thinking (a Think toggle)
         "thinks": thinking is not None,
         "think_toggle": thinking is not None and thinking.toggle,
-        #: the tool-call family its template writes (prompt.toolformats)
-        "tool_format": toolformats.detect(template.source).format.name,
+        #: the tool-call family its template writes (prompt.calls)
+        "tool_format": template.calls.format.name if template.calls is not None else GENERIC.name,
         "extra_bufts": extra_bufts,
         #: fallbacks the load probe had to take, as sentences for the user
         "fallbacks": list(verdict.fallbacks),
         "exact": spec.exact,
-        #: what the identity guarantee is for this load (README: "Speculation and identity")
+        #: what the identity guarantee is for this load (docs/mtp.md: "Speculation and identity")
         "identity": _identity_claim(spec, quant, source),
         "rpc": [str(e) for e in endpoints],
         "placement": placement.to_json() if placement is not None else None,

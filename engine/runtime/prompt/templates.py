@@ -8,18 +8,24 @@
 3. Else ChatML, labelled as a default.
 
 Every template comes with the markers that end a turn: they stop generation (as tokens
-and as text), so no template markup ever reaches a reply.
+and as text), so no template markup ever reaches a reply. What a request needs to know of
+a template — its call format, its thinking markers, where its prompts are worth a
+prompt-cache snapshot — is found once, when the model loads, and kept with it.
 """
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.errors import InvalidRequestError
 from engine.gguf.chatformat import ALL_END_MARKERS, BUILTINS, detect_builtin
-from engine.runtime.prompt import chat
 from engine.runtime.llama.lib import llama
+from engine.runtime.prompt import chat, reasoning
+from engine.runtime.prompt.cachepoints import PointMemo
+from engine.runtime.prompt.reasoning import Thinking
+from engine.runtime.prompt.calls import Detected, detect
+
 
 @dataclass(frozen=True)
 class ChatTemplate:
@@ -31,6 +37,20 @@ class ChatTemplate:
     #: (as token ids: they render as no text) and the others (as stop strings)
     end_tokens: frozenset[int] = frozenset()
     end_strings: tuple[str, ...] = ()
+    #: the thinking markers of a template that thinks (None: it does not)
+    thinking: Thinking | None = None
+    #: the call format the template teaches, and whether it describes tools itself
+    #: (None: llama.cpp's built-ins, which know no tools)
+    calls: Detected | None = None
+    #: renderings that tell where its prompts are worth a snapshot (prompt.cachepoints)
+    points: PointMemo = field(default_factory=PointMemo, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, kind: str, name: str, source: str | None = None, end_tokens: frozenset[int] = frozenset(),
+           end_strings: tuple[str, ...] = ()) -> ChatTemplate:  # fmt: skip
+        """The template with what requests need to know of it found now, once."""
+        return cls(kind, name, source, end_tokens, end_strings, thinking=reasoning.detect(source),
+                   calls=detect(source) if source is not None else None)  # fmt: skip
 
     def describe(self) -> str:
         if self.kind == "file":
@@ -99,4 +119,4 @@ def _with_ends(model, kind: str, name: str, source: str | None, markers: tuple[s
             tokens.add(model.tokenize(m, add_special=False, parse_special=True)[0])
         else:
             strings.append(m)
-    return ChatTemplate(kind, name, source, frozenset(tokens), tuple(strings))
+    return ChatTemplate.of(kind, name, source, frozenset(tokens), tuple(strings))

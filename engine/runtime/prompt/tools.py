@@ -75,8 +75,6 @@ class ToolChoice:
         return self.mode in ("required", "named")
 
 
-AUTO = ToolChoice("auto")
-
 
 def _bad(message: str, param: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
@@ -127,9 +125,10 @@ def check_tool_schemas(tools: tuple[Tool, ...], param: str = "tools") -> None:
             raise _bad(f"{param}[{i}] ('{t.name}'): its parameters are not a usable JSON schema: {e}", param) from None
 
 
-def parse_choice(raw: Any, tools: tuple[Tool, ...], param: str = "tool_choice") -> ToolChoice:
+def parse_choice(raw: Any, tools: tuple[Tool, ...], param: str = "tool_choice") -> ToolChoice | None:
+    """The request's ``tool_choice`` (None when it gives none: the request step decides)."""
     if raw is None:
-        return AUTO if tools else ToolChoice("none")
+        return None
     if isinstance(raw, str):
         if raw not in CHOICES:
             raise _bad(f"'tool_choice' must be one of {', '.join(CHOICES)} or a named function, got {raw!r}", param)

@@ -4,14 +4,14 @@ A template with its own call format renders earlier calls and tool results itsel
 handed the tools (or, when it does not describe tools, a system message that does). Any
 other template gets the generic format: the tools in a system message, earlier calls as
 generic JSON, tool results as user turns. :func:`conversation` decides; the formats
-themselves are in :mod:`engine.runtime.prompt.toolformats`.
+themselves are in :mod:`engine.runtime.prompt.calls`.
 """
 
 from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.toolformats import GENERIC, Generic, ToolFormat, detect
+from engine.runtime.prompt.calls import GENERIC, Detected, Generic, ToolFormat
 from engine.runtime.prompt.tools import Tool
 
 
@@ -59,22 +59,23 @@ def generic_messages(messages: list[dict], tools: tuple[Tool, ...]) -> list[dict
     return with_system(out, Generic.system_prompt(tools)) if tools else out
 
 
-def conversation(template: str | None, messages: list[dict], offered: tuple[Tool, ...]
+def conversation(detected: Detected | None, messages: list[dict], offered: tuple[Tool, ...]
                  ) -> tuple[list[dict], list[dict] | None, ToolFormat | None]:  # fmt: skip
-    """How a (normalized) conversation meets a template: the messages to render, the
-    ``tools`` to hand the template (None: it is not given them) and the format the reply's
-    calls are parsed in (None: no tools offered).
+    """How a (normalized) conversation meets a template whose call format is ``detected``
+    (None: a template that knows no tools, such as llama.cpp's built-ins): the messages to
+    render, the ``tools`` to hand the template (None: it is not given them) and the format
+    the reply's calls are parsed in (None: no tools offered).
 
     A template with its own call format renders earlier calls and tool results itself and
     gets the tools (or, when it does not describe tools, a system message that does); any
     other template gets the generic format: the tools in a system message, earlier calls
     as generic JSON and tool results as user turns."""
-    detected = detect(template)
-    native = template is not None and detected.knows_calls
+    native = detected is not None and detected.knows_calls
     if not native:
         if offered or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages if isinstance(m, dict)):
             messages = generic_messages(messages, offered)
         return messages, None, GENERIC if offered else None
+    assert detected is not None
     if offered and not detected.describes_tools:
         messages = with_system(messages, tools_prompt(detected.format, offered))
     tools = [t.to_template() for t in offered] if offered and detected.describes_tools else None

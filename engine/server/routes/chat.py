@@ -64,7 +64,8 @@ SHAPE = Shape(
 
 async def chat_completions(request: Request):
     body = await json_body(request)
-    parsed = parse_chat(body, request.app.state.engine.models(), request.app.state.settings.request_defaults)
+    engine = request.app.state.engine
+    parsed = parse_chat(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults)
     return await run(request, parsed, SHAPE)
 
 

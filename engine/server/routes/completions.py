@@ -22,7 +22,8 @@ SHAPE = Shape(
 
 async def completions(request: Request):
     body = await json_body(request)
-    parsed = parse_completion(body, request.app.state.engine.models(), request.app.state.settings.request_defaults)
+    engine = request.app.state.engine
+    parsed = parse_completion(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults)
     return await run(request, parsed, SHAPE)
 
 

@@ -11,7 +11,7 @@ import pytest
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.penalties import Penalties
-from engine.runtime.request import check
+from engine.runtime.request import resolve
 from engine.synth.demo import demo_model_path
 from tests.engine.cli_helpers import mtp_json
 
@@ -48,5 +48,5 @@ def test_the_rule_is_llama_cpps_and_openais():
 @pytest.mark.parametrize("field,value", [("presence_penalty", 2.5), ("frequency_penalty", -3), ("repeat_penalty", 0)])
 def test_out_of_range_penalties_name_their_field(field, value):
     with pytest.raises(InvalidRequestError) as err:
-        check(J.Generate(prompt="x", **{field: value}))
+        resolve(J.Generate(prompt="x", **{field: value}))
     assert err.value.param == field
