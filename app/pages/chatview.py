@@ -1,11 +1,12 @@
 """The chat transcript's HTML: message bubbles, thinking blocks and tool-call cards.
 
 An assistant message is a dict as history keeps it: ``content`` (Markdown), and when the
-reply was split ``reasoning`` (the thinking text), ``calls`` ([{name, arguments, id}])
-and ``stats`` (``thinking_tokens``, ``thinking_s``). Links the page handles:
-``think:KEY`` opens or closes a thinking block, ``copy:N`` copies code block N. Only text
-written by this module is markup: every other string is escaped or goes through
-:mod:`app.markdown`, which keeps raw HTML as text.
+engine split the reply ``reasoning`` (the thinking text), ``calls`` ([{name, arguments,
+id}]) and ``stats`` (``thinking_tokens``, ``thinking_s``); nothing here splits text
+itself. Links the transcript handles (:mod:`app.pages.transcript`): ``think:KEY`` opens
+or closes a thinking block, ``copy:N`` copies code block N. Only text written by this
+module is markup: every other string is escaped or goes through :mod:`app.markdown`,
+which keeps raw HTML as text. Plain functions, called on the GUI thread.
 """
 
 from __future__ import annotations
@@ -15,18 +16,7 @@ import json
 
 from app.markdown import mono_family, to_html
 
-THINK_START, THINK_END = "<think>", "</think>"
 MUTED = "#6b7385"
-
-
-def split_raw(content: str) -> tuple[str, str]:
-    """(thinking, answer) of a reply the engine did not split that opens a think block
-    itself; ("", content) for any other reply. The markers never reach the answer."""
-    text = content.lstrip()
-    if not text.startswith(THINK_START):
-        return "", content
-    think, end, rest = text[len(THINK_START) :].partition(THINK_END)
-    return think.strip("\n"), rest.lstrip() if end else ""
 
 
 def _escape(text: str) -> str:
@@ -100,8 +90,8 @@ def assistant_html(msg: dict, key: str, codes: list[str], *, expanded: bool = Fa
     """An assistant message. ``live_header``: the reply is still thinking (say this)."""
     content = msg.get("content", "")
     reasoning = msg.get("reasoning")
-    if not isinstance(reasoning, str):
-        reasoning, content = split_raw(content)
+    if not isinstance(reasoning, str):  # not split by the engine: all of it is the answer
+        reasoning = ""
     out = who_html("assistant")
     if live_header is not None:
         out += thinking_html(key, reasoning, live_header, expanded=True, live=True)

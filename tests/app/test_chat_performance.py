@@ -31,7 +31,7 @@ def test_stop_mid_stream_then_continue(qtbot, window, fixtures):
     chat = window.pages["chat"]
     chat.input.setPlainText("Tell me everything")
     chat.send()
-    qtbot.waitUntil(lambda: chat._live_tokens > 20, timeout=20000)
+    qtbot.waitUntil(lambda: chat.live.tokens > 20, timeout=20000)
     qtbot.keyClick(chat.input, Qt.Key.Key_Escape)
     wait_idle(qtbot, chat)
     last = chat.conv.messages[-1]

@@ -133,15 +133,22 @@ def test_thinking_streams_into_its_block_then_folds_behind_a_header(qtbot, chat)
     qtbot.waitUntil(lambda: reasoning not in text_of(chat), timeout=5000)
 
 
-def test_a_reply_the_engine_did_not_split_shows_no_think_markup(qtbot, chat):
+def test_a_reply_the_engine_did_not_split_is_all_answer(qtbot, chat):
+    """Tokens without parts (a template that does not think, no tools): the engine did not
+    split the reply, so all of it is the answer, as the endpoint sends it as content; the
+    page splits nothing itself."""
     send(qtbot, chat, "Hi")
     raw = "<think>\nplanning a greeting\n</think>\n\nHello there"
-    chat.seam.feed(J.Tokens((1, 2, 3), raw))  # parts None: the old, unsplit stream
+    chat.seam.feed(J.Tokens((1, 2, 3), raw[:30]))  # parts None: the unsplit stream
+    qtbot.waitUntil(lambda: "planning a greeting" in text_of(chat), timeout=5000)
+    assert "Thinking…" not in text_of(chat)
+    chat.seam.feed(J.Tokens((4, 5), raw[30:]))
     qtbot.waitUntil(lambda: "Hello there" in text_of(chat), timeout=5000)
     chat.seam.finish(chat, raw, None)
     shown = text_of(chat)
-    assert "<think>" not in shown and "</think>" not in shown and "planning a greeting" not in shown
-    assert "▸ Thought" in shown and chat.conv.messages[-1]["content"] == raw  # history keeps the text as is
+    assert "Thought" not in shown and "planning a greeting" in shown and shown.rstrip().endswith("Hello there")
+    saved = chat.conv.messages[-1]
+    assert saved["content"] == raw and "reasoning" not in saved and "thinking_tokens" not in saved["stats"]
 
 
 # --------------------------------------------------------------------- markdown

@@ -70,7 +70,7 @@ def test_fit_badges_on_the_hub_files(qtbot, window, fixtures, monkeypatch):
                           "tiny-trunk-F32.gguf": _expected_badge(window, fx.trunk), "mtp-tiny.gguf": None}  # fmt: skip
         if _cpu_only():
             assert badges["tiny-F32.gguf"] == "fits in memory (CPU), up to context 4096"
-        item = page._file_item("tiny-F32.gguf")
+        item = page.hub.file_item("tiny-F32.gguf")
         assert "at context 4096" in item.toolTip() and "MiB" in item.toolTip()
 
         # a smaller machine: the MTP model fits only a shorter context, the trunk still fits

@@ -130,7 +130,7 @@ def test_models_page_import_and_cancel_download(qtbot, window, fixtures, monkeyp
     with FakeHubServer(hub):
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         rev, groups = list_gguf(HubConfig.from_env(), "acme/Slow-GGUF")
-        page._show_files("acme/Slow-GGUF", rev, groups)
+        page.hub.show_files("acme/Slow-GGUF", rev, groups)
         page.files.setCurrentRow(0)
         row = page.pull(with_head=False)
         qtbot.waitUntil(lambda: row.bar.value() > 0, timeout=10000)
