@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,16 +81,35 @@ def test_manifest_survives_a_corrupt_file():
 
 def test_an_interrupted_build_does_not_leave_its_compile_running(tmp_path):
     """Ctrl-C or a timeout while pip compiles must end pip and its compilers too."""
+    import time
+
     marker = tmp_path / "still-running"
-    script = f"echo started; sleep 30; touch {marker}"
+    # the "compiler" (sleep) is running before the first log line; $$ is the shell's pid,
+    # which leads the build's own process group (start_new_session)
+    script = f"sleep 30 & echo started $$; wait; touch {marker}"
+    groups = []
 
     def log(line):
+        groups.append(int(line.split()[1]))
         raise KeyboardInterrupt  # as Ctrl-C arriving while the log streams
-
-    import time
 
     with pytest.raises(KeyboardInterrupt):
         builds._run_streaming(["sh", "-c", script], dict(os.environ), [], log, None, None)
-    time.sleep(0.5)
-    out = subprocess.run(["pgrep", "-f", f"touch {marker}"], capture_output=True, text=True)
-    assert out.stdout.strip() == "" and not marker.exists()
+    # every process of the build's group ends (the killed ones go at once: no fixed wait)
+    deadline = time.monotonic() + 10
+    while _running_in_group(groups[0]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _running_in_group(groups[0]) == [] and not marker.exists()
+
+
+def _running_in_group(pgid: int) -> list[int]:
+    """The processes (zombies aside) in process group ``pgid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if int(group) == pgid and state != "Z":
+            found.append(int(stat.parent.name))
+    return found

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from engine.runtime.prompt import toolformats as TF
+from engine.runtime.prompt import calls as TF
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import CALL, CONTENT, REASONING, ReplyParser, split
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
@@ -79,6 +79,35 @@ def test_malformed_or_cut_calls_are_content_not_errors(fmt):
         # whatever did not parse is there as content, never lost and never an exception
         assert reply.content or reply.calls
         assert len(reply.calls) <= 2
+        _assert_each_character_in_one_part(broken, fmt, reply.content, reply.calls)
+        # streamed in 3-character pieces: the same split
+        p = ReplyParser(fmt=fmt, tools=TOOLS)
+        parts = [x for i in range(0, len(broken), 3) for x in p.feed(broken[i : i + 3])] + p.finish()
+        content = "".join(x.text for x in parts if x.kind == CONTENT)
+        calls = [x.call for x in parts if x.kind == CALL]
+        assert (content, _as_pairs(calls)) == (reply.content, _as_pairs(reply.calls))
+        _assert_each_character_in_one_part(broken, fmt, content, calls)
+
+
+def _as_pairs(calls) -> list[tuple[str, dict]]:
+    return [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+def _assert_each_character_in_one_part(text: str, fmt, content: str, calls) -> None:
+    """``text`` is the content with one stretch put back (whitespace at its seams aside),
+    and that stretch, parsed on its own, is exactly ``calls``: no character is lost, none
+    is both content and a call."""
+    t, c = text.strip(), content.strip()
+    for k in range(len(c) + 1):
+        head, tail = c[:k].rstrip(), c[k:].lstrip()
+        if len(head) + len(tail) > len(t) or not (t.startswith(head) and t.endswith(tail)):
+            continue
+        stretch = t[len(head) : len(t) - len(tail)].strip()
+        if not calls and not stretch:
+            return
+        if calls and stretch and _as_pairs(fmt.parse(stretch, TOOLS) or []) == _as_pairs(calls):
+            return
+    raise AssertionError(f"{fmt.name}: {text!r} is not content {content!r} plus calls {_as_pairs(calls)}")
 
 
 def test_xml_parameters_are_typed_by_the_tool_schema():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine.errors import InvalidRequestError
@@ -9,7 +11,7 @@ from engine.runtime import jobs as J
 from engine.runtime.decode.depth import AUTO, DraftDepth, Mtp
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.runtime.request import BUILTIN, check, resolve
+from engine.runtime.request import BUILTIN, resolve
 
 
 def test_a_value_comes_from_the_first_layer_that_sets_it():
@@ -26,7 +28,10 @@ def test_a_value_comes_from_the_first_layer_that_sets_it():
 def test_resolving_is_idempotent_and_parses_each_value_once():
     job = resolve(J.Generate(prompt="x", draft_depth="3", mtp="off", stop="END", seed=-1))
     assert job.draft_depth == DraftDepth(3) and job.mtp is Mtp.OFF and job.stop == ("END",) and job.seed is None
-    assert resolve(job, J.Defaults(draft_depth=AUTO, max_tokens=9)) == job  # complete: no layer changes it
+    again = resolve(job, J.Defaults(draft_depth=AUTO, max_tokens=9))
+    assert again == job  # complete: no layer changes it
+    # parsed once: the second pass hands back the very values the first parsed, not new parses
+    assert all(getattr(again, f) is getattr(job, f) for f in ("draft_depth", "mtp", "stop"))
 
 
 @pytest.mark.parametrize(
@@ -36,8 +41,17 @@ def test_resolving_is_idempotent_and_parses_each_value_once():
 )  # fmt: skip
 def test_every_value_is_checked_in_one_place_and_names_its_field(field, value):
     with pytest.raises(InvalidRequestError) as err:
-        check(J.Generate(prompt="x", **{field: value}))
+        resolve(J.Generate(prompt="x", **{field: value}))
     assert err.value.param == field
+    # one place: the value set in the submitter's or the engine's defaults instead is
+    # refused by the same check, in the same words
+    if field in {f.name for f in dataclasses.fields(J.Defaults)}:
+        for job, engine_defaults in ((J.Generate(prompt="x", defaults=J.Defaults(**{field: value})), None),
+                                     (J.Generate(prompt="x"), J.Defaults(**{field: value}))):  # fmt: skip
+            with pytest.raises(InvalidRequestError) as layered:
+                resolve(job, engine_defaults)
+            assert (type(layered.value), layered.value.param, str(layered.value)) == \
+                (type(err.value), field, str(err.value))  # fmt: skip
 
 
 def test_an_out_of_range_default_layer_is_refused_too():
