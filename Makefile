@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $@
 
 # A self-contained one-folder app (PyInstaller) and, on Linux, a tarball with a .desktop
-# entry, the icon and an install script; macOS: MTP Studio.app. See README, Packaging.
+# entry, the icon and an install script; macOS: MTP Studio.app. See docs/packaging.md.
 package: $(STAMP)
 	$(PY) packaging/build.py
 

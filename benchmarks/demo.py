@@ -1,4 +1,4 @@
-"""The bundled demo's figures, for the README and release notes: how it was trained
+"""The bundled demo's figures, for docs/demo-model.md and release notes: how it was trained
 (from ``resources/demo.json``), the A/B benchmark on code prompts (tok/s plain vs MTP at
 depths 1-3 and auto, acceptance by draft position), and unedited greedy samples. Prints
 figures; not a test.

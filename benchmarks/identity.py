@@ -1,4 +1,4 @@
-"""The README's identity table: for each model and configuration, llama.cpp's logit noise
+"""The identity table of docs/mtp.md: for each model and configuration, llama.cpp's logit noise
 between a row alone and in a batch, argmax flips per 1,000 tokens by verify width
 (= draft depth + 1), whether MTP output equals plain greedy output, and what exact mode
 costs in prefill and decode speed. Every measurement runs in its own process (exact mode
@@ -23,7 +23,8 @@ from pathlib import Path
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 COST = r"""
 import json, statistics, sys
-from engine.runtime.decode.loop import DecodeParams, generate
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 lm = load(LoadSpec(sys.argv[1], n_ctx=2048, mtp=MtpSource.OFF, exact=sys.argv[2] == "1"))
 p = lm.model.prompt_tokens(" ".join(f"Item {i} is on the shelf." for i in range(80)))[:512]

@@ -1,4 +1,4 @@
-"""The README's table of real and quantized models: architecture, quantization, plain
+"""The table (docs/real-models.md) of real and quantized models: architecture, quantization, plain
 decode tokens/s (this engine vs llama-cpp-python's ``Llama`` on the same file, threads and
 context) and MTP status, with the A/B speed-up of auto depth where the model has MTP.
 Prints figures; not a test.

@@ -1,4 +1,4 @@
-"""The README's sampling table: speculation while sampling at temperature 0.7, both modes,
+"""The sampling table of docs/mtp.md: speculation while sampling at temperature 0.7, both modes,
 on 200 MB generated benchmark models at several draft acceptances (``bench make-model``).
 Each run is ``mtp-studio bench --temperature 0.7 [--sampled-draft] --json`` in its own
 process. Prints figures; not a test.

@@ -2,7 +2,7 @@
 
 Loads the bundled demo model the way the app does (validation, the probe in a child
 process, llama.cpp), runs a short greedy generation without MTP and one with it, and
-checks what the README's "Speculation and identity" promises: the MTP tokens are the
+checks what docs/mtp.md's "Speculation and identity" promises: the MTP tokens are the
 plain tokens, or, where llama.cpp's kernels are not batch-invariant, every MTP token is
 the one-token-at-a-time argmax up to the measured logit noise. Prints one line, ending
 with the identity this installation guarantees. Works the same in a source install and

@@ -1,4 +1,4 @@
-"""Screenshots of every page for the README, taken offscreen with ``QWidget.grab()``.
+"""Screenshots of every page for the README and docs/screenshots.md, taken offscreen with ``QWidget.grab()``.
 
     python -m tools.screenshots docs/screenshots
 

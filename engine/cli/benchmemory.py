@@ -11,7 +11,7 @@ from engine.cli import EXIT_INVALID, EXIT_OK, die
 def register(bsub) -> None:
     p = bsub.add_parser(
         "memory",
-        help="memory estimate vs measured peak memory per model and context (README table)",
+        help="memory estimate vs measured peak memory per model and context (docs/models.md)",
         description="Loads each model at each context in a child process as the app does (one full prompt batch and "
         "a few decoded tokens) and prints the estimate (from the header alone), the measured peak resident memory "
         "less what the process held before the load, and llama.cpp's own buffer log.",

@@ -23,7 +23,7 @@ the vendored llama.cpp (``../shared/design/FIT.md``) as the app creates its cont
   :attr:`MemoryEstimate.saved_bytes` is what that saves.
 
 Calibrated against llama.cpp's own buffer log and the process's peak memory
-(``mtp-studio bench memory``; the README's table).
+(``mtp-studio bench memory``; the table in docs/models.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
 """Everything that touches llama.cpp: the engine thread, its jobs and the request step,
 and below them ``load/`` (loading safely), ``decode/`` (the hot path), ``prompt/`` (chat
 templates), ``llama/`` (the ctypes layer) and ``limits``; ``measure/`` holds the tools.
-The README's Development section draws the layers and one request's path."""
+docs/development.md draws the layers and one request's path."""

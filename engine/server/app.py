@@ -1,6 +1,6 @@
 """The OpenAI-compatible endpoint, built by :func:`create_app` over a running engine.
 
-Stack: Starlette (the ASGI core FastAPI stands on) served by uvicorn; see the README
+Stack: Starlette (the ASGI core FastAPI stands on) served by uvicorn; see docs/endpoint.md
 for why not FastAPI itself. Routes live one per module in ``routes/``; state lives on
 ``app.state``. Middleware, outermost first: request log (method, path, status, time —
 never headers or bodies, so no key is ever logged), request guard (``Host`` allowlist

@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.packaging,
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(sys.platform != "linux", reason="this test builds the Linux package; macOS/Windows: see README"),
+    pytest.mark.skipif(sys.platform != "linux", reason="this test builds the Linux package; macOS/Windows: see docs/packaging.md"),
 ]
 
 
@@ -105,7 +105,7 @@ def test_frozen_self_test_passes_and_writes_only_to_the_user_folders(package, tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("mtp-studio self-test: ok"), line
-    # identical, or different only at near-ties within the measured batch noise (README)
+    # identical, or different only at near-ties within the measured batch noise (docs/mtp.md)
     assert ("greedy == MTP: yes" in line or "near-ties within batch noise" in line) and "frozen True" in line, line
     assert snapshot(package.folder) == before, "the frozen app wrote inside its own folder"
     # the probe's cache went where a source install keeps it

@@ -20,7 +20,7 @@ things make a row depend on the batch it is decoded in, and each has a switch:
   ``-DGGML_LLAMAFILE=OFF`` (the backend picker's "exact" CPU build). Quantized weights
   never take it here.
 
-The cost is real (see the README's identity table), so exact mode is a choice. GPU
+The cost is real (see the identity table in docs/mtp.md), so exact mode is a choice. GPU
 backends are not covered: their kernels pick algorithms by batch size too, and nothing
 here was measured on them.
 """
