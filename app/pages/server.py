@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import Counter
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -39,6 +40,23 @@ def cache_text(info: dict) -> str:
             f"{info['restored_tokens']} tokens restored")  # fmt: skip
 
 
+#: what each API answers on, for the page (engine.server.routes)
+ROUTES = (
+    ("OpenAI", "/v1/chat/completions, /v1/completions, /v1/responses, /v1/models"),
+    ("Anthropic", "/v1/messages, /v1/messages/count_tokens"),
+    ("Ollama", "/api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version"),
+)
+_API_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic", "ollama": "Ollama"}
+
+
+def routes_text() -> str:
+    return "  ·  ".join(f"{name}: {paths}" for name, paths in ROUTES)
+
+
+def api_counts_text(counts: Counter) -> str:
+    return "Requests by API: " + "  ·  ".join(f"{_API_NAMES[k]} {counts.get(k, 0)}" for k in _API_NAMES)
+
+
 class _RequestRelay(QObject):
     """Carries request-log entries from the server thread to the GUI thread."""
 
@@ -56,7 +74,7 @@ class ServerPage(QWidget):
         self.relay.entry.connect(self._log_request)
         s = ctx.settings.server
         lay = page_layout(self, "Server")
-        box = QGroupBox("Local OpenAI-compatible endpoint")
+        box = QGroupBox("Local endpoint: OpenAI, Anthropic and Ollama APIs")
         box.setMaximumWidth(720)
         form = QFormLayout(box)
         self.host = QLineEdit(s.host)
@@ -88,6 +106,15 @@ class ServerPage(QWidget):
         self.toggle.setObjectName("Primary")
         row.addWidget(self.toggle)
         lay.addLayout(row)
+        self.routes = QLabel(routes_text())
+        self.routes.setObjectName("Hint")
+        self.routes.setWordWrap(True)
+        self.routes.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.routes)
+        self.per_api = Counter()
+        self.api_counts = QLabel(api_counts_text(self.per_api))
+        self.api_counts.setObjectName("Figures")
+        lay.addWidget(self.api_counts)
         lay.addWidget(self._cache_box())
         self.table = QTableWidget(0, 5)
         self.table.setHorizontalHeaderLabels(["Time", "Method", "Path", "Status", "ms"])
@@ -185,6 +212,8 @@ class ServerPage(QWidget):
             w.setEnabled(True)
 
     def _log_request(self, e: dict) -> None:
+        self.per_api[e.get("api", "openai")] += 1
+        self.api_counts.setText(api_counts_text(self.per_api))
         self.table.insertRow(0)
         values = [time.strftime("%H:%M:%S", time.localtime(e["time"])), e["method"], e["path"], str(e["status"]), f"{e['ms']:.0f}"]
         for c, v in enumerate(values):

@@ -34,6 +34,9 @@ def register(sub) -> None:
     )
     p.add_argument("--draft-depth", type=depth_arg, default=None, help="default draft depth, or 'auto'")
     p.add_argument("--max-pending", type=int, default=16, help="requests queued or running before 429")
+    p.add_argument("--ollama-port", type=int, nargs="?", const=11434, default=None, metavar="PORT",
+                   help="also listen where Ollama clients look (default 11434), for VS Code Copilot, Open WebUI, "
+                        "Continue, Cline, aider's ollama_chat/")  # fmt: skip
     p.add_argument("--thinking-budget", type=int, default=None, metavar="N",
                    help="thinking models: most tokens a reply may think before its answer is started for it "
                         "(requests may set thinking_budget_tokens; default unlimited)")  # fmt: skip
@@ -60,6 +63,7 @@ def run(args) -> int:
         max_pending=args.max_pending,
         draft_depth=args.draft_depth,
         thinking_budget=args.thinking_budget,
+        ollama_port=args.ollama_port,
     )
     try:
         settings.check()
@@ -87,6 +91,8 @@ def run(args) -> int:
         print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
         print(f"chat template: {info.get('chat_template')}", flush=True)
         print(context_line(info), flush=True)
+        print(f"APIs: OpenAI {server.url}/v1 (chat, completions, responses) · Anthropic {server.url} (messages) · "
+              f"Ollama {server.url}" + (f" and port {server.ollama_port}" if server.ollama_port else ""), flush=True)
         for note in info.get("fallbacks", []):
             print(f"note: {note}", file=sys.stderr, flush=True)
         if info.get("placement"):

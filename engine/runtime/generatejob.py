@@ -40,3 +40,11 @@ def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: Job
         texts.remember(prep.prompt_text, prep.prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
     return J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs,
                             parser.reply if parser is not None else None)  # fmt: skip
+
+
+def count_prompt(job: J.Generate, state, cancel, emit) -> int:
+    """The prompt tokens the resolved ``job`` would decode (a :class:`~engine.runtime.jobs.Call`
+    function: ``state`` is the engine's; picklable with the job, so it runs where the model
+    does, a worker process included)."""
+    lm = state.get(job.model)
+    return len(prepare(job, lm, state.texts_of(lm.name)).prompt)

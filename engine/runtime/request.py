@@ -257,11 +257,12 @@ def _render_chat(job: Generate, template, model: Model, *, points: bool) -> tupl
     try:
         text = render(messages)
     except InvalidRequestError:
-        # agents (pydantic-ai's retry prompt) send system messages mid-conversation, which
-        # many templates refuse (Qwen3.5: "System message must be at the beginning"): such a
-        # message is then given as a user turn, and only if the template still refuses is
-        # it the request's 400
-        folded = toolturns.later_system_as_user(messages)
+        # agents send several system messages (Codex: instructions, then a developer
+        # message; pydantic-ai's retry prompt mid-conversation), which many templates refuse
+        # (Qwen3.5: "System message must be at the beginning"): the leading ones are then
+        # merged into one and later ones given as user turns, and only if the template still
+        # refuses is it the request's 400
+        folded = toolturns.fit_system_messages(messages)
         if folded == messages:
             raise
         text = render(folded)

@@ -29,19 +29,19 @@ from starlette.responses import JSONResponse
 from engine.errors import MtpStudioError
 from engine.runtime.engine import Engine
 from engine.server import errors as E
-from engine.server.routes import chat, completions, health, metrics, models
+from engine.server.routes import chat, completions, health, messages, metrics, models, ollama, responses
 from engine.server.settings import ServerSettings
 
 log = logging.getLogger("mtp_studio.server")
 
-ROUTE_MODULES = (models, chat, completions, health, metrics)
-PUBLIC_PATHS = {"/health"}
+ROUTE_MODULES = (models, chat, completions, responses, messages, ollama, health, metrics)
+PUBLIC_PATHS = {"/health", "/api/version"}
 
 RequestLogFn = Callable[[dict[str, Any]], None]
 
 
-def _send_error(err: E.HTTPError):
-    return E.response(err)
+def _send_error(err: E.HTTPError, scope: dict | None = None):
+    return E.response(err, scope["path"] if scope is not None else "")
 
 
 class RequestLog:
@@ -67,12 +67,15 @@ class RequestLog:
             await self.app(scope, receive, send_wrapper)
         finally:
             path = scope["path"]
-            route = path if path in _KNOWN else "other"
+            route = path if path in _KNOWN else _ROUTE_PREFIX.get(path.rsplit("/", 1)[0], "other")
             self.state.requests[(route, status["code"])] += 1
+            api = E.api_of(path)
+            self.state.api_requests[api] += 1
             entry = {
                 "time": time.time(),
                 "method": scope["method"],
                 "path": path,
+                "api": api,
                 "status": status["code"],
                 "ms": (time.perf_counter() - t0) * 1000,
                 "client": (scope.get("client") or ("?", 0))[0],
@@ -96,7 +99,7 @@ class RefusePreflight:
             headers = dict(scope["headers"])
             if b"access-control-request-method" in headers:
                 resp = _send_error(E.HTTPError(403, "CORS is off for this endpoint; allow your origin in its settings.",
-                                               code="cors_disabled"))  # fmt: skip
+                                               code="cors_disabled"), scope)  # fmt: skip
                 return await resp(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -138,7 +141,7 @@ class RequestGuard:
                     415, "Send the request body as JSON with 'Content-Type: application/json'.", code="unsupported_media_type"
                 )
         if err is not None:
-            return await _send_error(err)(scope, receive, send)
+            return await _send_error(err, scope)(scope, receive, send)
         return await self.app(scope, receive, send)
 
 
@@ -154,7 +157,7 @@ class BodyLimit:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         too_big = _send_error(
-            E.HTTPError(413, f"The request body is larger than {self.limit} bytes.", code="request_too_large")
+            E.HTTPError(413, f"The request body is larger than {self.limit} bytes.", code="request_too_large"), scope
         )
         for k, v in scope["headers"]:
             if k == b"content-length" and v.isdigit() and int(v) > self.limit:
@@ -183,7 +186,8 @@ class BodyLimit:
             await too_big(scope, receive, send)
         except _TooSlow:
             await _send_error(
-                E.HTTPError(408, f"The request body did not arrive within {self.timeout:g} s.", code="request_timeout")
+                E.HTTPError(408, f"The request body did not arrive within {self.timeout:g} s.", code="request_timeout"),
+                scope,
             )(scope, receive, send)
 
 
@@ -196,6 +200,9 @@ class _TooSlow(Exception):
 
 
 class ApiKey:
+    """The key in ``Authorization: Bearer`` (OpenAI, Ollama clients) or ``x-api-key``
+    (Anthropic clients)."""
+
     def __init__(self, app, key: str | None):
         self.app = app
         self.key = key.encode() if key else None
@@ -203,37 +210,44 @@ class ApiKey:
     async def __call__(self, scope, receive, send):
         if self.key is None or scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or scope["method"] == "OPTIONS":
             return await self.app(scope, receive, send)
-        got = b""
+        got, token = b"", b""
         for k, v in scope["headers"]:
             if k == b"authorization":
                 got = v
-        scheme, _, token = got.partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
-            msg = "Missing API key: send 'Authorization: Bearer <key>'." if not got else "Incorrect API key."
-            resp = _send_error(E.HTTPError(401, msg, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}))
+                scheme, _, t = v.partition(b" ")
+                token = t.strip() if scheme.lower() == b"bearer" else b""
+            elif k == b"x-api-key" and not token:
+                got, token = v, v.strip()
+        if not token or not hmac.compare_digest(token, self.key):
+            msg = ("Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')." if not got
+                   else "Incorrect API key.")  # fmt: skip
+            resp = _send_error(E.HTTPError(401, msg, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}), scope)
             return await resp(scope, receive, send)
         return await self.app(scope, receive, send)
 
 
 _KNOWN = {r.path for m in ROUTE_MODULES for r in m.routes}
+#: routes with a parameter at the end, by what comes before it
+_ROUTE_PREFIX = {r.path.rsplit("/", 1)[0]: r.path for m in ROUTE_MODULES for r in m.routes if r.path.endswith("}")}
 
 
 async def _handle_http_error(request: Request, exc: E.HTTPError) -> JSONResponse:
-    return E.response(exc)
+    return E.response(exc, request.url.path)
 
 
 async def _handle_engine_error(request: Request, exc: MtpStudioError) -> JSONResponse:
-    return E.response(E.from_exception(exc, request.app.state.settings.retry_after_s))
+    return E.response(E.from_exception(exc, request.app.state.settings.retry_after_s), request.url.path)
 
 
 async def _handle_starlette(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     msg = {404: f"No route {request.url.path}.", 405: f"{request.method} is not allowed on {request.url.path}."}
-    return E.response(E.HTTPError(exc.status_code, msg.get(exc.status_code, str(exc.detail)), code=f"http_{exc.status_code}"))
+    err = E.HTTPError(exc.status_code, msg.get(exc.status_code, str(exc.detail)), code=f"http_{exc.status_code}")
+    return E.response(err, request.url.path)
 
 
 async def _handle_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error on %s", request.url.path)
-    return E.response(E.from_exception(exc))
+    return E.response(E.from_exception(exc), request.url.path)
 
 
 def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None) -> Starlette:
@@ -245,7 +259,7 @@ def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestL
                 CORSMiddleware,
                 allow_origins=list(settings.cors_origins),
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "Content-Type"],
+                allow_headers=["Authorization", "Content-Type", "x-api-key", "anthropic-version"],
                 allow_credentials=False,
                 max_age=600,
             )
@@ -271,6 +285,7 @@ def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestL
     app.state.settings = settings
     app.state.pending = 0
     app.state.requests = Counter()
+    app.state.api_requests = Counter()  # by API: openai, anthropic, ollama
     app.state.started = int(time.time())
     # the request log wraps everything, including errors raised by the middleware above
     app.add_middleware(RequestLog, state=app.state, on_request=on_request)

@@ -1,5 +1,13 @@
-"""The one place engine errors become HTTP responses, in OpenAI's error JSON shape:
-``{"error": {"message", "type", "param", "code"}}``."""
+"""The one place engine errors become HTTP responses, each in its API's own error shape:
+
+* OpenAI (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``, the rest):
+  ``{"error": {"message", "type", "param", "code"}}``;
+* Anthropic (``/v1/messages``): ``{"type": "error", "error": {"type", "message"}}``;
+* Ollama (``/api/…``): ``{"error": "message"}``.
+
+Which shape a response takes is decided by the request's path (:func:`api_of`), so the
+middleware's refusals (API key, body limit, Host guard) speak each client's language too.
+"""
 
 from __future__ import annotations
 
@@ -44,12 +52,39 @@ class HTTPError(Exception):
         self.headers = headers
 
 
+OPENAI, ANTHROPIC, OLLAMA = "openai", "anthropic", "ollama"
+
+#: Anthropic's error types by HTTP status (docs: "Errors")
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error",
+                    503: "overloaded_error"}  # fmt: skip
+
+
+def api_of(path: str) -> str:
+    """The API a request path belongs to (its errors take that API's shape)."""
+    if path.startswith("/v1/messages"):
+        return ANTHROPIC
+    if path.startswith("/api/"):
+        return OLLAMA
+    return OPENAI
+
+
 def body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def response(err: HTTPError) -> JSONResponse:
-    return JSONResponse(body(err.message, err.type, err.code, err.param), status_code=err.status, headers=err.headers)
+def body_for(api: str, err: HTTPError) -> dict:
+    """``err`` as ``api``'s error body."""
+    if api == ANTHROPIC:
+        kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": err.message}}
+    if api == OLLAMA:
+        return {"error": err.message}
+    return body(err.message, err.type, err.code, err.param)
+
+
+def response(err: HTTPError, path: str = "") -> JSONResponse:
+    return JSONResponse(body_for(api_of(path), err), status_code=err.status, headers=err.headers)
 
 
 def from_exception(exc: BaseException, retry_after_s: int = 2) -> HTTPError:

@@ -1,12 +1,12 @@
-"""Running one completion request on the engine: admission, streaming (SSE) or not,
-client disconnects, usage and llama-server-style ``timings``.
+"""Running one chat or text completion request on the engine: streaming (SSE) or not,
+usage and llama-server-style ``timings`` (admission, disconnects and keep-alives:
+:mod:`engine.server.flow`).
 
 Chat and text completions differ only in how choices are shaped (:class:`Shape`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import Mtp
 from engine.server import errors as E
-from engine.server.bridge import JobStream
+from engine.server.flow import PING, Flow, answer
 from engine.server.schemas import Parsed
 
 FINGERPRINT = "mtp-studio-0.1.0"
@@ -110,121 +110,31 @@ def completion_logprobs(lps: list) -> dict:
     }
 
 
-async def _disconnected(request: Request) -> None:
-    while True:
-        msg = await request.receive()
-        if msg["type"] == "http.disconnect":
-            return
-
-
-async def _next_or_disconnect(stream: JobStream, watcher: asyncio.Task) -> Any:
-    """The next engine event, or None when the client went away."""
-    nxt = asyncio.ensure_future(stream.next())
-    done, _ = await asyncio.wait({nxt, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    if nxt in done:
-        return nxt.result()
-    nxt.cancel()
-    return None
-
-
-class _Slot:
-    """One admitted request; released exactly once (by the handler, or by the stream
-    when the response is streamed)."""
-
-    def __init__(self, state):
-        self._state = state
-        self._held = True
-        state.pending += 1
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._state.pending -= 1
-
-
 async def run(request: Request, parsed: Parsed, shape: Shape) -> Response:
-    st = request.app.state
-    settings = st.settings
-    if st.pending >= settings.max_pending:
-        raise E.HTTPError(
-            429,
-            f"Too many requests in flight ({settings.max_pending}); retry shortly.",
-            type_="rate_limit_error",
-            code="queue_full",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        )
-    slot = _Slot(st)
-    streaming = False
-    watcher: asyncio.Future | None = None
-    try:
-        try:
-            stream = JobStream(st.engine, parsed.job)
-        except Exception as e:
-            raise E.from_exception(e, settings.retry_after_s) from None
-        watcher = asyncio.ensure_future(_disconnected(request))
-        # Wait for the first token (or an error) before answering: an over-long prompt or
-        # an unknown model must be a proper HTTP error, not a broken stream.
-        first = await _until(stream, watcher, (J.Tokens, J.Done), settings.retry_after_s)
-        if first is None:
-            return Response(status_code=499)
-        cid = f"{shape.id_prefix}{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        if parsed.stream:
-            streaming = True
-            return StreamingResponse(
-                _sse(stream, [first], parsed, shape, cid, created, slot),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        final = first if isinstance(first, J.Done) else await _until(stream, watcher, (J.Done,), settings.retry_after_s)
-        if final is None:
-            return Response(status_code=499)
-        res: J.GenerateResult = final.result
-        return JSONResponse(
-            {
-                "id": cid,
-                "object": shape.object,
-                "created": created,
-                "model": parsed.model,
-                "system_fingerprint": FINGERPRINT,
-                "choices": [_with_logprobs(shape.final(res), shape, res.logprobs)],
-                "usage": usage(res),
-                "timings": timings(res),
-            }
-        )
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-        if not streaming:
-            slot.release()
+    cid = f"{shape.id_prefix}{uuid.uuid4().hex[:24]}"
+    created = int(time.time())
 
+    def whole(res: J.GenerateResult) -> dict:
+        return {
+            "id": cid,
+            "object": shape.object,
+            "created": created,
+            "model": parsed.model,
+            "system_fingerprint": FINGERPRINT,
+            "choices": [_with_logprobs(shape.final(res), shape, res.logprobs)],
+            "usage": usage(res),
+            "timings": timings(res),
+        }
 
-async def _until(stream: JobStream, watcher: asyncio.Future, kinds: tuple[type, ...], retry_after_s: int) -> Any:
-    """The next event of one of ``kinds``; None (job cancelled) if the client left."""
-    while True:
-        ev = await _next_or_disconnect(stream, watcher)
-        if ev is None:
-            await stream.wait_cancelled()
-            return None
-        if isinstance(ev, J.Failed):
-            raise E.from_exception(ev.error, retry_after_s)
-        if isinstance(ev, kinds):
-            return ev
+    return await answer(request, parsed.job, stream=parsed.stream, result=whole,
+                        events=lambda flow: _sse(flow, parsed, shape, cid, created))  # fmt: skip
 
 
 def _event(data: dict) -> bytes:
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def _sse(
-    stream: JobStream,
-    buffered: list[Any],
-    parsed: Parsed,
-    shape: Shape,
-    cid: str,
-    created: int,
-    slot: _Slot,
-) -> AsyncIterator[bytes]:
+async def _sse(flow: Flow, parsed: Parsed, shape: Shape, cid: str, created: int) -> AsyncIterator[bytes]:
     def chunk(choice: dict | None, **extra: Any) -> bytes:
         data = {
             "id": cid,
@@ -242,10 +152,10 @@ async def _sse(
     try:
         if shape.opening is not None:
             yield chunk(dict(shape.opening))
-        pending = list(buffered)
-        while True:
-            ev = pending.pop(0) if pending else await stream.next()
-            if isinstance(ev, J.Tokens):
+        async for ev in flow.events():
+            if ev is PING:
+                yield b": ping\n\n"  # an SSE comment: clients skip it, and their read timeouts restart
+            elif isinstance(ev, J.Tokens):
                 for i, choice in enumerate(shape.deltas(ev)):
                     yield chunk(_with_logprobs(choice, shape, ev.logprobs if i == 0 else None))
             elif isinstance(ev, J.Failed):
@@ -260,6 +170,4 @@ async def _sse(
                 break
         yield b"data: [DONE]\n\n"
     finally:
-        if stream.final is None:  # the client went away mid-stream
-            stream.cancel()
-        slot.release()
+        flow.release()  # the job is cancelled if the client went away mid-stream

@@ -26,6 +26,8 @@ class ServerThread:
         self._server = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
+        #: the second port every route is also served on (ServerSettings.ollama_port)
+        self.ollama_port: int | None = None
         self.socket: socket.socket | None = None
 
     @property
@@ -42,20 +44,18 @@ class ServerThread:
         import uvicorn
 
         app = create_app(self.engine, self.settings, on_request=self.on_request)
-        family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
-        # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections
-        # accepted from such a socket, and without it every response after the first on a
-        # kept-alive connection waits ~40 ms (Nagle + the client's delayed ACK).
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.settings.host, self.settings.port))
-        except OSError as e:
-            sock.close()
-            raise OSError(f"cannot listen on {self.settings.host}:{self.settings.port}: {e.strerror}") from None
-        sock.listen(128)
+        sock = self._listen(self.settings.port)
         self.port = sock.getsockname()[1]
         self.socket = sock
+        sockets = [sock]
+        if self.settings.ollama_port is not None:  # where Ollama clients look (11434)
+            try:
+                extra = self._listen(self.settings.ollama_port)
+            except OSError:
+                sock.close()
+                raise
+            self.ollama_port = extra.getsockname()[1]
+            sockets.append(extra)
 
         config = uvicorn.Config(
             app,
@@ -74,13 +74,28 @@ class ServerThread:
 
         def serve() -> None:
             started.set()
-            server.run(sockets=[sock])
+            server.run(sockets=sockets)
 
         self._thread = threading.Thread(target=serve, name="mtp-server", daemon=True)
         self._thread.start()
         started.wait(5)
         log.info("serving on %s (API key %s)", self.url, "set" if self.settings.api_key else "not set")
         return self
+
+    def _listen(self, port: int) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
+        # proto must be IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections
+        # accepted from such a socket, and without it every response after the first on a
+        # kept-alive connection waits ~40 ms (Nagle + the client's delayed ACK).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.settings.host, port))
+        except OSError as e:
+            sock.close()
+            raise OSError(f"cannot listen on {self.settings.host}:{port}: {e.strerror}") from None
+        sock.listen(128)
+        return sock
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         import time

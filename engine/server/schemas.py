@@ -15,6 +15,7 @@ and the resolved job is what runs.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,87 +40,137 @@ class Parsed:
     include_usage: bool
 
 
-def _bad(message: str, param: str | None = None) -> HTTPError:
+def bad(message: str, param: str | None = None) -> HTTPError:
     return HTTPError(400, message, param=param, code="invalid_request_error" if param is None else "invalid_value")
 
 
-def _get(body: dict, key: str, types: tuple[type, ...], default: Any = None) -> Any:
+def get(body: dict, key: str, types: tuple[type, ...], default: Any = None) -> Any:
     v = body.get(key, default)
     if v is None:
         return default
     if isinstance(v, bool) and bool not in types:
-        raise _bad(f"'{key}' must be {' or '.join(t.__name__ for t in types)}", key)
+        raise bad(f"'{key}' must be {' or '.join(t.__name__ for t in types)}", key)
     if not isinstance(v, types):
-        raise _bad(f"'{key}' must be {' or '.join(t.__name__ for t in types)}", key)
+        raise bad(f"'{key}' must be {' or '.join(t.__name__ for t in types)}", key)
     return v
 
 
 def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
     """The request's fields as job values (JSON types checked here; ranges by the engine's
     request step, :func:`engine.runtime.request.resolve`)."""
+    model = model_of(body, models)
+    n = get(body, "n", (int,), 1)
+    if n != 1:
+        raise bad("only n=1 is supported", "n")
+    if body.get("functions") or body.get("function_call"):
+        raise bad("'functions' is OpenAI's retired form: send 'tools' (and 'tool_choice') instead", "functions")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None:
+        limits.check_max_tokens(max_tokens, low=1)
+    stream = bool(get(body, "stream", (bool,), False))
+    opts = get(body, "stream_options", (dict,), {}) or {}
+    include_usage = bool(opts.get("include_usage", False))
+    mtp, depth = mtp_of(body)
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stop": body.get("stop") or (),
+        "temperature": get(body, "temperature", (int, float), None),
+        "top_p": get(body, "top_p", (int, float), None),
+        "top_k": get(body, "top_k", (int,), None),
+        "seed": get(body, "seed", (int,), None),
+        "stream": stream,
+        "include_usage": include_usage,
+        "mtp": mtp,
+        "draft_depth": depth,
+        "ignore_eog": bool(get(body, "ignore_eos", (bool,), False)),  # llama-server's extension
+        "sampled_draft": get(body, "sampled_draft", (bool,), None),  # MTP Studio's extension
+        "grammar": _grammar(body),
+        "presence_penalty": get(body, "presence_penalty", (int, float), None),
+        "frequency_penalty": get(body, "frequency_penalty", (int, float), None),
+        "repeat_penalty": get(body, "repeat_penalty", (int, float), None),  # llama-server's
+        "logprobs": _logprobs(body),
+    }
+
+
+def model_of(body: Any, models: dict[str, dict]) -> str:
+    """The loaded model a request body names (400 without one, 404 for one not loaded)."""
     if not isinstance(body, dict):
-        raise _bad("the request body must be a JSON object")
+        raise bad("the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise _bad("'model' is required (see GET /v1/models)", "model")
+        raise bad("'model' is required (see GET /v1/models)", "model")
     if model not in models:
         known = ", ".join(models) or "none"
         raise HTTPError(
             404, f"The model '{model}' does not exist or is not loaded (loaded: {known}).", code="model_not_found", param="model"
         )
-    n = _get(body, "n", (int,), 1)
-    if n != 1:
-        raise _bad("only n=1 is supported", "n")
-    if body.get("functions") or body.get("function_call"):
-        raise _bad("'functions' is OpenAI's retired form: send 'tools' (and 'tool_choice') instead", "functions")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None:
-        limits.check_max_tokens(max_tokens, low=1)
-    stream = bool(_get(body, "stream", (bool,), False))
-    opts = _get(body, "stream_options", (dict,), {}) or {}
-    include_usage = bool(opts.get("include_usage", False))
-    mtp = _get(body, "mtp", (str,), None)
+    return model
+
+
+def mtp_of(body: dict) -> tuple[Mtp | None, Any]:
+    """MTP Studio's own fields, the same in every API: ``mtp`` ("on"/"off") and
+    ``draft_depth`` (an integer or "auto")."""
+    mtp = get(body, "mtp", (str,), None)
     if mtp is not None and mtp not in tuple(Mtp):
-        raise _bad("'mtp' must be 'on' or 'off'", "mtp")
+        raise bad("'mtp' must be 'on' or 'off'", "mtp")
     depth = body.get("draft_depth")
     if isinstance(depth, str) and depth != AUTO_TEXT:  # JSON: a number or "auto", not "3"
-        raise _bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth")
+        raise bad("'draft_depth' must be an integer >= 1 or 'auto'", "draft_depth")
+    return (Mtp(mtp) if mtp is not None else None), depth
+
+
+def sampling_of(body: dict) -> dict[str, Any]:
+    """The sampling fields every API names alike, plus MTP Studio's own (``mtp``,
+    ``draft_depth``), as job values (JSON types checked here, ranges by the request step)."""
+    mtp, depth = mtp_of(body)
     return {
-        "model": model,
-        "max_tokens": max_tokens,
-        "stop": body.get("stop") or (),
-        "temperature": _get(body, "temperature", (int, float), None),
-        "top_p": _get(body, "top_p", (int, float), None),
-        "top_k": _get(body, "top_k", (int,), None),
-        "seed": _get(body, "seed", (int,), None),
-        "stream": stream,
-        "include_usage": include_usage,
-        "mtp": Mtp(mtp) if mtp is not None else None,
+        "temperature": get(body, "temperature", (int, float), None),
+        "top_p": get(body, "top_p", (int, float), None),
+        "top_k": get(body, "top_k", (int,), None),
+        "seed": get(body, "seed", (int,), None),
+        "mtp": mtp,
         "draft_depth": depth,
-        "ignore_eog": bool(_get(body, "ignore_eos", (bool,), False)),  # llama-server's extension
-        "sampled_draft": _get(body, "sampled_draft", (bool,), None),  # MTP Studio's extension
-        "grammar": _grammar(body),
-        "presence_penalty": _get(body, "presence_penalty", (int, float), None),
-        "frequency_penalty": _get(body, "frequency_penalty", (int, float), None),
-        "repeat_penalty": _get(body, "repeat_penalty", (int, float), None),  # llama-server's
-        "logprobs": _logprobs(body),
     }
+
+
+def new_id(prefix: str) -> str:
+    """An id for a response, a message or an output item (``resp_…``, ``msg_…``)."""
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def function_tools(raw: Any, as_function: Callable[[dict], dict | None]) -> tuple[list[dict] | None, list[str]]:
+    """An API's ``tools`` as the chat API's function tools (``as_function`` gives a tool's
+    ``{name, description, parameters}``, or None for a tool this endpoint cannot run),
+    and the names of those skipped."""
+    if raw is None:
+        return None, []
+    if not isinstance(raw, list):
+        raise bad("'tools' must be a list", "tools")
+    out, skipped = [], []
+    for t in raw:
+        fn = as_function(t) if isinstance(t, dict) else None
+        if fn is not None:
+            out.append({"type": "function", "function": fn})
+        else:
+            skipped.append(str(t.get("name") or t.get("type")) if isinstance(t, dict) else type(t).__name__)
+    return out, skipped
 
 
 def _logprobs(body: dict) -> int | None:
     """How many alternatives per token (None: no log-probabilities). Chat sends
     ``logprobs: true`` and ``top_logprobs: N``; completions send ``logprobs: N``."""
     lp = body.get("logprobs")
-    top = _get(body, "top_logprobs", (int,), None)
+    top = get(body, "top_logprobs", (int,), None)
     if lp is None or lp is False:
         if top is not None:
-            raise _bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+            raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return None
     if lp is True:
         return 0 if top is None else top
     if isinstance(lp, int) and not isinstance(lp, bool):
         return lp
-    raise _bad("'logprobs' must be true/false (chat) or a number of alternatives (completions)", "logprobs")
+    raise bad("'logprobs' must be true/false (chat) or a number of alternatives (completions)", "logprobs")
 
 
 def _grammar(body: dict) -> GrammarSpec | None:
@@ -135,21 +186,21 @@ def _grammar(body: dict) -> GrammarSpec | None:
         elif kind == "json_schema":
             js = rf.get("json_schema")
             if not isinstance(js, dict) or "schema" not in js:
-                raise _bad("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
+                raise bad("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
                            "response_format")  # fmt: skip
             found.append(GrammarSpec.json_schema(js["schema"]))
         elif kind != "text":
-            raise _bad("response_format type must be 'text', 'json_object' or 'json_schema'", "response_format")
+            raise bad("response_format type must be 'text', 'json_object' or 'json_schema'", "response_format")
     if body.get("json_schema") is not None:
         found.append(GrammarSpec.json_schema(body["json_schema"], param="json_schema"))
     for key, kind in (("grammar", "gbnf"), ("regex", "regex")):
         text = body.get(key)
         if text is not None:
             if not isinstance(text, str) or not text.strip():
-                raise _bad(f"'{key}' must be a non-empty string", key)
+                raise bad(f"'{key}' must be a non-empty string", key)
             found.append(GrammarSpec(kind, text, key))
     if len(found) > 1:
-        raise _bad("give one output constraint: response_format, json_schema, grammar or regex", found[1].param)
+        raise bad("give one output constraint: response_format, json_schema, grammar or regex", found[1].param)
     return found[0] if found else None
 
 
@@ -168,15 +219,15 @@ def parse_chat(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J
     c = _common(body, models)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise _bad("'messages' must be a non-empty list", "messages")
+        raise bad("'messages' must be a non-empty list", "messages")
     try:
         tools = parse_tools(body.get("tools"))
         choice = parse_choice(body.get("tool_choice"), tools)
     except InvalidRequestError as e:
-        raise _bad(str(e), e.param) from None
-    parallel = _get(body, "parallel_tool_calls", (bool,), None)
-    kwargs = _get(body, "chat_template_kwargs", (dict,), None)
-    fmt = _get(body, "reasoning_format", (str,), None)
+        raise bad(str(e), e.param) from None
+    parallel = get(body, "parallel_tool_calls", (bool,), None)
+    kwargs = get(body, "chat_template_kwargs", (dict,), None)
+    fmt = get(body, "reasoning_format", (str,), None)
     budget = body.get("thinking_budget_tokens")
     return _parsed(c, resolve, defaults, messages=messages, tools=tools, tool_choice=choice,
                    parallel_tool_calls=parallel, chat_template_kwargs=kwargs, reasoning_format=fmt,
@@ -187,19 +238,19 @@ def parse_completion(body: Any, models: dict[str, dict], resolve: Resolve, defau
     """A completion request as a resolved job (``resolve``: the engine's)."""
     c = _common(body, models)
     if body.get("tools"):
-        raise _bad("'tools' needs the chat API (POST /v1/chat/completions)", "tools")
+        raise bad("'tools' needs the chat API (POST /v1/chat/completions)", "tools")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         if not prompt:
-            raise _bad("'prompt' is empty", "prompt")
+            raise bad("'prompt' is empty", "prompt")
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         prompt = list(prompt)
     else:
-        raise _bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")
+        raise bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt")
     if body.get("echo"):
-        raise _bad("'echo' is not supported", "echo")
+        raise bad("'echo' is not supported", "echo")
     if body.get("suffix"):
-        raise _bad("'suffix' is not supported", "suffix")
+        raise bad("'suffix' is not supported", "suffix")
     return _parsed(c, resolve, defaults, prompt=prompt)

@@ -38,6 +38,8 @@ class ServerSettings:
     body_timeout_s: float = 30.0
     #: open connections at once; beyond this, new requests get 503
     max_connections: int = 64
+    #: also listen on this port (Ollama's 11434, where its clients look; None: not)
+    ollama_port: int | None = None
 
     @property
     def request_defaults(self) -> Defaults:

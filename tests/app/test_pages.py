@@ -154,6 +154,13 @@ def test_server_page_start_request_log_stop(qtbot, window, fixtures):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
     qtbot.waitUntil(lambda: page.table.rowCount() == 1, timeout=5000)
     assert [page.table.item(0, c).text() for c in (1, 2, 3)] == ["POST", "/v1/completions", "200"]
+    # the page lists every API's routes and counts requests by API
+    assert "/v1/responses" in page.routes.text() and "/v1/messages" in page.routes.text() and "/api/chat" in page.routes.text()
+    r = httpx2.post(url + "/v1/messages", json={"model": "full", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200 and r.json()["type"] == "message"
+    assert httpx2.get(url + "/api/tags").json()["models"][0]["name"] == "full"
+    qtbot.waitUntil(lambda: page.table.rowCount() == 3, timeout=5000)
+    assert page.api_counts.text() == "Requests by API: OpenAI 1  ·  Anthropic 1  ·  Ollama 1"
     page.stop()
     assert page.server is None and page.toggle.text() == "Start"
     page.host.setText("0.0.0.0")

@@ -25,6 +25,9 @@ CHATML = (
 )
 
 ROLES = ("system", "user", "assistant", "tool")
+#: content parts that are text, by the names the APIs give them (OpenAI chat and
+#: Responses, Anthropic)
+TEXT_PARTS = ("text", "input_text", "output_text")
 
 
 def _generation_tag():
@@ -86,9 +89,12 @@ def validate_messages(messages: list[dict]) -> list[dict]:
         content = m.get("content", "")
         if isinstance(content, list):  # OpenAI content parts: keep the text parts
             parts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text":
-                    raise InvalidRequestError(f"messages[{i}].content: only text parts are supported")
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind not in TEXT_PARTS:
+                    raise InvalidRequestError(
+                        f"messages[{i}].content[{j}] is a {kind!r} part: this model takes text only "
+                        "(send images, audio and files as text, or leave them out)", param="messages")  # fmt: skip
                 parts.append(str(part.get("text", "")))
             content = "".join(parts)
         elif content is None:  # an assistant turn that only calls tools: "" as llama.cpp passes it

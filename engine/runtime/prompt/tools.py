@@ -6,8 +6,9 @@ tool turns, checked the way an OpenAI client expects (a 400 naming the field at 
   grammar engine can use, because calls are constrained by it.
 * :func:`parse_choice` reads ``tool_choice``: ``"auto"``, ``"none"``, ``"required"`` or
   ``{"type": "function", "function": {"name": ...}}`` (a tool that must exist).
-* :func:`normalize_messages` gives the model's template what llama.cpp gives it: an
-  assistant's ``tool_calls`` with ``arguments`` as a mapping (clients send a JSON string),
+* :func:`normalize_messages` gives the model's template what llama.cpp gives it: a
+  ``developer`` message as a system one, an assistant's ``tool_calls`` with ``arguments``
+  as a mapping (clients send a JSON string),
   ``reasoning_content`` kept, and every ``tool`` message answering a call made before it.
 """
 
@@ -173,6 +174,8 @@ def normalize_messages(messages: list[dict]) -> list[dict]:
             out.append(m)
             continue
         role = m.get("role")
+        if role == "developer":  # OpenAI's newer name for the instructions a system message gives
+            m, role = {**m, "role": "system"}, "system"
         if role == "assistant" and m.get("tool_calls"):
             calls = m["tool_calls"]
             if not isinstance(calls, list):

@@ -82,16 +82,24 @@ def conversation(detected: Detected | None, messages: list[dict], offered: tuple
     return messages, tools, detected.format if offered else None
 
 
-def later_system_as_user(messages: list[dict]) -> list[dict]:
-    """``messages`` with every system message after the first message turned into a user
-    turn (merged with a user turn next to it)."""
-    out: list[dict] = []
-    for i, m in enumerate(messages):
-        if i > 0 and m.get("role") == "system" and isinstance(m.get("content"), str):
+def fit_system_messages(messages: list[dict]) -> list[dict]:
+    """``messages`` as templates that insist on one system message at the start take them:
+    the system messages before the first other turn (an agent's instructions, then its
+    developer message) merged into one, and each later one given as a user turn (merged
+    with a user turn next to it), where it keeps its place in the conversation."""
+    lead = 0
+    while lead < len(messages) and messages[lead].get("role") == "system" and isinstance(messages[lead].get("content"), str):
+        lead += 1
+    head = messages[:lead]
+    if len(head) > 1:
+        head = [{**head[0], "content": "\n\n".join(m["content"] for m in head if m["content"])}]
+    out: list[dict] = list(head)
+    for m in messages[lead:]:
+        if m.get("role") == "system" and isinstance(m.get("content"), str):
             m = {"role": "user", "content": m["content"]}
         if out and m.get("role") == "user" == out[-1].get("role") and isinstance(m.get("content"), str) \
                 and isinstance(out[-1].get("content"), str) and not out[-1].get("tool_calls"):  # fmt: skip
             out[-1] = {**out[-1], "content": out[-1]["content"] + "\n\n" + m["content"]}
             continue
         out.append(m)
-    return out if any(m.get("role") == "system" for m in messages[1:]) else messages
+    return out

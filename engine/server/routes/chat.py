@@ -18,8 +18,8 @@ def _message(res: J.GenerateResult) -> dict:
     if reply is None:
         return {"role": "assistant", "content": res.text}
     msg: dict = {"role": "assistant", "content": reply.content if (reply.content or not reply.calls) else None}
-    if reply.reasoning:
-        msg["reasoning_content"] = reply.reasoning
+    if reply.reasoning:  # both names: clients disagree (llama.cpp and vLLM's, OpenRouter's)
+        msg["reasoning_content"] = msg["reasoning"] = reply.reasoning
     if reply.calls:
         msg["tool_calls"] = [c.to_openai() for c in reply.calls]
     return msg
@@ -37,7 +37,7 @@ def _deltas(ev: J.Tokens) -> list[dict]:
     out = []
     for p in ev.parts:
         if p.kind == REASONING:
-            out.append(_choice({"reasoning_content": p.text}))
+            out.append(_choice({"reasoning_content": p.text, "reasoning": p.text}))
         elif p.kind == CONTENT:
             out.append(_choice({"content": p.text}))
         elif p.call is not None:

@@ -15,6 +15,11 @@ async def list_models(request: Request):
             "object": "model",
             "created": st.started,
             "owned_by": "mtp-studio",
+            # the context a client may fill, under the names clients read it by (vLLM's,
+            # LM Studio's, OpenRouter's)
+            "context_length": info.get("n_ctx"),
+            "max_model_len": info.get("n_ctx"),
+            "max_context_length": info.get("n_ctx"),
             "meta": {
                 "architecture": info.get("architecture"),
                 "n_ctx": info.get("n_ctx"),

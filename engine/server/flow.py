@@ -1,0 +1,165 @@
+"""One generation request's life on the endpoint, whatever API it came in by: admitted
+(or a 429), its job submitted, its events awaited while watching for the client to leave
+(a disconnect cancels the job), and keep-alives while a long prompt is decoded.
+
+Every API module (chat completions, Responses, Messages, Ollama) opens a :class:`Flow`,
+waits for the first event — a token, or an error it can still answer with a proper
+status — and then writes the events in its own wire format. A prompt that takes longer
+than :data:`FIRST_WAIT_S` to decode is answered at once with a stream that carries
+keep-alives (:data:`PING`) until the first token, so clients do not time out on a long
+silent prefill (llama-server's ``--sse-ping-interval``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from engine.runtime import jobs as J
+from engine.server import errors as E
+from engine.server.bridge import JobStream
+
+#: how long a streamed request waits for its first token before it answers with a
+#: stream that carries keep-alives instead
+FIRST_WAIT_S = 2.0
+#: a keep-alive every this many seconds while no event comes
+PING_INTERVAL_S = 5.0
+#: what :meth:`Flow.events` yields when it is time for a keep-alive
+PING = object()
+
+
+class Flow:
+    """An admitted request and its job. Create with :meth:`open`; :meth:`release` once."""
+
+    def __init__(self, request: Request, stream: JobStream):
+        self.request = request
+        self.stream = stream
+        self._watcher = asyncio.ensure_future(_disconnected(request))
+        self._held = True
+        self._pending: list[Any] = []
+        self.left = False  # the client went away
+
+    @classmethod
+    def open(cls, request: Request, job: J.Generate) -> Flow:
+        """Admit the request (429 when the endpoint's queue is full) and submit ``job``."""
+        st = request.app.state
+        settings = st.settings
+        if st.pending >= settings.max_pending:
+            raise E.HTTPError(
+                429,
+                f"Too many requests in flight ({settings.max_pending}); retry shortly.",
+                type_="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(settings.retry_after_s)},
+            )
+        st.pending += 1
+        try:
+            stream = JobStream(st.engine, job)
+        except Exception as e:
+            st.pending -= 1
+            raise E.from_exception(e, settings.retry_after_s) from None
+        return cls(request, stream)
+
+    def release(self) -> None:
+        """Give the request's place back (and stop watching the client); cancels the job
+        if it has not finished (the client went away mid-stream)."""
+        if self._held:
+            self._held = False
+            self.request.app.state.pending -= 1
+            self._watcher.cancel()
+            if self.stream.final is None:
+                self.stream.cancel()
+
+    @property
+    def retry_after_s(self) -> int:
+        return self.request.app.state.settings.retry_after_s
+
+    async def next(self, timeout: float | None = None) -> Any:
+        """The next event; :data:`PING` after ``timeout`` seconds without one; None when
+        the client went away (the job is then cancelled and drained)."""
+        if self._pending:
+            return self._pending.pop(0)
+        nxt = asyncio.ensure_future(self.stream.next())
+        done, _ = await asyncio.wait({nxt, self._watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if nxt in done:
+            return nxt.result()
+        nxt.cancel()
+        if self._watcher in done:
+            self.left = True
+            await self.stream.wait_cancelled()
+            return None
+        return PING
+
+    async def first(self, timeout: float | None) -> Any:
+        """The first token, the end, or :data:`PING` (nothing yet after ``timeout``), or
+        None (the client left). A failure before any token raises its HTTP error."""
+        while True:
+            ev = await self.next(timeout)
+            if ev is None or ev is PING:
+                return ev
+            if isinstance(ev, J.Failed):
+                raise E.from_exception(ev.error, self.retry_after_s)
+            if isinstance(ev, (J.Tokens, J.Done)):
+                self._pending.insert(0, ev)
+                return ev
+
+    async def result(self) -> J.GenerateResult | None:
+        """Wait for the job's result (None: the client left). A failure raises."""
+        while True:
+            ev = await self.next()
+            if ev is None:
+                return None
+            if isinstance(ev, J.Failed):
+                raise E.from_exception(ev.error, self.retry_after_s)
+            if isinstance(ev, J.Done):
+                return ev.result
+
+    async def events(self) -> AsyncIterator[Any]:
+        """Tokens events, :data:`PING` while none come, then the final Done or Failed."""
+        while True:
+            ev = await self.next(PING_INTERVAL_S)
+            if ev is None:
+                return
+            if ev is PING or isinstance(ev, (J.Tokens, J.Done, J.Failed)):
+                yield ev
+            if isinstance(ev, (J.Done, J.Failed)):
+                return
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        msg = await request.receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def answer(request: Request, job: J.Generate, *, stream: bool, events: Callable[[Flow], AsyncIterator[bytes]],
+                 result: Callable[[J.GenerateResult], dict], media_type: str = "text/event-stream",
+                 headers: dict[str, str] | None = None, keep_alive: bool = True) -> Response:  # fmt: skip
+    """The response to a generation request, whatever its API: ``events(flow)`` writes a
+    stream (it must release the flow when done), ``result(res)`` the whole reply. Waits
+    for the first token (or an error, still a proper status) before answering; with
+    ``keep_alive`` a stream whose first token is late opens at once instead. 499: the
+    client left first."""
+    flow = Flow.open(request, job)
+    headers = dict(headers or {})
+    streaming = False
+    try:
+        first = await flow.first(FIRST_WAIT_S if (stream and keep_alive) else None)
+        if first is None:
+            return Response(status_code=499)
+        if stream:
+            streaming = True
+            headers.update({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(events(flow), media_type=media_type, headers=headers)
+        res = await flow.result()
+        if res is None:
+            return Response(status_code=499)
+        return JSONResponse(result(res), headers=headers)
+    finally:
+        if not streaming:
+            flow.release()

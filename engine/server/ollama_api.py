@@ -1,0 +1,264 @@
+"""Ollama's API mapped to engine jobs and back, for the clients that look for a local
+Ollama (VS Code Copilot, Open WebUI, Continue, Cline, aider's ``ollama_chat/``, Zed).
+
+``/api/chat`` and ``/api/generate`` take ``messages`` (with ``tool_calls``, ``thinking``
+and tool results) or a ``prompt``, ``tools``, ``think`` (on/off, or an effort), ``format``
+(``"json"`` or a JSON schema: the job's grammar) and ``options`` (``num_predict``,
+``temperature``, ``top_p``, ``top_k``, ``seed``, ``stop``; ``num_ctx`` is honoured up to the
+loaded context and refused with words beyond it); ``keep_alive`` is accepted (the model
+stays loaded). Replies stream as NDJSON, one object a line, the last with ``done: true``
+and Ollama's counts and durations. The job is decided where every request is
+(:meth:`Engine.resolve <engine.runtime.engine.Engine.resolve>`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import InvalidRequestError
+from engine.runtime import jobs as J
+from engine.runtime.decode.grammar import GrammarSpec
+from engine.runtime.prompt.reply import CALL, CONTENT, REASONING
+from engine.runtime.prompt.tools import parse_tools
+from engine.server.errors import HTTPError
+from engine.server.schemas import Resolve, bad, get, mtp_of
+
+#: the Ollama version this endpoint answers as (clients check for a recent one)
+VERSION = "0.13.0"
+#: ``think`` efforts (gpt-oss style) as thinking on and a budget
+_EFFORT = {"low": 1024, "medium": 4096, "high": None}
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def model_name(body: Any, models: dict[str, dict]) -> str:
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    name = body.get("model") or body.get("name")
+    if not isinstance(name, str) or not name:
+        raise bad("'model' is required (see GET /api/tags)", "model")
+    if name not in models:
+        bare = name.removesuffix(":latest")
+        if bare in models:
+            return bare
+        known = ", ".join(models) or "none"
+        raise HTTPError(404, f"model '{name}' not found (loaded: {known})", code="model_not_found")
+    return name
+
+
+def details(info: dict) -> dict:
+    arch = info.get("architecture") or ""
+    return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch], "parameter_size": "",
+            "quantization_level": info.get("quantization") or ""}  # fmt: skip
+
+
+def capabilities(info: dict) -> list[str]:
+    caps = ["completion"]
+    if info.get("tool_format"):
+        caps.append("tools")
+    if info.get("thinks"):
+        caps.append("thinking")
+    return caps
+
+
+def tag(name: str, info: dict, size: int) -> dict:
+    return {"name": name, "model": name, "modified_at": now_iso(), "size": size, "digest": "",
+            "details": details(info)}  # fmt: skip
+
+
+def show(name: str, info: dict, template: str) -> dict:
+    arch = info.get("architecture") or "unknown"
+    return {
+        "license": "",
+        "modelfile": "",
+        "parameters": "",
+        "template": template,
+        "details": details(info),
+        "model_info": {"general.architecture": arch, f"{arch}.context_length": info.get("n_ctx"),
+                       f"{arch}.embedding_length": info.get("n_embd")},  # fmt: skip
+        "capabilities": capabilities(info),
+        "modified_at": now_iso(),
+    }
+
+
+@dataclass
+class OllamaRequest:
+    job: J.Generate
+    model: str
+    stream: bool
+    chat: bool
+
+
+def _messages(raw: Any) -> list[dict]:
+    if not isinstance(raw, list) or not raw:
+        raise bad("'messages' must be a non-empty list", "messages")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise bad(f"messages[{i}] must be an object", "messages")
+        if m.get("images"):
+            raise bad(f"messages[{i}] has images: this model takes text only", "messages")
+        msg: dict = {"role": m.get("role"), "content": m.get("content") or ""}
+        if m.get("thinking"):
+            msg["reasoning_content"] = m["thinking"]
+        if m.get("tool_calls"):
+            calls = []
+            for j, c in enumerate(m["tool_calls"]):
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict):
+                    raise bad(f"messages[{i}].tool_calls[{j}] must be {{'function': {{'name', 'arguments'}}}}", "messages")
+                calls.append({"id": c.get("id") or f"call_{i}_{j}", "type": "function",
+                              "function": {"name": fn.get("name"), "arguments": fn.get("arguments") or {}}})  # fmt: skip
+            msg["tool_calls"] = calls
+        if msg["role"] == "tool":
+            # Ollama's tool results name the tool, not the call: answer the latest open call
+            msg["tool_call_id"] = m.get("tool_call_id") or _last_call(out, m.get("tool_name"))
+        out.append(msg)
+    return out
+
+
+def _last_call(messages: list[dict], name: Any) -> str | None:
+    for m in reversed(messages):
+        for c in reversed(m.get("tool_calls") or []):
+            if name is None or c["function"]["name"] == name:
+                return c["id"]
+    return None
+
+
+def _format(raw: Any) -> GrammarSpec | None:
+    if raw is None or raw == "":
+        return None
+    if raw == "json":
+        return GrammarSpec("json_object", param="format")
+    if isinstance(raw, dict):
+        return GrammarSpec.json_schema(raw, param="format")
+    raise bad("'format' must be \"json\" or a JSON schema", "format")
+
+
+def _think(raw: Any) -> tuple[dict | None, int | None]:
+    if raw is None:
+        return None, None
+    if isinstance(raw, bool):
+        return {"enable_thinking": raw}, None
+    if raw in _EFFORT:
+        return {"enable_thinking": True}, _EFFORT[raw]
+    raise bad("'think' must be true, false, 'low', 'medium' or 'high'", "think")
+
+
+def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None, *, chat: bool) -> OllamaRequest:
+    name = model_name(body, models)
+    opts = get(body, "options", (dict,), {}) or {}
+    n_ctx = models[name].get("n_ctx") or 0
+    num_ctx = opts.get("num_ctx")
+    if num_ctx is not None and (not isinstance(num_ctx, int) or isinstance(num_ctx, bool) or num_ctx > n_ctx):
+        raise bad(f"options.num_ctx {num_ctx!r} is more than this model's loaded context of {n_ctx} tokens: load it "
+                  "with a larger context (in the app, or `mtp-studio serve --ctx N`), or ask for at most that", "num_ctx")
+    if chat:
+        prompt: dict = {"messages": _messages(body.get("messages"))}
+        tools = None
+        try:
+            tools = parse_tools(body.get("tools"))
+        except InvalidRequestError as e:
+            raise bad(str(e), e.param) from None
+        prompt["tools"] = tools
+    else:
+        text = body.get("prompt")
+        if not isinstance(text, str):
+            raise bad("'prompt' must be a string", "prompt")
+        if body.get("images"):
+            raise bad("'images': this model takes text only", "images")
+        system = body.get("system")
+        if body.get("raw"):
+            prompt = {"prompt": text}
+        else:
+            msgs = ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
+            prompt = {"messages": [*msgs, {"role": "user", "content": text}]}
+    kwargs, budget = _think(body.get("think"))
+    stop = opts.get("stop")
+    mtp, depth = mtp_of(body)
+    job = J.Generate(
+        model=name,
+        max_tokens=opts.get("num_predict") if isinstance(opts.get("num_predict"), int) and opts["num_predict"] > 0 else None,
+        stop=tuple(stop) if isinstance(stop, list) else ((stop,) if isinstance(stop, str) else ()),
+        temperature=opts.get("temperature"),
+        top_p=opts.get("top_p"),
+        top_k=opts.get("top_k"),
+        seed=opts.get("seed"),
+        mtp=mtp,
+        draft_depth=depth,
+        grammar=_format(body.get("format")),
+        chat_template_kwargs=kwargs if "messages" in prompt else None,
+        thinking_budget=budget,
+        rounds=False,
+        defaults=defaults,
+        **prompt,
+    )
+    return OllamaRequest(resolve(job), name, body.get("stream", True) is not False, chat)
+
+
+# ----------------------------------------------------------------- output
+def _call(c) -> dict:
+    return {"function": {"name": c.name, "arguments": json.loads(c.arguments or "{}")}}
+
+
+def chunk(req: OllamaRequest, ev: J.Tokens) -> dict | None:
+    """One streamed line for an engine event (None: nothing to say yet)."""
+    content, thinking, calls = "", "", []
+    if ev.parts is None:
+        content = ev.text
+    else:
+        for p in ev.parts:
+            if p.kind == REASONING:
+                thinking += p.text
+            elif p.kind == CONTENT:
+                content += p.text
+            elif p.kind == CALL and p.call is not None:
+                calls.append(_call(p.call))
+    if not (content or thinking or calls):
+        return None
+    base = {"model": req.model, "created_at": now_iso(), "done": False}
+    if not req.chat:
+        return {**base, "response": content, **({"thinking": thinking} if thinking else {})}
+    msg: dict = {"role": "assistant", "content": content}
+    if thinking:
+        msg["thinking"] = thinking
+    if calls:
+        msg["tool_calls"] = calls
+    return {**base, "message": msg}
+
+
+def final(req: OllamaRequest, res: J.GenerateResult, whole: bool) -> dict:
+    """The last object (``whole``: it carries the whole reply, for ``stream: false``)."""
+    s = res.stats
+    out: dict = {
+        "model": req.model,
+        "created_at": now_iso(),
+        "done": True,
+        "done_reason": "length" if res.finish_reason == "length" else "stop",
+        "total_duration": int((s.prompt_ms + s.generation_ms) * 1e6),
+        "load_duration": 0,
+        "prompt_eval_count": res.prompt_tokens,
+        "prompt_eval_duration": int(s.prompt_ms * 1e6),
+        "eval_count": len(res.tokens),
+        "eval_duration": int(s.generation_ms * 1e6),
+    }
+    reply = res.reply
+    content = (reply.content if reply is not None else res.text) if whole else ""
+    if req.chat:
+        msg: dict = {"role": "assistant", "content": content}
+        if whole and reply is not None:
+            if reply.reasoning:
+                msg["thinking"] = reply.reasoning
+            if reply.calls:
+                msg["tool_calls"] = [_call(c) for c in reply.calls]
+        out["message"] = msg
+    else:
+        out["response"] = content
+        if whole and reply is not None and reply.reasoning:
+            out["thinking"] = reply.reasoning
+    return out

@@ -1,0 +1,93 @@
+"""A streamed reply as an ordered list of blocks — thinking, text, tool calls — each
+started, grown and stopped, the shape the Responses and Messages APIs stream in.
+
+The engine already splits a reply as it is generated (:class:`~engine.runtime.jobs.Tokens`
+``parts``, from the template's own thinking markers and call format); this turns those
+parts into block events, one open block at a time: a thinking block while the reply
+thinks, a text block for its answer, one block per tool call (a call arrives whole:
+started with its name and id, its arguments as one delta, stopped). Each API module only
+says how a block event is written on its wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.runtime import jobs as J
+from engine.runtime.prompt.reply import CALL, CONTENT, REASONING
+from engine.runtime.prompt.tools import ToolCall
+
+THINKING, TEXT, TOOL = "thinking", "text", "tool"
+START, DELTA, STOP = "start", "delta", "stop"
+
+
+@dataclass
+class Block:
+    kind: str  # THINKING | TEXT | TOOL
+    index: int  # its place among the reply's blocks
+    call: ToolCall | None = None
+    text: str = ""  # everything its deltas said
+
+
+@dataclass(frozen=True)
+class BlockEvent:
+    what: str  # START | DELTA | STOP
+    block: Block
+    delta: str = ""
+
+
+class Blocks:
+    """Block events of one reply, fed the engine's Tokens events in order."""
+
+    def __init__(self):
+        self.blocks: list[Block] = []
+        self._open: Block | None = None
+
+    def feed(self, ev: J.Tokens) -> list[BlockEvent]:
+        out: list[BlockEvent] = []
+        if ev.parts is None:
+            self._grow(out, TEXT, ev.text)
+            return out
+        for p in ev.parts:
+            if p.kind == REASONING:
+                self._grow(out, THINKING, p.text)
+            elif p.kind == CONTENT:
+                self._grow(out, TEXT, p.text)
+            elif p.kind == CALL and p.call is not None:
+                self._close(out)
+                b = self._start(out, TOOL, p.call)
+                b.text = p.call.arguments
+                out.append(BlockEvent(DELTA, b, p.call.arguments))
+                self._close(out)
+        return out
+
+    def finish(self) -> list[BlockEvent]:
+        out: list[BlockEvent] = []
+        self._close(out)
+        return out
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [b.call for b in self.blocks if b.call is not None]
+
+    def _grow(self, out: list[BlockEvent], kind: str, text: str) -> None:
+        if not text:
+            return
+        if self._open is None or self._open.kind != kind:
+            self._close(out)
+            self._start(out, kind)
+        assert self._open is not None
+        self._open.text += text
+        out.append(BlockEvent(DELTA, self._open, text))
+
+    def _start(self, out: list[BlockEvent], kind: str, call: ToolCall | None = None) -> Block:
+        b = Block(kind, len(self.blocks), call)
+        self.blocks.append(b)
+        self._open = b
+        out.append(BlockEvent(START, b))
+        return b
+
+    def _close(self, out: list[BlockEvent]) -> None:
+        if self._open is not None:
+            out.append(BlockEvent(STOP, self._open))
+            self._open = None

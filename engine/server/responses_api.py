@@ -1,0 +1,430 @@
+"""OpenAI's Responses API (``POST /v1/responses``) mapped to engine jobs and back: the API
+Codex CLI and openai-agents speak.
+
+A request's ``instructions`` and ``input`` items become a chat conversation (messages,
+``function_call`` and ``function_call_output`` items as tool turns, ``reasoning`` items as
+the next assistant turn's ``reasoning_content``); function ``tools`` become the job's
+tools, and the tool types a local model cannot run (``web_search``, ``local_shell``,
+``custom``, ``namespace``, MCP, …) are skipped and named in the ``x-mtp-studio-skipped-tools``
+response header and the log. ``text.format`` becomes the job's grammar, ``reasoning.effort``
+thinking on, off or a budget. The job is then decided where every request is
+(:meth:`Engine.resolve <engine.runtime.engine.Engine.resolve>`).
+
+The reply comes back as output items — a ``reasoning`` item, a ``message`` with one
+``output_text`` part, a ``function_call`` per call — whole (:func:`response_object`) or
+streamed as OpenAI's event sequence (:class:`EventWriter`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import InvalidRequestError
+from engine.runtime import jobs as J
+from engine.runtime.decode.grammar import GrammarSpec
+from engine.runtime.prompt.tools import parse_choice, parse_tools
+from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, Block, BlockEvent
+from engine.server.schemas import Resolve, bad, function_tools, get, model_of, new_id, sampling_of
+
+log = logging.getLogger("mtp_studio.server")
+
+#: thinking for each ``reasoning.effort``: (on, budget in tokens; None: unlimited)
+EFFORT = {"none": (False, None), "minimal": (False, None), "low": (True, 1024), "medium": (True, 4096),
+          "high": (True, None), "xhigh": (True, None)}  # fmt: skip
+#: input items that carry no text a model here could use (they come with tools it skips)
+_SKIPPED_ITEMS = ("web_search_call", "file_search_call", "computer_call", "computer_call_output", "local_shell_call",
+                  "local_shell_call_output", "custom_tool_call", "custom_tool_call_output", "mcp_call",
+                  "mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "image_generation_call",
+                  "code_interpreter_call", "item_reference", "compaction")  # fmt: skip
+
+
+@dataclass
+class ResponsesRequest:
+    """A parsed Responses request: the job, and what the response echoes."""
+
+    job: J.Generate
+    model: str
+    stream: bool
+    store: bool
+    #: the conversation the job renders, without the instructions (kept for
+    #: ``previous_response_id``)
+    history: list[dict]
+    instructions: str | None
+    previous_response_id: str | None
+    skipped_tools: list[str] = field(default_factory=list)
+    echo: dict = field(default_factory=dict)
+
+
+def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None,
+          previous: list[dict] | None = None) -> ResponsesRequest:  # fmt: skip
+    """``body`` as a resolved job. ``previous``: the conversation of the response named by
+    ``previous_response_id`` (the route looks it up)."""
+    model = model_of(body, models)
+    instructions = get(body, "instructions", (str,), None)
+    raw_input = body.get("input")
+    if isinstance(raw_input, str):
+        items: list = [{"type": "message", "role": "user", "content": raw_input}]
+    elif isinstance(raw_input, list):
+        items = raw_input
+    elif raw_input is None and previous:
+        items = []
+    else:
+        raise bad("'input' must be a string or a list of input items", "input")
+    history = [*(previous or []), *input_messages(items)]
+    if not history:
+        raise bad("'input' is empty: give at least one message", "input")
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + history
+    tools, skipped = function_tools(body.get("tools"), _function)
+    try:
+        parsed_tools = parse_tools(tools)
+        choice = parse_choice(_tool_choice(body.get("tool_choice")), parsed_tools)
+    except InvalidRequestError as e:
+        raise bad(str(e), e.param) from None
+    if skipped:
+        log.info("responses: skipped tools this endpoint cannot run: %s", ", ".join(skipped))
+    kwargs, budget = _reasoning(body.get("reasoning"))
+    max_tokens = get(body, "max_output_tokens", (int,), None)
+    stop = body.get("stop")  # not OpenAI's, but llama-server's and agents' habit
+    job = J.Generate(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        stop=tuple(stop) if isinstance(stop, list) else ((stop,) if isinstance(stop, str) else ()),
+        **sampling_of(body),
+        grammar=_format(body.get("text")),
+        tools=parsed_tools,
+        tool_choice=choice,
+        parallel_tool_calls=get(body, "parallel_tool_calls", (bool,), None),
+        chat_template_kwargs=kwargs,
+        thinking_budget=budget,
+        rounds=False,
+        defaults=defaults,
+    )
+    echo = {
+        "instructions": instructions,
+        "tools": [t for t in (body.get("tools") or []) if isinstance(t, dict) and t.get("type") == "function"],
+        "tool_choice": body.get("tool_choice", "auto"),
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "metadata": body.get("metadata") or {},
+        "max_output_tokens": max_tokens,
+        "temperature": body.get("temperature", 1.0),
+        "top_p": body.get("top_p", 1.0),
+        "truncation": "disabled",
+        "user": body.get("user"),
+    }
+    return ResponsesRequest(resolve(job), model, bool(get(body, "stream", (bool,), False)),
+                            bool(get(body, "store", (bool,), True)), history, instructions,
+                            get(body, "previous_response_id", (str,), None), skipped, echo)  # fmt: skip
+
+
+# ------------------------------------------------------------------ input
+def _text_of(content: Any, where: str) -> str:
+    """The text of a message's ``content``: a string, or text parts (others refused by name)."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        raise bad(f"{where}.content must be a string or a list of content parts", "input")
+    out = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+            out.append(str(part.get("text", "")))
+        elif kind == "refusal":
+            out.append(str(part.get("refusal", "")))
+        else:
+            raise bad(f"{where}.content[{j}] is a {kind!r} part: this model takes text only "
+                      "(send images, audio and files as text, or leave them out)", "input")  # fmt: skip
+    return "".join(out)
+
+
+def input_messages(items: list) -> list[dict]:
+    """Responses input items as chat messages (tool calls grouped into one assistant turn,
+    reasoning attached to the assistant turn it preceded)."""
+    out: list[dict] = []
+    reasoning: list[str] = []
+
+    def assistant() -> dict:
+        """The assistant turn the next call or reasoning belongs to."""
+        if out and out[-1]["role"] == "assistant" and not out[-1].get("_closed"):
+            return out[-1]
+        msg: dict = {"role": "assistant", "content": ""}
+        out.append(msg)
+        return msg
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise bad(f"{where} must be an object", "input")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise bad(f"{where}.role must be user, system, developer or assistant, got {role!r}", "input")
+            text = _text_of(item.get("content"), where)
+            if role == "assistant":
+                msg = assistant()
+                msg["content"] = (msg["content"] + text) if msg["content"] else text
+                if reasoning:
+                    msg["reasoning_content"] = "".join(reasoning)
+                    reasoning.clear()
+            else:
+                if out and out[-1]["role"] == "assistant":
+                    out[-1]["_closed"] = True
+                out.append({"role": "system" if role == "developer" else role, "content": text})
+        elif kind == "function_call":
+            name, call_id = item.get("name"), item.get("call_id") or item.get("id")
+            if not isinstance(name, str) or not isinstance(call_id, str):
+                raise bad(f"{where}: a function_call needs 'name' and 'call_id'", "input")
+            msg = assistant()
+            if reasoning:
+                msg["reasoning_content"] = "".join(reasoning)
+                reasoning.clear()
+            args = item.get("arguments") or "{}"
+            msg.setdefault("tool_calls", []).append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})  # fmt: skip
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise bad(f"{where}: a function_call_output needs 'call_id'", "input")
+            output = item.get("output")
+            text = output if isinstance(output, str) else _text_of(output, where)
+            if out and out[-1]["role"] == "assistant":
+                out[-1]["_closed"] = True
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        elif kind == "reasoning":
+            parts = item.get("content") or item.get("summary") or []
+            reasoning.append(_text_of(parts, where) if isinstance(parts, list) else "")
+        elif kind in _SKIPPED_ITEMS:
+            continue
+        else:
+            raise bad(f"{where}: input items of type {kind!r} are not supported", "input")
+    for m in out:
+        m.pop("_closed", None)
+    return out
+
+
+def _function(t: dict) -> dict | None:
+    if t.get("type") != "function":
+        return None  # web_search, local_shell, custom, namespace, MCP, …: skipped
+    return {k: t[k] for k in ("name", "description", "parameters") if k in t}
+
+
+def _tool_choice(raw: Any) -> Any:
+    if isinstance(raw, dict):
+        if raw.get("type") == "function" and isinstance(raw.get("name"), str):
+            return {"type": "function", "function": {"name": raw["name"]}}
+        if raw.get("type") == "allowed_tools":
+            return raw.get("mode", "auto")
+        return "auto"  # a hosted tool's choice: its tool is skipped, the model may still call the others
+    return raw
+
+
+def _format(text: Any) -> GrammarSpec | None:
+    if text is None:
+        return None
+    if not isinstance(text, dict):
+        raise bad("'text' must be an object", "text")
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec("json_object", param="text.format")
+    if kind == "json_schema":
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
+            raise bad("text.format json_schema needs {'type': 'json_schema', 'name': ..., 'schema': {...}}", "text.format")
+        return GrammarSpec.json_schema(schema, param="text.format")
+    raise bad("text.format type must be 'text', 'json_object' or 'json_schema'", "text.format")
+
+
+def _reasoning(raw: Any) -> tuple[dict | None, int | None]:
+    """``reasoning.effort`` as the template's ``enable_thinking`` and a thinking budget."""
+    if raw is None:
+        return None, None
+    if not isinstance(raw, dict):
+        raise bad("'reasoning' must be an object", "reasoning")
+    effort = raw.get("effort")
+    if effort is None:
+        return None, None
+    if effort not in EFFORT:
+        raise bad(f"reasoning.effort must be one of {', '.join(EFFORT)}", "reasoning.effort")
+    on, budget = EFFORT[effort]
+    return {"enable_thinking": on}, budget
+
+
+# ----------------------------------------------------------------- output
+def status_of(res: J.GenerateResult) -> tuple[str, dict | None]:
+    if res.finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    return "completed", None
+
+
+def usage(res: J.GenerateResult) -> dict:
+    out = len(res.tokens)
+    return {
+        "input_tokens": res.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": res.stats.prompt_tokens_reused},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": res.stats.thinking_tokens},
+        "total_tokens": res.prompt_tokens + out,
+    }
+
+
+class Items:
+    """Output item ids and shapes for one response's blocks."""
+
+    def __init__(self):
+        self._ids: dict[int, str] = {}
+
+    def id(self, b: Block) -> str:
+        if b.index not in self._ids:
+            prefix = {THINKING: "rs", TEXT: "msg", TOOL: "fc"}[b.kind]
+            self._ids[b.index] = new_id(prefix)
+        return self._ids[b.index]
+
+    def item(self, b: Block, done: bool) -> dict:
+        status = "completed" if done else "in_progress"
+        if b.kind == THINKING:
+            content = [{"type": "reasoning_text", "text": b.text}] if done else []
+            return {"type": "reasoning", "id": self.id(b), "summary": [], "content": content, "status": status}
+        if b.kind == TEXT:
+            content = [_text_part(b.text)] if done else []
+            return {"type": "message", "id": self.id(b), "role": "assistant", "status": status, "content": content}
+        assert b.call is not None
+        return {"type": "function_call", "id": self.id(b), "call_id": b.call.id, "name": b.call.name,
+                "arguments": b.text if done else "", "status": status}  # fmt: skip
+
+
+def _text_part(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def response_object(rid: str, created: int, req: ResponsesRequest, status: str, output: list[dict],
+                    res: J.GenerateResult | None = None, incomplete: dict | None = None,
+                    error: dict | None = None) -> dict:  # fmt: skip
+    out = {
+        "id": rid,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": error,
+        "incomplete_details": incomplete,
+        "model": req.model,
+        "output": output,
+        "previous_response_id": req.previous_response_id,
+        "store": req.store,
+        "usage": usage(res) if res is not None else None,
+        **req.echo,
+    }
+    if res is not None:
+        out["timings"] = _timings(res)
+    return out
+
+
+def _timings(res: J.GenerateResult) -> dict:
+    from engine.server.generation import timings
+
+    return timings(res)
+
+
+def history_of(output: list[dict]) -> list[dict]:
+    """A response's output items as the chat messages a later turn continues from."""
+    return input_messages([i for i in output if i.get("type") in ("message", "function_call", "reasoning")])
+
+
+class EventWriter:
+    """OpenAI's streamed Responses events for one response, numbered in order."""
+
+    def __init__(self, rid: str, created: int, req: ResponsesRequest):
+        self.rid, self.created, self.req = rid, created, req
+        self.seq = 0
+        self.items = Items()
+        self.output: list[dict] = []
+
+    def event(self, kind: str, **data: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self.seq, **data}
+        self.seq += 1
+        return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+    def opening(self) -> list[bytes]:
+        snap = response_object(self.rid, self.created, self.req, "in_progress", [])
+        return [self.event("response.created", response=snap), self.event("response.in_progress", response=snap)]
+
+    def block(self, ev: BlockEvent) -> list[bytes]:
+        b, out = ev.block, []
+        ix = b.index
+        iid = self.items.id(b)
+        part_kind = "reasoning_text" if b.kind == THINKING else "output_text"
+        if ev.what == START:
+            out.append(self.event("response.output_item.added", output_index=ix, item=self.items.item(b, False)))
+            if b.kind != TOOL:
+                empty = {"type": "reasoning_text", "text": ""} if b.kind == THINKING else _text_part("")
+                out.append(self.event("response.content_part.added", item_id=iid, output_index=ix, content_index=0,
+                                      part=empty))  # fmt: skip
+        elif ev.what == DELTA:
+            if b.kind == TOOL:
+                out.append(self.event("response.function_call_arguments.delta", item_id=iid, output_index=ix,
+                                      delta=ev.delta))  # fmt: skip
+            elif b.kind == THINKING:
+                out.append(self.event("response.reasoning_text.delta", item_id=iid, output_index=ix, content_index=0,
+                                      delta=ev.delta))  # fmt: skip
+            else:
+                out.append(self.event("response.output_text.delta", item_id=iid, output_index=ix, content_index=0,
+                                      delta=ev.delta, logprobs=[]))  # fmt: skip
+        elif ev.what == STOP:
+            if b.kind == TOOL:
+                out.append(self.event("response.function_call_arguments.done", item_id=iid, output_index=ix,
+                                      arguments=b.text, name=b.call.name if b.call else None))  # fmt: skip
+            else:
+                done_kind = "response.reasoning_text.done" if b.kind == THINKING else "response.output_text.done"
+                extra = {} if b.kind == THINKING else {"logprobs": []}
+                out.append(self.event(done_kind, item_id=iid, output_index=ix, content_index=0, text=b.text, **extra))
+                part = {"type": part_kind, "text": b.text} if b.kind == THINKING else _text_part(b.text)
+                out.append(self.event("response.content_part.done", item_id=iid, output_index=ix, content_index=0,
+                                      part=part))  # fmt: skip
+            item = self.items.item(b, True)
+            self.output.append(item)
+            out.append(self.event("response.output_item.done", output_index=ix, item=item))
+        return out
+
+    def closing(self, res: J.GenerateResult) -> tuple[bytes, dict]:
+        status, incomplete = status_of(res)
+        obj = response_object(self.rid, self.created, self.req, status, self.output, res, incomplete)
+        return self.event("response.completed" if status == "completed" else "response.incomplete", response=obj), obj
+
+    def failed(self, code: str | None, message: str) -> bytes:
+        err = {"code": code or "server_error", "message": message}
+        obj = response_object(self.rid, self.created, self.req, "failed", self.output, error=err)
+        return self.event("response.failed", response=obj)
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def output_of(res: J.GenerateResult) -> list[dict]:
+    """A finished reply as output items (what a stream's items add up to)."""
+    items = Items()
+    reply = res.reply
+    blocks: list[Block] = []
+    if reply is None:
+        blocks.append(Block(TEXT, 0, text=res.text))
+    else:
+        if reply.reasoning:
+            blocks.append(Block(THINKING, len(blocks), text=reply.reasoning))
+        if reply.content or not reply.calls:
+            blocks.append(Block(TEXT, len(blocks), text=reply.content))
+        for c in reply.calls:
+            blocks.append(Block(TOOL, len(blocks), call=c, text=c.arguments))
+    return [items.item(b, True) for b in blocks]

@@ -1,0 +1,68 @@
+"""POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API;
+:mod:`engine.server.messages_api` maps it). Errors take Anthropic's shape
+(:mod:`engine.server.errors`, by path)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from engine.runtime import jobs as J
+from engine.runtime.generatejob import count_prompt
+from engine.server import errors as E
+from engine.server import messages_api as M
+from engine.server.flow import PING, Flow, answer
+from engine.server.replyblocks import Blocks
+from engine.server.request import json_body
+from engine.server.routes.responses import SKIPPED_HEADER
+
+
+async def create(request: Request):
+    body = await json_body(request)
+    engine = request.app.state.engine
+    req = M.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults)
+    headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
+    mid = M.new_id("msg")
+    return await answer(request, req.job, stream=req.stream, headers=headers,
+                        result=lambda res: M.message_object(mid, req, res), events=lambda flow: _events(flow, req, mid))
+
+
+async def _events(flow: Flow, req: M.MessagesRequest, mid: str):
+    w = M.EventWriter(mid, req)
+    blocks = Blocks()
+    try:
+        yield w.opening()
+        async for ev in flow.events():
+            if ev is PING:
+                yield M.PING
+            elif isinstance(ev, J.Tokens):
+                for be in blocks.feed(ev):
+                    yield w.block(be)
+            elif isinstance(ev, J.Failed):
+                err = E.from_exception(ev.error)
+                yield w.error(E.body_for(E.ANTHROPIC, err)["error"]["type"], err.message)
+            elif isinstance(ev, J.Done):
+                for be in blocks.finish():
+                    yield w.block(be)
+                yield w.closing(ev.result)
+    finally:
+        flow.release()
+
+
+async def count_tokens(request: Request):
+    body = await json_body(request)
+    engine = request.app.state.engine
+    req = M.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults, count_only=True)
+    handle = engine.submit(J.Call(partial(count_prompt, req.job), label="count_tokens"))
+    n = await run_in_threadpool(handle.result, 60)
+    return JSONResponse({"input_tokens": n})
+
+
+routes = [
+    Route("/v1/messages", create, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+]
