@@ -1,10 +1,13 @@
 """An agent's first turn and its second, through each API: time to first token and total
-time for an ~18k-token first prompt (instructions and tool definitions, as Claude Code
-sends) and the turn after it (the prompt cache resumes it), on the demo with a 64k
-context, MTP auto against off; and llama-server on the same file, where a binary is given.
-Prints figures; not a test.
+time for a long first prompt (instructions and tool definitions, as agents send) and the
+turn after it (the prompt cache resumes it), MTP auto against off; and llama-server on the
+same file, where a binary is given. Prints figures; not a test.
 
-    python -m benchmarks.agent_apis [--server PATH/llama-server] [--tokens 18000] [--max-tokens 64]
+    python -m benchmarks.agent_apis [--server PATH/llama-server] [--model M] [--tokens N] [--ctx N]
+
+The bundled demo was trained with a 4,096-token context, which caps what it loads with, so
+on it the first prompt is 3,500 tokens by default; give a model with a longer training
+context (``--model``) for Claude Code's ~18k (``--tokens 18000 --ctx 65536``).
 
 Every first prompt starts with its own line, so no run reuses another's prompt; the second
 turn re-sends the first with the reply and one more user message.
@@ -16,6 +19,7 @@ import argparse
 import json
 import subprocess
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -100,6 +104,13 @@ def _system(tokens: int, count) -> str:
 
 
 def run_arm(base: str, model: str, api: str, system: str, n: int, mtp: str | None) -> dict:
+    try:
+        return _turns(base, model, api, system, n, mtp)
+    except urllib.error.HTTPError as e:
+        return {"error": f"HTTP {e.code}: {e.read().decode('utf-8', 'replace')[:200]}"}
+
+
+def _turns(base: str, model: str, api: str, system: str, n: int, mtp: str | None) -> dict:
     nonce = f"Session {uuid.uuid4().hex}.\n"
     turns = [{"role": "user", "content": "Fix the failing test in tests/test_parse.py."}]
     path, body = _body(api, model, nonce + system, turns, n, mtp)
@@ -110,16 +121,16 @@ def run_arm(base: str, model: str, api: str, system: str, n: int, mtp: str | Non
     return {"ttft_1": t1, "total_1": total1, "ttft_2": t2, "total_2": total2}
 
 
-def _ours(ctx: int) -> tuple[subprocess.Popen, str]:
+def _ours(model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen(["mtp-studio", "serve", "--model", str(demo_model_path()), "--ctx", str(ctx), "--port",
+    proc = subprocess.Popen(["mtp-studio", "serve", "--model", str(model), "--ctx", str(ctx), "--port",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return proc, f"http://127.0.0.1:{port}"
 
 
-def _theirs(exe: str, ctx: int) -> tuple[subprocess.Popen, str]:
+def _theirs(exe: str, model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([exe, "-m", str(demo_model_path()), "--port", str(port), "-c", str(ctx), "-np", "1",
+    proc = subprocess.Popen([exe, "-m", str(model), "--port", str(port), "-c", str(ctx), "-np", "1",
                              "--no-webui", "--jinja"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return proc, f"http://127.0.0.1:{port}"
 
@@ -141,18 +152,19 @@ def _wait(base: str, proc: subprocess.Popen) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", type=Path, help="a llama-server binary built from the vendored llama.cpp")
-    ap.add_argument("--tokens", type=int, default=18000, help="size of the first prompt's instructions")
+    ap.add_argument("--model", type=Path, default=demo_model_path())
+    ap.add_argument("--tokens", type=int, default=3500, help="size of the first prompt's instructions")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--ctx", type=int, default=65536)
+    ap.add_argument("--ctx", type=int, default=4096)
     a = ap.parse_args(argv)
     from engine.runtime.llama.model import Model
 
-    vocab = Model.load(demo_model_path(), load_mtp=False, metadata_only=True)
+    vocab = Model.load(a.model, load_mtp=False, metadata_only=True)
     count = lambda t: len(vocab.tokenize(t))  # noqa: E731
     system = _system(a.tokens, count)
     print(f"first prompt: {count(system)} tokens of instructions; {a.max_tokens} tokens a reply; context {a.ctx}")
     rows = []
-    proc, base = _ours(a.ctx)
+    proc, base = _ours(a.model, a.ctx)
     try:
         _wait(base, proc)
         model = json.load(urllib.request.urlopen(base + "/v1/models"))["data"][0]["id"]
@@ -164,16 +176,19 @@ def main(argv: list[str] | None = None) -> int:
         proc.terminate()
         proc.wait()
     if a.server is not None:
-        proc, base = _theirs(str(a.server), a.ctx)
+        proc, base = _theirs(str(a.server), a.model, a.ctx)
         try:
             _wait(base, proc)
             for api in ("chat", "responses", "messages"):
-                rows.append(("llama-server", api, "off", run_arm(base, "demo", api, system, a.max_tokens, None)))
+                rows.append(("llama-server", api, "off", run_arm(base, a.model.stem, api, system, a.max_tokens, None)))
         finally:
             proc.terminate()
             proc.wait()
     print(f"{'server':13} {'API':10} {'MTP':5} {'TTFT 1':>8} {'total 1':>8} {'TTFT 2':>8} {'total 2':>8}   (seconds)")
     for who, api, mtp, r in rows:
+        if "error" in r:
+            print(f"{who:13} {api:10} {mtp:5} {r['error']}")
+            continue
         print(f"{who:13} {api:10} {mtp:5} {r['ttft_1']:8.2f} {r['total_1']:8.2f} {r['ttft_2']:8.2f} {r['total_2']:8.2f}")
     return 0
 

@@ -54,9 +54,12 @@ def conversation(body: Any) -> list[dict]:
         raise bad("'messages' must be a non-empty list", "messages")
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
             raise bad(f"{where} must be {{'role': 'user' | 'assistant', 'content': ...}}", "messages")
         content = m.get("content")
+        if m["role"] == "system":  # Claude Code sends reminders as system turns between the others
+            out.append({"role": "system", "content": _text(content, f"{where}.content")})
+            continue
         if isinstance(content, str):
             out.append({"role": m["role"], "content": content})
             continue

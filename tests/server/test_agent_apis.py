@@ -324,3 +324,16 @@ def test_the_ollama_port_serves_the_same_routes(served):
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 200  # every route, both ports
     finally:
         srv.stop()
+
+
+def test_what_claude_code_really_sends_is_taken(claude):
+    """Found running Claude Code 2.1 against the endpoint: system turns between the
+    messages (its reminders), ``thinking: adaptive``, and tool schemas with keywords the
+    grammar engine does not implement (``propertyNames``) — none of them may be a 400."""
+    task = {"name": "TaskCreate", "description": "Create a task",
+            "input_schema": {"type": "object", "properties": {"tags": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
+                                                                       "additionalProperties": {"type": "string"}}}}}  # fmt: skip
+    m = claude.messages.create(model=QWEN, max_tokens=24, tools=[task], thinking={"type": "adaptive"},
+                               messages=[{"role": "user", "content": [{"type": "text", "text": "Hi."}]},
+                                         {"role": "system", "content": "Reminder: be brief."}])  # fmt: skip
+    assert m.content and m.stop_reason in ("end_turn", "max_tokens", "tool_use")

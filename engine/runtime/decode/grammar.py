@@ -32,13 +32,17 @@ from engine.errors import DecodeError, InvalidRequestError
 KINDS = ("json_schema", "json_object", "lark", "gbnf", "regex")
 #: built here, never taken from a request: llguidance's own grammar list (JSON), e.g. a
 #: reply's thinking + answer + tool-call grammar (engine.runtime.prompt.replygrammar)
-INTERNAL_KINDS = ("llguidance",)
+INTERNAL_KINDS = ("llguidance", "tool_schema")
 #: largest grammar or schema text accepted (characters)
 MAX_GRAMMAR_CHARS = 200_000
 #: JSON is generated compact (no whitespace between tokens): a model cannot pad forever
 #: with spaces, and every key, quote, colon and comma is forced — free tokens. A schema
 #: can ask otherwise with llguidance's ``x-guidance`` options.
 JSON_OPTIONS = {"whitespace_flexible": False}
+#: a tool's argument schema comes from an agent, not from the user asking for output of a
+#: shape: keywords llguidance does not implement (``propertyNames``, …) are ignored there
+#: (the arguments may then be looser than the schema) instead of refusing the request
+TOOL_JSON_OPTIONS = {**JSON_OPTIONS, "lenient": True}
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ def compile_grammar(spec: GrammarSpec) -> str:
             grammar = llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
         elif spec.kind == "json_schema":
             grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.source, defaults=JSON_OPTIONS)
+        elif spec.kind == "tool_schema":
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(spec.source, defaults=TOOL_JSON_OPTIONS)
         elif spec.kind == "llguidance":
             grammar = spec.source
         elif spec.kind == "regex":

@@ -116,12 +116,13 @@ def parse_tools(raw: Any, param: str = "tools") -> tuple[Tool, ...]:
 
 
 def check_tool_schemas(tools: tuple[Tool, ...], param: str = "tools") -> None:
-    """Every tool's parameters compile as a JSON schema (calls are constrained by them)."""
+    """Every tool's parameters compile as a JSON schema (calls are constrained by them;
+    keywords the grammar engine does not implement are ignored, not refused)."""
     from engine.runtime.decode.grammar import GrammarSpec, compile_grammar
 
     for i, t in enumerate(tools):
         try:
-            compile_grammar(GrammarSpec("json_schema", t.schema_json, param))
+            compile_grammar(GrammarSpec("tool_schema", t.schema_json, param))
         except InvalidRequestError as e:
             raise _bad(f"{param}[{i}] ('{t.name}'): its parameters are not a usable JSON schema: {e}", param) from None
 

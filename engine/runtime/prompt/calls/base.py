@@ -27,10 +27,11 @@ def text_lit(text: str) -> str:
 
 
 def _json_rule(schema: dict) -> str:
-    """An inline JSON schema, generated compact like every JSON constraint here."""
-    from engine.runtime.decode.grammar import JSON_OPTIONS
+    """An inline JSON schema of a call, generated compact like every JSON constraint here
+    (lenient: see TOOL_JSON_OPTIONS)."""
+    from engine.runtime.decode.grammar import TOOL_JSON_OPTIONS
 
-    schema = {**schema, "x-guidance": JSON_OPTIONS} if isinstance(schema, dict) else schema
+    schema = {**schema, "x-guidance": TOOL_JSON_OPTIONS} if isinstance(schema, dict) else schema
     return "%json " + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
 
 
