@@ -95,6 +95,9 @@ def context_line(info: dict) -> str:
     n, asked, fit = info["n_ctx"], info.get("n_ctx_requested") or info["n_ctx"], info.get("fit")
     if fit is None:
         return f"context {n} (memory not checked)"
+    trained = info.get("n_ctx_train") or 0
+    if n < asked and trained and n >= trained:
+        return f"context {n}: lowered from {asked}, the model's training context ({fit['label']})"
     if n < asked and fit["max_ctx"] < asked:
         return f"context {n}: lowered from {asked}, the largest that fits memory ({fit['label']})"
     if n < asked:

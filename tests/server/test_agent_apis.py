@@ -337,3 +337,18 @@ def test_what_claude_code_really_sends_is_taken(claude):
                                messages=[{"role": "user", "content": [{"type": "text", "text": "Hi."}]},
                                          {"role": "system", "content": "Reminder: be brief."}])  # fmt: skip
     assert m.content and m.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
+def test_a_streamed_function_call_follows_openais_events(oai):
+    tools = [{"type": "function", **WEATHER}]
+    with oai.responses.stream(model=HERMES, input=ASK, tools=tools, tool_choice="required", parallel_tool_calls=False,
+                              max_output_tokens=240) as s:  # one call, then the grammar ends the reply
+        events = list(s)
+    kinds = [e.type for e in events]
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
+    i = added.output_index
+    mine = [e.type for e in events if getattr(e, "output_index", None) == i]
+    assert mine[0] == "response.output_item.added" and mine[-1] == "response.output_item.done"
+    assert "response.function_call_arguments.delta" in mine and "response.function_call_arguments.done" in mine
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert json.loads(done.arguments)["city"] in ("Paris", "Rome") and kinds[-1] == "response.completed"
