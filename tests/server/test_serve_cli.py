@@ -79,3 +79,22 @@ def test_bench_server_runs_on_the_base_install(fixtures, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["requests"] == 2 and r["concurrent"]["2"]["tokens"] == 16 and r["tokens_per_second_http"] > 0
+
+
+def test_serve_speaks_every_api_and_listens_where_ollama_clients_look(fixtures):
+    import httpx
+
+    proc, url = start_serve(fixtures["full"].path, "--ollama-port", "0")
+    try:
+        banner = [proc.stdout.readline() for _ in range(3)]
+        apis = next(ln for ln in banner if ln.startswith("APIs:"))
+        port = int(re.search(r"and port (\d+)", apis).group(1))
+        root = url.removesuffix("/v1")
+        assert "Anthropic" in apis and "Ollama" in apis
+        names = [m["name"] for m in httpx.get(f"http://127.0.0.1:{port}/api/tags").json()["models"]]
+        body = {"model": names[0], "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+        assert httpx.post(root + "/v1/messages", json=body, timeout=60).json()["usage"]["output_tokens"] == 4
+        r = httpx.post(root + "/v1/responses", json={"model": names[0], "input": "Hi", "max_output_tokens": 4}, timeout=60)
+        assert r.json()["usage"]["output_tokens"] == 4
+    finally:
+        assert stop(proc) == 0
