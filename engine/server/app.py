@@ -210,15 +210,19 @@ class ApiKey:
     async def __call__(self, scope, receive, send):
         if self.key is None or scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or scope["method"] == "OPTIONS":
             return await self.app(scope, receive, send)
-        got, token = b"", b""
+        got, tokens = b"", []
         for k, v in scope["headers"]:
             if k == b"authorization":
                 got = v
                 scheme, _, t = v.partition(b" ")
-                token = t.strip() if scheme.lower() == b"bearer" else b""
-            elif k == b"x-api-key" and not token:
-                got, token = v, v.strip()
-        if not token or not hmac.compare_digest(token, self.key):
+                if scheme.lower() == b"bearer":
+                    tokens.append(t.strip())
+            elif k == b"x-api-key":
+                got = got or v
+                tokens.append(v.strip())
+        # every candidate compared (timing-safe); either header may carry the key
+        ok = [hmac.compare_digest(t, self.key) for t in tokens]
+        if not any(ok):
             msg = ("Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')." if not got
                    else "Incorrect API key.")  # fmt: skip
             resp = _send_error(E.HTTPError(401, msg, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}), scope)

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from engine.errors import EngineStoppedError
 from engine.runtime import jobs as J
 from engine.server import errors as E
 from engine.server.bridge import JobStream
@@ -108,7 +109,8 @@ class Flow:
                 return ev
 
     async def result(self) -> J.GenerateResult | None:
-        """Wait for the job's result (None: the client left). A failure raises."""
+        """Wait for the job's result (None: the client left). A failure raises; so does a
+        job that ended without one (dropped by an engine that is stopping)."""
         while True:
             ev = await self.next()
             if ev is None:
@@ -116,18 +118,28 @@ class Flow:
             if isinstance(ev, J.Failed):
                 raise E.from_exception(ev.error, self.retry_after_s)
             if isinstance(ev, J.Done):
+                if ev.result is None:
+                    raise stopped()
                 return ev.result
 
     async def events(self) -> AsyncIterator[Any]:
-        """Tokens events, :data:`PING` while none come, then the final Done or Failed."""
+        """Tokens events, :data:`PING` while none come, then the final Done (with a
+        result) or Failed (a job that ended without a result fails as stopped)."""
         while True:
             ev = await self.next(PING_INTERVAL_S)
             if ev is None:
                 return
+            if isinstance(ev, J.Done) and ev.result is None:
+                ev = J.Failed(EngineStoppedError("The engine stopped before this request ran."), "engine_stopped",
+                              "The engine stopped before this request ran.")  # fmt: skip
             if ev is PING or isinstance(ev, (J.Tokens, J.Done, J.Failed)):
                 yield ev
             if isinstance(ev, (J.Done, J.Failed)):
                 return
+
+
+def stopped() -> E.HTTPError:
+    return E.from_exception(EngineStoppedError("The engine stopped before this request ran."))
 
 
 async def _disconnected(request: Request) -> None:
@@ -145,17 +157,18 @@ async def answer(request: Request, job: J.Generate, *, stream: bool, events: Cal
     for the first token (or an error, still a proper status) before answering; with
     ``keep_alive`` a stream whose first token is late opens at once instead. 499: the
     client left first."""
+    headers = {k: header_value(v) for k, v in (headers or {}).items()}
     flow = Flow.open(request, job)
-    headers = dict(headers or {})
     streaming = False
     try:
         first = await flow.first(FIRST_WAIT_S if (stream and keep_alive) else None)
         if first is None:
             return Response(status_code=499)
         if stream:
-            streaming = True
             headers.update({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-            return StreamingResponse(events(flow), media_type=media_type, headers=headers)
+            response = FlowResponse(flow, events(flow), media_type=media_type, headers=headers)
+            streaming = True
+            return response
         res = await flow.result()
         if res is None:
             return Response(status_code=499)
@@ -163,3 +176,30 @@ async def answer(request: Request, job: J.Generate, *, stream: bool, events: Cal
     finally:
         if not streaming:
             flow.release()
+
+
+class FlowResponse(StreamingResponse):
+    """A stream that gives its request's place back however it ends — finished, the client
+    gone, or failed before its first byte (a body generator that never started runs no
+    ``finally``)."""
+
+    def __init__(self, flow: Flow, content: AsyncIterator[bytes], **kw: Any):
+        super().__init__(content, **kw)
+        self.flow = flow
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
+            self.flow.release()
+
+
+def header_value(value: str, limit: int = 1024) -> str:
+    """``value`` safe in an HTTP header: printable ASCII (others escaped), no line breaks,
+    at most ``limit`` characters (tool names come from clients)."""
+    text = value.encode("ascii", "backslashreplace").decode("ascii")
+    text = "".join(c if " " <= c <= "~" else " " for c in text)
+    return text[:limit]

@@ -84,7 +84,7 @@ def _text(value: Any, where: str) -> str:
                           "(send images and documents as text, or leave them out)", "messages")  # fmt: skip
             out_text = b.get("text", "")
             parts.append(out_text if isinstance(out_text, str) else "")
-        return "\n\n".join(p for p in parts if p) if where == "system" else "".join(parts)
+        return "\n\n".join(p for p in parts if p)
     raise bad(f"{where} must be a string or a list of text blocks", "messages")
 
 
@@ -128,8 +128,8 @@ def _user(blocks: list, where: str) -> list[dict]:
         else:
             raise bad(f"{where}.content[{j}] is a {kind!r} block: this model takes text only "
                       "(send images and documents as text, or leave them out)", "messages")  # fmt: skip
-    if text:
-        out.append({"role": "user", "content": "".join(text)})
+    if text:  # separate blocks (Claude Code's reminders, then the prompt) stay apart
+        out.append({"role": "user", "content": "\n\n".join(t for t in text if t)})
     return out
 
 

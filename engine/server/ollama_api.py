@@ -107,6 +107,8 @@ def _messages(raw: Any) -> list[dict]:
         if m.get("thinking"):
             msg["reasoning_content"] = m["thinking"]
         if m.get("tool_calls"):
+            if not isinstance(m["tool_calls"], list):
+                raise bad(f"messages[{i}].tool_calls must be a list", "messages")
             calls = []
             for j, c in enumerate(m["tool_calls"]):
                 fn = c.get("function") if isinstance(c, dict) else None
@@ -123,10 +125,16 @@ def _messages(raw: Any) -> list[dict]:
 
 
 def _last_call(messages: list[dict], name: Any) -> str | None:
+    """The earliest call of the latest assistant turn with calls (of tool ``name`` when
+    given) that no tool message has answered yet."""
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
     for m in reversed(messages):
-        for c in reversed(m.get("tool_calls") or []):
-            if name is None or c["function"]["name"] == name:
-                return c["id"]
+        calls = m.get("tool_calls") or []
+        if calls:
+            for c in calls:
+                if c["id"] not in answered and (name is None or c["function"]["name"] == name):
+                    return c["id"]
+            return None
     return None
 
 
@@ -145,7 +153,7 @@ def _think(raw: Any) -> tuple[dict | None, int | None]:
         return None, None
     if isinstance(raw, bool):
         return {"enable_thinking": raw}, None
-    if raw in _EFFORT:
+    if isinstance(raw, str) and raw in _EFFORT:
         return {"enable_thinking": True}, _EFFORT[raw]
     raise bad("'think' must be true, false, 'low', 'medium' or 'high'", "think")
 
@@ -202,8 +210,8 @@ def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defa
 
 
 # ----------------------------------------------------------------- output
-def _call(c) -> dict:
-    return {"function": {"name": c.name, "arguments": json.loads(c.arguments or "{}")}}
+def _call(c, index: int = 0) -> dict:
+    return {"id": c.id, "function": {"index": index, "name": c.name, "arguments": json.loads(c.arguments or "{}")}}
 
 
 def chunk(req: OllamaRequest, ev: J.Tokens) -> dict | None:
@@ -218,7 +226,7 @@ def chunk(req: OllamaRequest, ev: J.Tokens) -> dict | None:
             elif p.kind == CONTENT:
                 content += p.text
             elif p.kind == CALL and p.call is not None:
-                calls.append(_call(p.call))
+                calls.append(_call(p.call, p.index))
     if not (content or thinking or calls):
         return None
     base = {"model": req.model, "created_at": now_iso(), "done": False}
@@ -255,7 +263,7 @@ def final(req: OllamaRequest, res: J.GenerateResult, whole: bool) -> dict:
             if reply.reasoning:
                 msg["thinking"] = reply.reasoning
             if reply.calls:
-                msg["tool_calls"] = [_call(c) for c in reply.calls]
+                msg["tool_calls"] = [_call(c, i) for i, c in enumerate(reply.calls)]
         out["message"] = msg
     else:
         out["response"] = content

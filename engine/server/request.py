@@ -23,13 +23,17 @@ async def json_body(request: Request) -> Any:
     if not raw:
         raise HTTPError(400, "The request body is empty; send a JSON object.", code="invalid_json")
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as e:
         raise HTTPError(400, f"The request body is not valid JSON: {e}", code="invalid_json") from None
     except RecursionError:
         raise HTTPError(400, f"The request body is nested too deeply (at most {MAX_DEPTH} levels).", code="invalid_json") from None
     check_values(body)
     return body
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def check_values(value: Any, path: str = "body", depth: int = 0) -> None:

@@ -172,21 +172,18 @@ def input_messages(items: list) -> list[dict]:
             if role == "assistant":
                 msg = assistant()
                 msg["content"] = (msg["content"] + text) if msg["content"] else text
-                if reasoning:
-                    msg["reasoning_content"] = "".join(reasoning)
-                    reasoning.clear()
+                _attach(msg, reasoning)
             else:
                 if out and out[-1]["role"] == "assistant":
                     out[-1]["_closed"] = True
+                reasoning.clear()  # reasoning belongs to the assistant turn right after it
                 out.append({"role": "system" if role == "developer" else role, "content": text})
         elif kind == "function_call":
             name, call_id = item.get("name"), item.get("call_id") or item.get("id")
             if not isinstance(name, str) or not isinstance(call_id, str):
                 raise bad(f"{where}: a function_call needs 'name' and 'call_id'", "input")
             msg = assistant()
-            if reasoning:
-                msg["reasoning_content"] = "".join(reasoning)
-                reasoning.clear()
+            _attach(msg, reasoning)
             args = item.get("arguments") or "{}"
             msg.setdefault("tool_calls", []).append(
                 {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})  # fmt: skip
@@ -198,6 +195,7 @@ def input_messages(items: list) -> list[dict]:
             text = output if isinstance(output, str) else _text_of(output, where)
             if out and out[-1]["role"] == "assistant":
                 out[-1]["_closed"] = True
+            reasoning.clear()
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
@@ -215,6 +213,14 @@ def _function(t: dict) -> dict | None:
     if t.get("type") != "function":
         return None  # web_search, local_shell, custom, namespace, MCP, …: skipped
     return {k: t[k] for k in ("name", "description", "parameters") if k in t}
+
+
+def _attach(msg: dict, reasoning: list[str]) -> None:
+    """Give the assistant turn ``msg`` the reasoning items that came before it (added to
+    any it has: a turn may think before each of its calls)."""
+    if reasoning:
+        msg["reasoning_content"] = msg.get("reasoning_content", "") + "".join(reasoning)
+        reasoning.clear()
 
 
 def _tool_choice(raw: Any) -> Any:
@@ -257,7 +263,7 @@ def _reasoning(raw: Any) -> tuple[dict | None, int | None]:
     effort = raw.get("effort")
     if effort is None:
         return None, None
-    if effort not in EFFORT:
+    if not isinstance(effort, str) or effort not in EFFORT:
         raise bad(f"reasoning.effort must be one of {', '.join(EFFORT)}", "reasoning.effort")
     on, budget = EFFORT[effort]
     return {"enable_thinking": on}, budget

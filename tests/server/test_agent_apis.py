@@ -259,7 +259,10 @@ def test_mtp_on_and_off_give_the_same_greedy_reply_through_every_api(served, api
                        "tool_choice": {"type": "sometimes"}}, "anthropic"),
      ("/api/chat", {"model": QWEN, "messages": []}, "ollama"),
      ("/api/chat", {"model": QWEN, "messages": [{"role": "user", "content": "x", "images": ["AA=="]}]}, "ollama"),
-     ("/api/generate", {"model": "nope", "prompt": "x"}, "ollama")],
+     ("/api/generate", {"model": "nope", "prompt": "x"}, "ollama"),
+     ("/v1/responses", {"model": QWEN, "input": "x", "reasoning": {"effort": []}}, "openai"),
+     ("/api/chat", {"model": QWEN, "think": {}, "messages": [{"role": "user", "content": "x"}]}, "ollama"),
+     ("/api/chat", {"model": QWEN, "messages": [{"role": "assistant", "content": "", "tool_calls": 5}]}, "ollama")],
 )  # fmt: skip
 def test_malformed_bodies_are_4xx_in_each_apis_shape(served, path, body, shape):
     r = httpx.post(served[0].url + path, json=body, timeout=30)
@@ -299,11 +302,15 @@ def test_a_long_silent_prefill_streams_keep_alives_every_api_can_parse(served, m
     monkeypatch.setattr(flow_mod, "FIRST_WAIT_S", 0.0)
     monkeypatch.setattr(flow_mod, "PING_INTERVAL_S", 0.0005)
     url = served[0].url
-    body = {"model": HERMES, "stream": True, "max_tokens": 16, "messages": [{"role": "user", "content": "Hi."}]}
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+
+    def body(tag: str) -> dict:  # a prompt no earlier request sent: its prefill takes a while
+        text = f"{tag}: " + " ".join(f"item {i} of a long list" for i in range(80))
+        return {"model": HERMES, "stream": True, "max_tokens": 16, "messages": [{"role": "user", "content": text}]}
+
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body("chat"), timeout=60) as r:
         raw = b"".join(r.iter_bytes())
     assert b": ping" in raw and raw.rstrip().endswith(b"data: [DONE]")
-    with httpx.stream("POST", url + "/v1/messages", json=body, timeout=60) as r:
+    with httpx.stream("POST", url + "/v1/messages", json=body("messages"), timeout=60) as r:
         raw = b"".join(r.iter_bytes())
     assert b"event: ping" in raw and b"event: message_stop" in raw
 
@@ -352,3 +359,57 @@ def test_a_streamed_function_call_follows_openais_events(oai):
     assert "response.function_call_arguments.delta" in mine and "response.function_call_arguments.done" in mine
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     assert json.loads(done.arguments)["city"] in ("Paris", "Rome") and kinds[-1] == "response.completed"
+
+
+def test_a_stream_gives_its_place_back_whatever_a_client_names_its_tools(served):
+    """Tool names go into a response header: one that is not latin-1, or holds a line
+    break, must neither break the response nor keep the request's place in the queue."""
+    url = served[0].url
+    for name in ("\u641c\u7d22", "a\nb"):
+        body = {"model": HERMES, "stream": True, "max_tokens": 4, "tools": [{"name": name, "type": "web_search_1"}],
+                "messages": [{"role": "user", "content": "Hi."}]}  # fmt: skip
+        with httpx.stream("POST", url + "/v1/messages", json=body, timeout=60) as r:
+            raw = b"".join(r.iter_bytes())
+            assert r.status_code == 200 and "\n" not in r.headers["x-mtp-studio-skipped-tools"]
+        assert b"message_stop" in raw
+    assert served[0]._server.config.app.state.pending == 0  # every request's place given back
+
+
+def test_a_body_with_nan_is_a_400_not_a_500(served):
+    raw = b'{"model": "hermes", "input": "x", "metadata": {"a": NaN}}'
+    r = httpx.post(served[0].url + "/v1/responses", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "NaN" in r.json()["error"]["message"]
+
+
+def test_either_header_may_carry_the_key(served):
+    srv = ServerThread(served[1], ServerSettings(port=0, api_key="sekret")).start()
+    srv.wait_ready()
+    try:
+        body = {"model": HERMES, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
+        h = {"x-api-key": "sekret", "Authorization": "Basic Zm9vOmJhcg=="}
+        assert httpx.post(srv.url + "/v1/messages", json=body, headers=h, timeout=30).status_code == 200
+        h = {"x-api-key": "sekret", "Authorization": "Bearer wrong"}
+        assert httpx.post(srv.url + "/v1/messages", json=body, headers=h, timeout=30).status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_conversions_pair_results_and_reasoning_with_their_turns():
+    from engine.server import ollama_api, responses_api
+
+    msgs = ollama_api._messages([
+        {"role": "user", "content": "read both"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "read", "arguments": {"p": "a"}}},
+                                                            {"function": {"name": "read", "arguments": {"p": "b"}}}]},
+        {"role": "tool", "tool_name": "read", "content": "A"}, {"role": "tool", "tool_name": "read", "content": "B"}])  # fmt: skip
+    ids = [c["id"] for c in msgs[1]["tool_calls"]]
+    assert [m["tool_call_id"] for m in msgs[2:]] == ids and len(set(ids)) == 2
+    turns = responses_api.input_messages([
+        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R0"}]},
+        {"role": "user", "content": "q"},
+        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R1"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R2"}]},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"}])  # fmt: skip
+    assert turns[0] == {"role": "user", "content": "q"}  # R0 preceded no assistant turn: dropped
+    assert turns[1]["reasoning_content"] == "R1R2" and [c["id"] for c in turns[1]["tool_calls"]] == ["c1", "c2"]

@@ -57,9 +57,22 @@ async def count_tokens(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
     req = M.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults, count_only=True)
-    handle = engine.submit(J.Call(partial(count_prompt, req.job), label="count_tokens"))
-    n = await run_in_threadpool(handle.result, 60)
+    try:
+        handle = engine.submit(J.Call(partial(count_prompt, req.job), label="count_tokens"))
+    except Exception as e:  # the engine queue is full, or the engine stopping
+        raise E.from_exception(e, request.app.state.settings.retry_after_s) from None
+    try:
+        n = await run_in_threadpool(handle.result, COUNT_WAIT_S)
+    except TimeoutError:
+        handle.cancel()
+        raise E.HTTPError(503, f"Counting waited {COUNT_WAIT_S} s behind other work; retry shortly.",
+                          type_="server_error", code="busy",
+                          headers={"Retry-After": str(request.app.state.settings.retry_after_s)}) from None  # fmt: skip
     return JSONResponse({"input_tokens": n})
+
+
+#: the longest count_tokens waits behind the engine's other work
+COUNT_WAIT_S = 60
 
 
 routes = [
