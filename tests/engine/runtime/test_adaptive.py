@@ -200,15 +200,29 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
         assert eng.submit(J.Call(lambda st, c, e: st.get(None).auto_policy)).result(10) is policy  # one per model
     assert first.tokens == second.tokens == plain.tokens
     assert first.stats.drafted > 0 and second.stats.drafted < first.stats.drafted
-    with Engine() as eng:  # a restart: the saved policy is the starting point
-        eng.submit(J.LoadModel(LoadSpec(model, max_draft_depth=4))).result(60)
-        restarted = eng.submit(J.Call(lambda st, c, e: st.get(None))).result(10)
-        loaded = eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4))).result(10)
-        assert loaded.costs.verify and loaded.reach == policy.reach and loaded.costs.state() == policy.costs.state()
-        after = eng.submit(job).result(60)
-        assert after.tokens == plain.tokens and after.stats.drafted < first.stats.drafted
-        os.utime(model, ns=(1, 1))  # a changed file: nothing learned applies
-        assert eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4).costs.verify)).result(10) == {}
+    # A restart: the saved policy is the starting point. Auto times this machine, and under
+    # load one request can probe more than usual, so the restart is tried up to 3 times; a
+    # policy that was not carried over would draft like the first request in every one.
+    afters = []
+    for attempt in range(3):
+        with Engine() as eng:
+            eng.submit(J.LoadModel(LoadSpec(model, max_draft_depth=4))).result(60)
+            restarted = eng.submit(J.Call(lambda st, c, e: st.get(None))).result(10)
+            if attempt == 0:
+                loaded = eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4))).result(10)
+                assert loaded.costs.verify and loaded.reach == policy.reach
+                assert loaded.costs.state() == policy.costs.state()
+            after = eng.submit(job).result(60)
+            assert after.tokens == plain.tokens
+            afters.append(after.stats.drafted)
+            done = after.stats.drafted < first.stats.drafted
+            if done:
+                os.utime(model, ns=(1, 1))  # a changed file: nothing learned applies
+                assert eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4).costs.verify)
+                                  ).result(10) == {}  # fmt: skip
+        if done:
+            break
+    assert afters[-1] < first.stats.drafted, (first.stats.drafted, afters)
     assert restarted.name == "random"
 
 @pytest.mark.parametrize(
