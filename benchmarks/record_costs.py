@@ -19,7 +19,7 @@ from benchmarks.demo import PROMPTS
 def record(model: Path, depths: list[int], tokens: int, runs: int) -> dict:
     from engine.runtime.decode.loop import generate
     from engine.runtime.decode.params import DecodeParams
-    from engine.runtime.decode.policy import FixedDepth
+    from engine.runtime.decode.policy.base import FixedDepth
     from engine.runtime.load.loader import LoadSpec, load
 
     lm = load(LoadSpec(model, max_draft_depth=max(depths)))

@@ -40,10 +40,10 @@ PROMPT = "<|im_start|>user\nDescribe a customer record as JSON.<|im_end|>\n<|im_
 
 def main(argv: list[str] | None = None) -> int:
     from engine.runtime.decode import grammar as G
-    from engine.runtime.decode.adaptive import AdaptiveDepth
+    from engine.runtime.decode.policy.adaptive import AdaptiveDepth
     from engine.runtime.decode.loop import generate
     from engine.runtime.decode.params import DecodeParams
-    from engine.runtime.decode.policy import FixedDepth
+    from engine.runtime.decode.policy.base import FixedDepth
     from engine.runtime.llama.vocab import grammar_tokenizer
     from engine.runtime.load.loader import LoadSpec, MtpSource, load
     from engine.synth.demo import demo_model_path

@@ -73,10 +73,10 @@ class Server:
 
 
 def run(exe: str, model: Path, prompts: list[str], tokens: int, rounds: int, threads: int, ctx: int) -> dict:
-    from engine.runtime.decode.adaptive import AdaptiveDepth
+    from engine.runtime.decode.policy.adaptive import AdaptiveDepth
     from engine.runtime.decode.loop import generate
     from engine.runtime.decode.params import DecodeParams
-    from engine.runtime.decode.policy import FixedDepth
+    from engine.runtime.decode.policy.base import FixedDepth
     from engine.runtime.load.loader import LoadSpec, load
 
     lm = load(LoadSpec(model, n_ctx=ctx, n_threads=threads, max_draft_depth=8))

@@ -26,7 +26,7 @@ from engine.paths import config_dir
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
-#: host memory for prompt-cache snapshots unless set (MB; engine.runtime.decode.snapshotcache)
+#: host memory for prompt-cache snapshots unless set (MB; engine.runtime.decode.cache.snapshotcache)
 DEFAULT_PROMPT_CACHE_MB = 4096
 #: the context a load asks for unless told (lowered to what fits memory)
 DEFAULT_CTX = 4096

@@ -62,7 +62,7 @@ def check(model: Qwen35, tokenizer, gguf: Path, text: str, *, generate: int = 64
     speculative generation) and compare each with ``model``."""
     from engine.runtime.llama.batch import LOGITS_ALL
     from engine.runtime.decode.loop import DecodeParams, generate as decode
-    from engine.runtime.decode.policy import FixedDepth
+    from engine.runtime.decode.policy.base import FixedDepth
     from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
     ids = tokenizer.encode(text).ids

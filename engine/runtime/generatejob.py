@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from engine.runtime import jobs as J
 from engine.runtime.decode.loop import generate
-from engine.runtime.decode.policystore import save_policy
+from engine.runtime.decode.policy.store import save_policy
 from engine.runtime.handle import JobHandle
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 
 from engine.errors import NoModelLoadedError
-from engine.runtime.decode.snapshotcache import CACHE_FIGURES, SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import CACHE_FIGURES, SnapshotCache
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts
 from engine.runtime.worker import WorkerModel

@@ -36,8 +36,8 @@ from engine.runtime.decode.depth import AUTO, DraftDepth, Mtp
 from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import Penalties
-from engine.runtime.decode.policy import DepthPolicy, FixedDepth
-from engine.runtime.decode.policystore import load_policy, policy_path
+from engine.runtime.decode.policy.base import DepthPolicy, FixedDepth
+from engine.runtime.decode.policy.store import load_policy, policy_path
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model

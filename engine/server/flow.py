@@ -130,16 +130,20 @@ class Flow:
             if ev is None:
                 return
             if isinstance(ev, J.Done) and ev.result is None:
-                ev = J.Failed(EngineStoppedError("The engine stopped before this request ran."), "engine_stopped",
-                              "The engine stopped before this request ran.")  # fmt: skip
+                err = EngineStoppedError(STOPPED)
+                ev = J.Failed(err, err.code, STOPPED)
             if ev is PING or isinstance(ev, (J.Tokens, J.Done, J.Failed)):
                 yield ev
             if isinstance(ev, (J.Done, J.Failed)):
                 return
 
 
+#: what a request whose job ended without a result (the engine stopping) is told
+STOPPED = "The engine stopped before this request ran."
+
+
 def stopped() -> E.HTTPError:
-    return E.from_exception(EngineStoppedError("The engine stopped before this request ran."))
+    return E.from_exception(EngineStoppedError(STOPPED))
 
 
 async def _disconnected(request: Request) -> None:

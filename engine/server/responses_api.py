@@ -27,6 +27,7 @@ from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.prompt.tools import parse_choice, parse_tools
+from engine.server.generation import timings
 from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, Block, BlockEvent
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, new_id, sampling_of
 
@@ -334,14 +335,8 @@ def response_object(rid: str, created: int, req: ResponsesRequest, status: str, 
         **req.echo,
     }
     if res is not None:
-        out["timings"] = _timings(res)
+        out["timings"] = timings(res)
     return out
-
-
-def _timings(res: J.GenerateResult) -> dict:
-    from engine.server.generation import timings
-
-    return timings(res)
 
 
 def history_of(output: list[dict]) -> list[dict]:

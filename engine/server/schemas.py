@@ -70,19 +70,13 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
     stream = bool(get(body, "stream", (bool,), False))
     opts = get(body, "stream_options", (dict,), {}) or {}
     include_usage = bool(opts.get("include_usage", False))
-    mtp, depth = mtp_of(body)
     return {
         "model": model,
         "max_tokens": max_tokens,
         "stop": body.get("stop") or (),
-        "temperature": get(body, "temperature", (int, float), None),
-        "top_p": get(body, "top_p", (int, float), None),
-        "top_k": get(body, "top_k", (int,), None),
-        "seed": get(body, "seed", (int,), None),
+        **sampling_of(body),
         "stream": stream,
         "include_usage": include_usage,
-        "mtp": mtp,
-        "draft_depth": depth,
         "ignore_eog": bool(get(body, "ignore_eos", (bool,), False)),  # llama-server's extension
         "sampled_draft": get(body, "sampled_draft", (bool,), None),  # MTP Studio's extension
         "grammar": _grammar(body),

@@ -31,12 +31,12 @@ from engine.runtime.decode.emitter import Emitter, EmitFn, RoundFn, Splitter
 from engine.runtime.decode.logprobs import TokenLogprob, token_logprob
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import PenalizedRows
-from engine.runtime.decode.policy import DepthPolicy
+from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.prefill import prefill
 from engine.runtime.decode.propose import DraftSource, MtpDraft, Proposal
 from engine.runtime.decode.sampling import Sampler
 from engine.runtime.decode.session import Session
-from engine.runtime.decode.snapshotcache import SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import Pushed, StopChecker, StopReason
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from engine.runtime.decode.grammar import Constraint
 from engine.runtime.decode.penalties import Penalties
-from engine.runtime.decode.policy import DepthPolicy
+from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.sampling import SamplingParams
 
 

@@ -3,7 +3,7 @@ the prompt cache, what is decoded, and the MTP entries fed along the way.
 
 :func:`prefill` is the algorithm; it changes the session only through the session's own
 methods (:mod:`engine.runtime.decode.session` keeps the bookkeeping invariants). The
-prompt cache (:class:`~engine.runtime.decode.snapshotcache.SnapshotCache`) is passed in:
+prompt cache (:class:`~engine.runtime.decode.cache.snapshotcache.SnapshotCache`) is passed in:
 it stores snapshots and plans which to resume from; this module carries the plan out.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from engine.errors import MtpStudioError, PromptTooLongError
 from engine.runtime.decode.entries import Choose, common_prefix, common_prefix_entries
 from engine.runtime.decode.session import Session
-from engine.runtime.decode.snapshotcache import SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.llama.batch import LOGITS_LAST
 
 log = logging.getLogger(__name__)

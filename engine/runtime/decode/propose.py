@@ -21,7 +21,7 @@ from engine.runtime.decode.entries import Choose
 from engine.runtime.decode.prefill import Prefill, prefill
 from engine.runtime.decode.sampling import DRAFT, Sampler
 from engine.runtime.decode.session import Session
-from engine.runtime.decode.snapshotcache import SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 
 #: most MTP entries caught up before a draft; older ones (left while drafting was off)
 #: become holes in the MTP context

@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.errors import Cancelled
 from engine.runtime.decode.entries import HOLE, Choose, FedTail, Lag
-from engine.runtime.decode.snapshot import Snapshot, token_key
+from engine.runtime.decode.cache.snapshot import Snapshot, token_key
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
 from engine.runtime.llama.context import Context
 
@@ -260,7 +260,7 @@ class Session:
 
     # -------------------------------------------------------------- snapshots
     def snapshot(self) -> Snapshot:
-        """The session's state now (:mod:`engine.runtime.decode.snapshot`). Raises
+        """The session's state now (:mod:`engine.runtime.decode.cache.snapshot`). Raises
         MemoryError when host memory cannot hold it."""
         tokens = np.asarray(self.target_tokens, np.int32)
         lag = self.lag

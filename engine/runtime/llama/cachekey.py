@@ -1,7 +1,7 @@
 """Cache keys for what was learned about a model on this machine.
 
 The load check's verdict (:mod:`engine.runtime.load.loadcheck`) and the adaptive depth
-policy (:mod:`engine.runtime.decode.policystore`) hold for one (model file, MTP head,
+policy (:mod:`engine.runtime.decode.policy.store`) hold for one (model file, MTP head,
 llama.cpp build, settings) combination. Both key their caches with :func:`model_key`, so
 a changed file (size or mtime) or build gives another key and stale entries are never used.
 """

@@ -18,7 +18,7 @@ import time
 
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.llama.devices import list_devices, loaded_lib_dir
 from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loader import LoadSpec, MtpSource, load

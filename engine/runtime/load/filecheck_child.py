@@ -18,7 +18,7 @@ from engine.errors import MtpStudioError
 from engine.gguf.validate import validate_path
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.llama.model import Model
 from engine.runtime.load.filecheck import ProbeResult
 from engine.runtime.load.loader import LoadSpec, MtpSource, load

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.runtime.decode.loop import generate
     from engine.runtime.decode.params import DecodeParams
 
-    from engine.runtime.decode.policy import FixedDepth
+    from engine.runtime.decode.policy.base import FixedDepth
 
     _say(stage="load")
     try:

@@ -40,7 +40,7 @@ from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
 from engine.runtime.decode.session import Session
-from engine.runtime.decode.snapshotcache import SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.prompt.calls import GENERIC
 from engine.runtime.prompt.templates import ChatTemplate, resolve_template
 
@@ -107,7 +107,7 @@ class LoadedModel:
     info: dict = field(default_factory=dict)
     template: ChatTemplate = field(default_factory=lambda: ChatTemplate.of("default", "chatml"))
     #: the adaptive-depth policy of this model, kept across requests, and where it is saved
-    #: (engine.runtime.decode.policystore)
+    #: (engine.runtime.decode.policy.store)
     auto_policy: Any = None
     auto_policy_path: Path | None = None
     #: the prompt cache: snapshots of this model's prompt prefixes (set by the engine)

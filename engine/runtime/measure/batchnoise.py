@@ -27,7 +27,7 @@ from engine.errors import InvalidSettingError
 from engine.runtime.llama.batch import LOGITS_ALL
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.load.loader import LoadedModel
 
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from engine.errors import Cancelled, InvalidRequestError
 from engine.runtime import jobs as J
-from engine.runtime.decode.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.loop import Generation, generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import DepthPolicy, FixedDepth
+from engine.runtime.decode.policy.base import DepthPolicy, FixedDepth
 from engine.runtime.measure.batchnoise import top2_margin
 from engine.runtime.measure.profile import Profiler
 from engine.runtime.load.loader import LoadedModel

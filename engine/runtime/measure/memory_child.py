@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.runtime.decode.loop import generate
     from engine.runtime.decode.params import DecodeParams
-    from engine.runtime.decode.policy import FixedDepth
+    from engine.runtime.decode.policy.base import FixedDepth
     from engine.runtime.llama.lib import llama
     from engine.runtime.load.loader import LoadSpec, MtpSource, load
 

@@ -4,7 +4,7 @@ before it: re-tokenizing a reply can split it differently from how it was genera
 which would waste what the contexts (and the prompt cache's snapshots) hold.
 
 Not the prompt cache: that one holds decoding state
-(:mod:`engine.runtime.decode.snapshotcache`); this one only text and token ids.
+(:mod:`engine.runtime.decode.cache.snapshotcache`); this one only text and token ids.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from engine.gguf.split import split_model
 from engine.gguf.validate import validate_path
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.qwen35 import build_model
 from tests.engine.cli_helpers import mtp_studio

@@ -16,7 +16,7 @@ from engine.hub.pull import pull
 from engine.hub.remote import HubConfig, HubError, OfflineError, RepoNotFound, list_gguf, read_remote_header, search
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from tests.engine.hub.fakehub import Fault
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.runtime.decode.loop import Generation, generate
 from engine.runtime.decode.params import DecodeParams
 
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.load.loader import LoadedModel, LoadSpec, MtpSource, load
 
 PROMPTS = (

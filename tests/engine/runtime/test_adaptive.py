@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from engine.runtime.decode.adaptive import PROBE_MAX, PROBE_MIN, AdaptiveDepth
+from engine.runtime.decode.policy.adaptive import PROBE_MAX, PROBE_MIN, AdaptiveDepth
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.runtime.decode.stats import RoundStats
 from engine.synth.qwen35 import Qwen35Spec, build_model
@@ -185,7 +185,7 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
 
     from engine.runtime import jobs as J
     from engine.runtime.engine import Engine
-    from engine.runtime.decode.policystore import load_policy, policy_path
+    from engine.runtime.decode.policy.store import load_policy, policy_path
 
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
     model = tmp_path / "random.gguf"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime.decode.adaptive import EXPLORE_MAX, AdaptiveDepth
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.adaptive import EXPLORE_MAX, AdaptiveDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.stats import RoundStats
 
 TRACE = json.loads((Path(__file__).parent / "data" / "demo_round_costs.json").read_text())

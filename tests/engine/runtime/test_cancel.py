@@ -10,7 +10,7 @@ import pytest
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from tests.engine.runtime.helpers import load_fixture
 
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 3

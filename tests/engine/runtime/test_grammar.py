@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 
 from engine.errors import InvalidRequestError
-from engine.runtime.decode.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.grammar import MAX_GRAMMAR_CHARS, Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.propose import MtpDraft
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.llama.vocab import grammar_tokenizer

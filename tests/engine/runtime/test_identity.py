@@ -94,7 +94,7 @@ def test_external_head_drafts_identical_to_integrated(loaded):
 def _run_rounds(lm, prompt, k, sink):
     from engine.runtime.decode.loop import generate
     from engine.runtime.decode.params import DecodeParams
-    from engine.runtime.decode.policy import FixedDepth
+    from engine.runtime.decode.policy.base import FixedDepth
 
     return generate(lm.session, lm.model.tokenize(prompt), DecodeParams(max_tokens=48, depth=FixedDepth(k)), on_round=sink.append)
 

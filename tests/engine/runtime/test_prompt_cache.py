@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.decode.snapshotcache import SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource

@@ -18,7 +18,7 @@ import pytest
 from engine.runtime.decode import accept as A
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.llama.vocab import grammar_tokenizer

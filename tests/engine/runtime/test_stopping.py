@@ -8,7 +8,7 @@ import pytest
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.stopping import StopChecker
 from tests.engine.runtime.helpers import load_fixture, run
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.runtime.decode.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
-from engine.runtime.decode.policy import FixedDepth
+from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.runtime.decode.sampling import SamplingParams

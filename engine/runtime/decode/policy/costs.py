@@ -1,6 +1,6 @@
 """What a speculative round costs on this machine and model, robust at sub-millisecond rounds.
 
-The adaptive depth policy (:mod:`engine.runtime.decode.adaptive`) divides expected tokens
+The adaptive depth policy (:mod:`engine.runtime.decode.policy.adaptive`) divides expected tokens
 by these costs. At a fraction of a millisecond per round the timings are noisy in a way
 means cannot take: a descheduled thread, a cache flush or the machine changing speed
 mid-run (this build machine runs the demo at ~2,000 or ~3,200 tok/s from one launch to

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
-from engine.runtime.decode.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.llama.cachekey import model_key
 
 log = logging.getLogger(__name__)
 
-STORE_VERSION = 2  # 2: costs as windows of round wall times (engine.runtime.decode.costs)
+STORE_VERSION = 2  # 2: costs as windows of round wall times (engine.runtime.decode.policy.costs)
 
 
 def policy_path(lm) -> Path:

@@ -1,6 +1,6 @@
 """How deep to draft each round: the :class:`DepthPolicy` interface and the fixed policy.
 
-The adaptive policy (``auto``) is :class:`~engine.runtime.decode.adaptive.AdaptiveDepth`.
+The adaptive policy (``auto``) is :class:`~engine.runtime.decode.policy.adaptive.AdaptiveDepth`.
 A policy carries the :class:`~engine.runtime.decode.depth.DraftDepth` it stands for, so
 statistics report what was asked for without parsing a name back.
 """
@@ -19,7 +19,7 @@ class DepthPolicy(Protocol):
     #: the request's depth this policy serves (a fixed K, or auto)
     draft_depth: DraftDepth
     max_depth: int
-    #: learns from the rounds it observes (saved after a run: decode.policystore)
+    #: learns from the rounds it observes (saved after a run: decode.policy.store)
     learns: bool
 
     def next_depth(self) -> int: ...

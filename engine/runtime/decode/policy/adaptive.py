@@ -11,7 +11,7 @@ tokens per millisecond, from what it measures on this machine and model:
   above ~3%, and where a draft costs less than that (a small model on a fast machine) a
   head whose drafts are never accepted would be drafted with forever; one that faded
   for good would leave a position not reached for a while on stale evidence;
-* what a round costs at each depth (:mod:`engine.runtime.decode.costs`): medians of short
+* what a round costs at each depth (:mod:`engine.runtime.decode.policy.costs`): medians of short
   windows of whole-round wall times, so the Python around llama.cpp's calls and the
   events delivered count as much as the decodes, and one descheduled round does not
   move anything; depths not measured yet are estimated from their parts.
@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from engine.runtime.decode.costs import MIN_STEADY, RoundCosts
+from engine.runtime.decode.policy.costs import MIN_STEADY, RoundCosts
 from engine.runtime.decode.depth import AUTO
 from engine.runtime.decode.stats import RoundStats
 
@@ -268,7 +268,7 @@ class AdaptiveDepth:
     _LEARNED = ("reach", "acc", "prior_n", "off_tokens", "probe_gap", "current", "explore_gap", "_drafting")
 
     def state(self) -> dict:
-        """What this policy has learned, as plain JSON (engine.runtime.decode.policystore)."""
+        """What this policy has learned, as plain JSON (engine.runtime.decode.policy.store)."""
         out = {k: getattr(self, k) for k in self._LEARNED}
         out["max_depth"] = self.max_depth
         out["costs"] = self.costs.state()

@@ -7,7 +7,7 @@ continue it — another chat, another client, or the same chat re-rendered diffe
 cache back to the common prefix, but not a hybrid model's recurrent state: without
 snapshots every such prompt is decoded from its first token.
 
-:class:`SnapshotCache` keeps :class:`~engine.runtime.decode.snapshot.Snapshot`\\ s of
+:class:`SnapshotCache` keeps :class:`~engine.runtime.decode.cache.snapshot.Snapshot`\\ s of
 prompt prefixes, least recently used first out, within a byte budget. It only stores
 and plans; the prefill (:mod:`engine.runtime.decode.prefill`) carries the plan out. Before
 a prefill (:meth:`SnapshotCache.plan`) the session starts from whichever is longer: what the live
@@ -42,7 +42,7 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.runtime.decode.entries import common_prefix
-from engine.runtime.decode.snapshot import Snapshot, token_key
+from engine.runtime.decode.cache.snapshot import Snapshot, token_key
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 log = logging.getLogger(__name__)
