@@ -14,16 +14,19 @@ from dataclasses import dataclass, field
 
 from engine.runtime.prompt.calls import ToolFormat
 from engine.runtime.prompt.reasoning import Thinking
-from engine.runtime.prompt.tools import Tool, ToolCall
+from engine.runtime.prompt.tools import Tool, ToolCall, new_call_id
 
 REASONING, CONTENT, CALL = "reasoning", "content", "call"
+#: a call streams as CALL_START (its name and id), CALL_ARGS pieces (its arguments' JSON
+#: text as written), then CALL (the whole call: its arguments are the pieces joined)
+CALL_START, CALL_ARGS = "call_start", "call_args"
 #: what a JSON-call reply (Llama 3, generic) may start with
 _JSON_OPENERS = ("{", "<|python_tag|>")
 
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # REASONING | CONTENT | CALL
+    kind: str  # REASONING | CONTENT | CALL_START | CALL_ARGS | CALL
     text: str = ""
     call: ToolCall | None = None
     index: int = 0  # the call's index in the reply
@@ -43,7 +46,7 @@ class Reply:
                 self.reasoning += p.text
             elif p.kind == CONTENT:
                 self.content += p.text
-            elif p.call is not None:
+            elif p.kind == CALL and p.call is not None:
                 self.calls.append(p.call)
 
 
@@ -71,7 +74,8 @@ class ReplyParser:
         self.state = "think" if (thinking is not None and in_thinking) else ("start" if thinking is not None else "content")
         self.buf = ""
         self.lead = True  # strip whitespace at the start of content
-        self.calls: list[ToolCall] = []
+        self.calls: list[ToolCall] = []  # closed calls
+        self._streaming: list[list] = []  # per call: [id, name, arguments sent, closed]
         self.reply = Reply()
         #: characters fed so far, and the offset just past the think block's end marker
         #: once it is seen (the decode loop counts thinking tokens by it)
@@ -96,9 +100,8 @@ class ReplyParser:
         for _ in range(4):
             self._step(out, final=True)
         if self.state == "calls" and self.buf:
-            calls, end = self.fmt.scan(self.buf, self.tools) if self.fmt else ([], 0)
-            self._new_calls(calls, out)
-            rest = self.buf[end:] if calls else self.buf
+            end, cut = self._stream_calls(out, final=True)
+            rest = "" if cut else (self.buf[end:] if self.calls else self.buf)
             if rest.strip():
                 out.append(Part(CONTENT, rest if self.calls or self.reply.content else rest.lstrip()))
             self.buf = ""
@@ -163,14 +166,33 @@ class ReplyParser:
                 self._emit(out, CONTENT, self.buf[: len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep :]
         elif self.state == "calls" and not final:
-            assert self.fmt is not None
-            calls, _ = self.fmt.scan(self.buf, self.tools)
-            self._new_calls(calls, out)
+            self._stream_calls(out, final=False)
 
-    def _new_calls(self, calls: list[ToolCall], out: list[Part]) -> None:
-        for c in calls[len(self.calls) :]:
-            out.append(Part(CALL, call=c, index=len(self.calls)))
-            self.calls.append(c)
+    def _stream_calls(self, out: list[Part], final: bool) -> tuple[int, bool]:
+        """Parts for what the calls so far add: a new call's start, its arguments' new
+        text, its close. ``final``: the reply has ended, so a call still open closes with
+        its arguments as far as they were written (a reply cut by ``max_tokens``). Returns
+        where the closed calls end and whether an open call was closed so."""
+        assert self.fmt is not None
+        parts, end = self.fmt.partial(self.buf, self.tools)
+        cut = False
+        for i, p in enumerate(parts):
+            if i == len(self._streaming):
+                self._streaming.append([new_call_id(), p.name, "", False])
+                out.append(Part(CALL_START, call=ToolCall(p.name, "", self._streaming[i][0]), index=i))
+            rec = self._streaming[i]
+            if rec[3]:
+                continue
+            if p.args.startswith(rec[2]) and len(p.args) > len(rec[2]):
+                out.append(Part(CALL_ARGS, p.args[len(rec[2]) :], index=i))
+                rec[2] = p.args
+            if p.done or final:
+                cut = cut or not p.done
+                rec[3] = True
+                call = ToolCall(rec[1], rec[2], rec[0])
+                out.append(Part(CALL, call=call, index=i))
+                self.calls.append(call)
+        return end, cut
 
     @staticmethod
     def _emit(out: list[Part], kind: str, text: str) -> None:

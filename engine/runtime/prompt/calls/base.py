@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from engine.runtime.prompt.calls.partial import Partial, json_prefix
 from engine.runtime.prompt.tools import Tool, ToolCall
 
 #: a grammar literal for marker text: special tokens as ``<[id]>``, text as a string
@@ -122,6 +123,127 @@ def _name_then_json(text: str, opener: str, sep: str, closer: str, clean=lambda 
     return calls, end
 
 
+def json_args(text: str, pos: int) -> tuple[str, int | None]:
+    """Arguments written as a JSON object at ``text[pos]`` (after whitespace): their JSON
+    text so far, re-spaced (:func:`.partial.json_prefix`), and where the object ends once
+    it is complete and is an object (else None)."""
+    i = _WS.match(text, pos).end()  # type: ignore[union-attr]
+    if i >= len(text):
+        return "", None
+    if text[i] != "{":
+        return "", -1
+    out, end = json_prefix(text, i)
+    if end is not None:
+        try:
+            ok = isinstance(json.loads(out), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            return out, -1
+    return out, end
+
+
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGS = re.compile(r'"(arguments|parameters)"\s*:\s*')
+
+
+def wrapped_call(text: str, pos: int) -> tuple[Partial | None, int | None]:
+    """A call written as ``{"name": NAME, "arguments": {...}}`` (or ``"parameters"``) at
+    ``text[pos]``: the call so far (None until its name is complete) and where the object
+    ends once it is complete (-1: it is not such a call)."""
+    i = _WS.match(text, pos).end()  # type: ignore[union-attr]
+    if i >= len(text):
+        return None, None
+    if text[i] != "{":
+        return None, -1
+    try:
+        obj, end = _DECODER.raw_decode(text, i)
+    except ValueError:
+        obj = end = None
+    if end is not None:  # whole: read it as JSON
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+            return None, -1
+        args = obj.get("arguments", obj.get("parameters", {}))
+        a = _ARGS.search(text, i, end)
+        if isinstance(args, dict) and a is not None:
+            out, _ = json_prefix(text, a.end())
+        elif isinstance(args, dict | str) and _args(args) is not None:
+            out = json.dumps(_args(args), ensure_ascii=False)
+        else:
+            return None, -1
+        return Partial(obj["name"], out, True), end
+    a = _ARGS.search(text, i)
+    m = _NAME.search(text, i, a.start() if a else len(text))
+    if m is None:
+        return None, None
+    try:
+        name = json.loads(f'"{m.group(1)}"')
+    except ValueError:
+        return None, -1
+    args = ""
+    if a is not None and text[_WS.match(text, a.end()).end():].startswith("{"):  # type: ignore[union-attr]
+        args, _ = json_prefix(text, a.end())
+    return Partial(name, args), None
+
+
+#: reads one call's body at ``text[pos]``: the call so far (None: no name yet) and where
+#: the body ends (None: not yet; -1: it is not a call)
+Reader = Callable[[str, int], "tuple[Partial | None, int | None]"]
+
+
+def calls_between(text: str, opener: str, closer: str, read: Reader, sep: str = "", first: str = "",
+                  last: str = "") -> tuple[list[Partial], int]:  # fmt: skip
+    """Calls written ``opener BODY closer`` one after another (optionally separated by
+    ``sep``, all inside ``first`` … ``last``), each body read by ``read``: the calls so far
+    and where the last closed one (or ``last``) ends."""
+    s, out, end = _Scan(text), [], 0
+    s.ws()
+    if first and not s.take(first):
+        return [], 0
+    while True:
+        s.ws()
+        if out and sep:
+            if not s.take(sep):
+                break
+            s.ws()
+        if not s.take(opener):
+            break
+        p, e = read(text, s.pos)
+        if p is None or e is None or e < 0:
+            if p is not None and e is None:
+                out.append(p)
+            break
+        s.pos = e
+        s.ws()
+        if closer and not s.take(closer):
+            out.append(Partial(p.name, p.args))  # its closer may be on its way
+            break
+        out.append(Partial(p.name, p.args, True))
+        end = s.pos
+    if last and out and out[-1].done:
+        s.pos = end
+        s.ws()
+        if s.take(last):
+            end = s.pos
+    return out, end
+
+
+def name_then_json(sep: str, clean=lambda name: name) -> Reader:
+    """A reader of ``NAME sep {arguments}``."""
+
+    def read(text: str, pos: int):
+        i = text.find(sep, pos)
+        if i < 0:
+            return None, None
+        name = clean(text[pos:i]).strip()
+        if not name:
+            return None, -1
+        args, end = json_args(text, i + len(sep))
+        return Partial(name, args), end
+
+    return read
+
+
 def _repeat(one: str, sep: str, parallel: bool) -> str:
     return f"call_body: {one}" + (f" ({sep} {one})*" if parallel else "") + "\n"
 
@@ -148,6 +270,8 @@ class ToolFormat:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        if cls.scan is ToolFormat.scan and cls.partial is ToolFormat.partial:
+            raise TypeError(f"{cls.__name__} must define partial() (or scan(), if it does not stream)")
         _CONTROL.extend(m for m in cls.CONTROL_MARKERS if m not in _CONTROL)
 
     @property
@@ -181,8 +305,22 @@ class ToolFormat:
         return calls
 
     def scan(self, text: str, tools: tuple[Tool, ...] = ()) -> tuple[list[ToolCall], int]:
-        """The complete calls at the start of ``text`` and where the last one ends."""
-        raise NotImplementedError
+        """The complete calls at the start of ``text`` and where the last one ends (from
+        :meth:`partial`, unless a format that does not stream says otherwise)."""
+        parts, end = self.partial(text, tools)
+        calls = []
+        for p in parts:
+            if not p.done:
+                break
+            calls.append(ToolCall(p.name, p.args))
+        return calls, end
+
+    def partial(self, text: str, tools: tuple[Tool, ...] = ()) -> tuple[list[Partial], int]:
+        """The calls at the start of ``text`` as far as they are written: each whose name is
+        complete, with its arguments' JSON text so far (:mod:`.partial`), and where the
+        last closed one ends. A format that does not stream reports closed calls only."""
+        calls, end = self.scan(text, tools)
+        return [Partial(c.name, c.arguments, True) for c in calls], end
 
     # ----------------------------------------------------------------- write
     def write(self, calls: list[tuple[str, dict]]) -> str:

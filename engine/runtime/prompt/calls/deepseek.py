@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import _FAIL, ToolFormat, _call, _closed, _json_rule, _Scan, text_lit
+from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, calls_between, json_args, name_then_json, text_lit
+from engine.runtime.prompt.calls.partial import Partial
 
 DEEPSEEK_MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
                     "<｜tool▁calls▁end｜>")  # fmt: skip
@@ -27,34 +28,27 @@ class DeepSeek(ToolFormat):
     def detects(self, template):
         return self.BEGIN in template and ("```json" in template) == self.r1
 
-    def scan(self, text, tools=()):
-        s, calls, end = _Scan(text), [], 0
+    def partial(self, text, tools=()):
+        read = self._read_r1 if self.r1 else name_then_json(self.SEP)
+        return calls_between(text, self.CALL, self.CALL_END, read, first=self.BEGIN, last=self.END)
+
+    def _read_r1(self, text, pos):
+        """``function<｜tool▁sep｜>NAME\n```json\n{...}\n```"""
+        fence = "\n```json\n"
+        i, j = text.find(self.SEP, pos), text.find(fence, pos)
+        if i < 0 or j < 0:
+            return None, None
+        name = text[i + len(self.SEP) : j].strip()
+        if not name:
+            return None, -1
+        args, end = json_args(text, j + len(fence))
+        if end is None or end < 0:
+            return Partial(name, args), end
+        s = _Scan(text, end)
         s.ws()
-        if not s.take(self.BEGIN):
-            return [], 0
-        while True:
-            s.ws()
-            if not s.take(self.CALL):
-                break
-            head = s.until(self.SEP)
-            name = s.until("\n```json\n") if self.r1 else head
-            if head is None or name is None:
-                break
-            obj = s.json()
-            if self.r1 and obj is not _FAIL:
-                s.ws()
-                s.take("```")
-            s.ws()
-            c = _call(name.strip(), obj) if obj is not _FAIL else None
-            if c is None or not s.take(self.CALL_END):
-                break
-            calls.append(c)
-            end = s.pos
-        s.pos = end
-        s.ws()
-        if calls and s.take(self.END):
-            end = s.pos
-        return calls, end
+        if "```".startswith(text[s.pos : s.pos + 3]) and len(text) - s.pos < 3:
+            return Partial(name, args), None
+        return (Partial(name, args), s.pos) if s.take("```") else (None, -1)
 
     def write(self, calls):
         parts = []

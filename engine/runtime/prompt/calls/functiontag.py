@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _name_then_json, _repeat, text_lit
+from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _repeat, calls_between, name_then_json, text_lit
 
 
 class FunctionTag(ToolFormat):
@@ -17,8 +17,8 @@ class FunctionTag(ToolFormat):
         # with <parameter= it is the XML family
         return "<function=" in template and "<parameter=" not in template
 
-    def scan(self, text, tools=()):
-        return _name_then_json(text, "<function=", ">", "</function>")
+    def partial(self, text, tools=()):
+        return calls_between(text, "<function=", "</function>", name_then_json(">"))
 
     def write(self, calls):
         return "".join(f"<function={n}>{json.dumps(a)}</function>" for n, a in calls)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import _FAIL, ToolFormat, _call, _call_object, _json_rule, _Scan
+from engine.runtime.prompt.calls.base import ToolFormat, _call_object, _json_rule, _Scan, calls_between, wrapped_call
+from engine.runtime.prompt.calls.partial import Partial
 from engine.runtime.prompt.tools import Tool
 
 
@@ -17,19 +18,39 @@ class Generic(ToolFormat):
     def detects(self, template):
         return True  # the fallback: last in the registry
 
-    def scan(self, text, tools=()):
+    def partial(self, text, tools=()):
         s = _Scan(text)
         s.ws()
-        obj = s.json()
-        if obj is _FAIL or not isinstance(obj, dict):
+        if not s.take("{"):
             return [], 0
-        raw = obj.get("tool_calls") if "tool_calls" in obj else [obj.get("tool_call")]
-        if not isinstance(raw, list) or not raw:
+        s.ws()
+        if s.take('"tool_call"'):
+            s.ws()
+            if not s.take(":"):
+                return [], 0
+            p, e = wrapped_call(text, s.pos)
+            if p is None or e is None or e < 0:
+                return ([p] if p is not None and e is None else []), 0
+            calls = [Partial(p.name, p.args)]
+            s.pos = e
+        elif s.take('"tool_calls"'):
+            s.ws()
+            if not s.take(":"):
+                return [], 0
+            s.ws()
+            if not s.take("["):
+                return [], 0
+            at = s.pos
+            calls, end = calls_between(text[at:], "", "", wrapped_call, sep=",", last="]")
+            if not (calls and calls[-1].done and text[at + end - 1 : at + end] == "]"):
+                return [Partial(c.name, c.args) for c in calls], 0
+            s.pos = at + end
+        else:
             return [], 0
-        calls = [_call(c.get("name"), c.get("arguments", {})) if isinstance(c, dict) else None for c in raw]
-        if any(c is None for c in calls):
-            return [], 0
-        return calls, s.pos  # type: ignore[return-value]
+        s.ws()
+        if not s.take("}"):
+            return [Partial(c.name, c.args) for c in calls], 0
+        return [Partial(c.name, c.args, True) for c in calls], s.pos
 
     def write(self, calls):
         if len(calls) == 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import _FAIL, ToolFormat, _call, _call_object, _json_rule, _repeat, _Scan
+from engine.runtime.prompt.calls.base import ToolFormat, _call_object, _json_rule, _repeat, calls_between, wrapped_call
 
 
 class Hermes(ToolFormat):
@@ -18,23 +18,8 @@ class Hermes(ToolFormat):
         return "<tool_call>" in template and "arguments" in template and not any(
             m in template for m in ("<arg_key>", "<invoke", "<tool_calls>"))  # fmt: skip
 
-    def scan(self, text, tools=()):
-        s, calls, end = _Scan(text), [], 0
-        while True:
-            s.ws()
-            if not s.take("<tool_call>"):
-                break
-            s.ws()
-            obj = s.json()
-            s.ws()
-            if obj is _FAIL or not isinstance(obj, dict) or not s.take("</tool_call>"):
-                break
-            c = _call(obj.get("name"), obj.get("arguments", obj.get("parameters", {})))
-            if c is None:
-                break
-            calls.append(c)
-            end = s.pos
-        return calls, end
+    def partial(self, text, tools=()):
+        return calls_between(text, "<tool_call>", "</tool_call>", wrapped_call)
 
     def write(self, calls):
         return "\n".join(f'<tool_call>\n{json.dumps({"name": n, "arguments": a})}\n</tool_call>' for n, a in calls)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import _FAIL, ToolFormat, _call, _call_object, _json_rule, _repeat, _Scan
+from engine.runtime.prompt.calls.base import ToolFormat, _call_object, _json_rule, _repeat, _Scan, calls_between, wrapped_call
 
 
 class Llama3(ToolFormat):
@@ -17,23 +17,12 @@ class Llama3(ToolFormat):
     def detects(self, template):
         return "<|python_tag|>" in template or ("<|start_header_id|>" in template and '"parameters"' in template)
 
-    def scan(self, text, tools=()):
-        s, calls, end = _Scan(text), [], 0
+    def partial(self, text, tools=()):
+        s = _Scan(text)
         s.ws()
         s.take("<|python_tag|>")
-        while True:
-            s.ws()
-            obj = s.json()
-            if obj is _FAIL or not isinstance(obj, dict):
-                break
-            c = _call(obj.get("name"), obj.get("parameters", obj.get("arguments", {})))
-            if c is None:
-                break
-            calls.append(c)
-            end = s.pos
-            s.ws()
-            s.take(";")
-        return calls, end
+        calls, end = calls_between(text[s.pos :], "", "", wrapped_call, sep=";")
+        return calls, s.pos + end if calls and calls[0].done else 0
 
     def write(self, calls):
         return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)

@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 
 from engine.runtime.prompt.calls.base import (
-    _FAIL,
     ToolFormat,
-    _call,
     _call_object,
     _closed,
     _json_rule,
-    _name_then_json,
     _repeat,
     _Scan,
+    calls_between,
+    name_then_json,
     text_lit,
+    wrapped_call,
 )
 
 
@@ -27,19 +27,17 @@ class Mistral(ToolFormat):
     def detects(self, template):
         return "[TOOL_CALLS]" in template and "[ARGS]" not in template
 
-    def scan(self, text, tools=()):
+    def partial(self, text, tools=()):
         s = _Scan(text)
         s.ws()
         if not s.take("[TOOL_CALLS]"):
             return [], 0
         s.ws()
-        arr = s.json()
-        if arr is _FAIL or not isinstance(arr, list):
+        if not s.take("["):
             return [], 0
-        calls = [_call(o.get("name"), o.get("arguments", {})) if isinstance(o, dict) else None for o in arr]
-        if not calls or any(c is None for c in calls):
-            return [], 0
-        return calls, s.pos  # type: ignore[return-value]
+        calls, end = calls_between(text[s.pos :], "", "", wrapped_call, sep=",", last="]")
+        closed = calls and calls[-1].done and text[s.pos + end - 1 : s.pos + end] == "]"
+        return calls, s.pos + end if closed else 0
 
     def write(self, calls):
         return "[TOOL_CALLS]" + json.dumps([{"name": n, "arguments": a, "id": f"{i:09d}"} for i, (n, a) in enumerate(calls)])
@@ -61,9 +59,9 @@ class MistralArgs(ToolFormat):
     def detects(self, template):
         return "[TOOL_CALLS]" in template and "[ARGS]" in template
 
-    def scan(self, text, tools=()):
+    def partial(self, text, tools=()):
         # Small 3.2 writes an id between the name and the arguments
-        return _name_then_json(text, "[TOOL_CALLS]", "[ARGS]", "", lambda name: name.split("[CALL_ID]")[0])
+        return calls_between(text, "[TOOL_CALLS]", "", name_then_json("[ARGS]", lambda name: name.split("[CALL_ID]")[0]))
 
     def write(self, calls):
         return "".join(f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a)}" for n, a in calls)

@@ -8,10 +8,9 @@ written, any other is JSON.
 from __future__ import annotations
 
 import json
-import re
 
-from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _repeat, _Scan, text_lit
-from engine.runtime.prompt.tools import ToolCall
+from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _repeat, _Scan, calls_between, text_lit
+from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, types_of
 
 SEED_OPEN = "<seed:tool_call>"
 
@@ -24,29 +23,8 @@ class QwenXml(ToolFormat):
         return "<function=" in template and "<parameter=" in template and (
             (SEED_OPEN in template) == (self.trigger == SEED_OPEN))  # fmt: skip
 
-    def scan(self, text, tools=()):
-        types = {t.name: t.parameters.get("properties", {}) for t in tools}
-        s, calls, end = _Scan(text), [], 0
-        while True:
-            s.ws()
-            if not s.take(self.trigger):
-                break
-            s.ws()
-            if not s.take("<function="):
-                break
-            name = s.until(">")
-            body = s.until("</function>") if name is not None else None
-            if body is None:
-                break
-            s.ws()
-            if not s.take(self.call_end):
-                break
-            args = {}
-            for m in re.finditer(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", body, re.S):
-                args[m.group(1).strip()] = _typed(m.group(2), types.get(name.strip(), {}).get(m.group(1).strip()))
-            calls.append(ToolCall(name.strip(), json.dumps(args, ensure_ascii=False)))
-            end = s.pos
-        return calls, end
+    def partial(self, text, tools=()):
+        return calls_between(text, self.trigger, self.call_end, lambda t, pos: _read(t, pos, tools))
 
     def write(self, calls):
         out = []
@@ -65,10 +43,10 @@ class QwenXml(ToolFormat):
             for j, (k, sch) in enumerate(props.items()):
                 rule = f"p{i}_{j}"
                 head = text_lit(f"<parameter={k}>\n")
-                if _is_string(sch) and "enum" in sch:
+                if is_string(sch) and "enum" in sch:
                     values = " | ".join(text_lit(v) for v in sch["enum"])
                     rules.append(f"{rule}: {head} ({values}) {text_lit(chr(10) + '</parameter>' + chr(10))}")
-                elif _is_string(sch):
+                elif is_string(sch):
                     most = sch.get("maxLength")
                     body = f"/(?s:.){{0,{int(most)}}}/" if isinstance(most, int) else "/(?s:.*)/"
                     rules.append(f"{rule}_v[lazy]: {body} {text_lit(chr(10) + '</parameter>')}")
@@ -85,21 +63,39 @@ class QwenXml(ToolFormat):
         return _repeat("one_call", f"WS {lit(self.trigger)}", parallel) + "\n".join(rules) + "\n"
 
 
-def _is_string(schema) -> bool:
-    if not isinstance(schema, dict):
-        return False
-    t = schema.get("type")
-    return t == "string" or (isinstance(t, list) and t == ["string"]) or ("enum" in schema and all(
-        isinstance(v, str) for v in schema["enum"]) and "type" not in schema)  # fmt: skip
-
-
-def _typed(raw: str, schema) -> object:
-    if _is_string(schema):
-        return raw
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
+def _read(text: str, pos: int, tools) -> tuple[Partial | None, int | None]:
+    """``<function=NAME>`` then ``<parameter=K>\\nV\\n</parameter>`` … ``</function>``."""
+    s = _Scan(text, pos)
+    s.ws()
+    if not s.take("<function="):
+        return None, (None if "<function=".startswith(text[s.pos :]) else -1)
+    name = s.until(">")
+    if name is None:
+        return None, None
+    name = name.strip()
+    types, params = types_of(tools, name), []
+    while True:
+        s.ws()
+        if s.take("</function>"):
+            return Partial(name, params_json(params, types, True)), s.pos
+        if not s.take("<parameter="):
+            rest = text[s.pos :]
+            if "<parameter=".startswith(rest) or "</function>".startswith(rest):
+                return Partial(name, params_json(params, types, False)), None
+            return None, -1
+        key = s.until(">")
+        if key is None:
+            return Partial(name, params_json(params, types, False)), None
+        s.take("\n")
+        close = text.find("</parameter>", s.pos)
+        if close < 0:
+            value = text[s.pos :]
+            value = value[: len(value) - held(value, "\n</parameter>")]
+            params.append((key.strip(), value, False))
+            return Partial(name, params_json(params, types, False)), None
+        value = text[s.pos : close]
+        params.append((key.strip(), value[:-1] if value.endswith("\n") else value, True))
+        s.pos = close + len("</parameter>")
 
 
 QWEN_XML = QwenXml()
