@@ -42,6 +42,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="batch-invariant arithmetic: MTP output bit-identical to one-token-at-a-time decoding (slower; docs/mtp.md)",
     )
+    p.add_argument("--chat-template-file", metavar="FILE", default=None,
+                   help="a Jinja chat template to use instead of the model's own (as llama-server's option)")
     add_rpc_args(p)
 
 
@@ -117,6 +119,12 @@ def load_spec(args, max_draft_depth: int = 4):
     depth = getattr(args, "draft_depth", None)  # None: the engine's, auto
     max_draft_depth = (AUTO if depth is None else DraftDepth.parse(depth)).load_depth(max_draft_depth)
     rpc, split = rpc_options(args)
+    template = None
+    if getattr(args, "chat_template_file", None):
+        try:
+            template = Path(args.chat_template_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SystemExit(f"--chat-template-file: cannot read {args.chat_template_file}: {e}") from None
     return LoadSpec(
         args.model,
         head=args.head,
@@ -130,6 +138,7 @@ def load_spec(args, max_draft_depth: int = 4):
         exact=exact,
         rpc=rpc,
         tensor_split=split,
+        chat_template=template,
     )
 
 

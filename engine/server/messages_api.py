@@ -230,8 +230,18 @@ def _block(b: Block, done: bool) -> dict:
     if b.kind == TEXT:
         return {"type": "text", "text": b.text if done else ""}
     assert b.call is not None
-    args = json.loads(b.text) if done and b.text else {}
+    args = _input(b.text) if done else {}
     return {"type": "tool_use", "id": _tool_id(b.call.id), "name": b.call.name, "input": args}
+
+
+def _input(arguments: str) -> dict:
+    """A call's arguments as the object Anthropic's ``input`` is (a call cut off by
+    ``max_tokens`` may not be whole JSON: its arguments are then as far as they parse)."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _tool_id(call_id: str) -> str:

@@ -4,9 +4,9 @@ started, grown and stopped, the shape the Responses and Messages APIs stream in.
 The engine already splits a reply as it is generated (:class:`~engine.runtime.jobs.Tokens`
 ``parts``, from the template's own thinking markers and call format); this turns those
 parts into block events, one open block at a time: a thinking block while the reply
-thinks, a text block for its answer, one block per tool call (a call arrives whole:
-started with its name and id, its arguments as one delta, stopped). Each API module only
-says how a block event is written on its wire.
+thinks, a text block for its answer, one block per tool call (started with its name and
+id as soon as the name is written, its arguments as deltas as they are written, stopped
+when the call closes). Each API module only says how a block event is written on its wire.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.runtime import jobs as J
-from engine.runtime.prompt.reply import CALL, CONTENT, REASONING
+from engine.runtime.prompt.reply import CALL, CALL_ARGS, CALL_START, CONTENT, REASONING
 from engine.runtime.prompt.tools import ToolCall
 
 THINKING, TEXT, TOOL = "thinking", "text", "tool"
@@ -42,6 +42,7 @@ class Blocks:
     def __init__(self):
         self.blocks: list[Block] = []
         self._open: Block | None = None
+        self._calls: dict[int, Block] = {}  # a call's index in the reply -> its block
 
     def feed(self, ev: J.Tokens) -> list[BlockEvent]:
         out: list[BlockEvent] = []
@@ -53,12 +54,20 @@ class Blocks:
                 self._grow(out, THINKING, p.text)
             elif p.kind == CONTENT:
                 self._grow(out, TEXT, p.text)
+            elif p.kind == CALL_START:
+                self._close(out)
+                self._calls[p.index] = self._start(out, TOOL, p.call)
+            elif p.kind == CALL_ARGS:
+                b = self._calls[p.index]
+                b.text += p.text
+                out.append(BlockEvent(DELTA, b, p.text))
             elif p.kind == CALL and p.call is not None:
-                self._close(out)
-                b = self._start(out, TOOL, p.call)
-                b.text = p.call.arguments
-                out.append(BlockEvent(DELTA, b, p.call.arguments))
-                self._close(out)
+                b = self._calls.get(p.index) or self._start(out, TOOL, p.call)
+                if p.call.arguments != b.text:  # a call that arrived whole (not streamed)
+                    out.append(BlockEvent(DELTA, b, p.call.arguments[len(b.text) :]))
+                b.call, b.text = p.call, p.call.arguments
+                if self._open is b:
+                    self._close(out)
         return out
 
     def finish(self) -> list[BlockEvent]:

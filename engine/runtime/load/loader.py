@@ -80,6 +80,8 @@ class LoadSpec:
     #: RPC servers (``host:port``) whose devices take part of the trunk's layers; such a
     #: model runs in a worker process (engine.runtime.worker)
     rpc: tuple[str, ...] = ()
+    #: a Jinja chat template used instead of the file's own (None: the file's)
+    chat_template: str | None = None
     #: one weight per device (remote ones in endpoint order, then this machine's), or
     #: None: by free memory
     tensor_split: tuple[float, ...] | None = None
@@ -271,7 +273,7 @@ def load(
         model.close()
         raise
     name = spec.name or Path(spec.path).name.removesuffix(".gguf")
-    template = resolve_template(model)
+    template = resolve_template(model, spec.chat_template)
     thinking = template.thinking
     quant = _quant_name(target_set)
     info = {

@@ -76,6 +76,7 @@ class ReplyParser:
         self.lead = True  # strip whitespace at the start of content
         self.calls: list[ToolCall] = []  # closed calls
         self._streaming: list[list] = []  # per call: [id, name, arguments sent, closed]
+        self._gap = ""  # the whitespace between the content and the calls' opener
         self.reply = Reply()
         #: characters fed so far, and the offset just past the think block's end marker
         #: once it is seen (the decode loop counts thinking tokens by it)
@@ -103,7 +104,9 @@ class ReplyParser:
             end, cut = self._stream_calls(out, final=True)
             rest = "" if cut else (self.buf[end:] if self.calls else self.buf)
             if rest.strip():
-                out.append(Part(CONTENT, rest if self.calls or self.reply.content else rest.lstrip()))
+                if not self.calls:
+                    rest = self._gap + rest if self.reply.content else rest.lstrip()
+                out.append(Part(CONTENT, rest))
             self.buf = ""
         self.reply.add(out)
         return out
@@ -140,14 +143,27 @@ class ReplyParser:
                 self.buf = self.buf.lstrip()
                 if not self.buf:
                     return
+                if self.thinking is not None and self.thinking.answer_headers:  # harmony's final channel
+                    for h in self.thinking.answer_headers:
+                        if self.buf.startswith(h):
+                            self.buf = self.buf[len(h) :]
+                            return
+                    if not final and any(h.startswith(self.buf) for h in self.thinking.answer_headers):
+                        return  # may still become a header
                 self.lead = False
+            markers = self.thinking.answer_markers if self.thinking is not None else ()
+            for m in markers:  # Cohere's <|START_TEXT|> … <|END_TEXT|> around the answer
+                self.buf = self.buf.replace(m, "")
             if self.fmt is None:
-                self._emit(out, CONTENT, self.buf)
-                self.buf = ""
+                keep = 0 if final else max((_held(self.buf, m) for m in markers), default=0)
+                self._emit(out, CONTENT, self.buf[: len(self.buf) - keep])
+                self.buf = self.buf[len(self.buf) - keep :]
                 return
             i = self.fmt.find(self.buf)
             if i >= 0:
-                self._emit(out, CONTENT, self.buf[:i].rstrip() if i else "")
+                head = self.buf[:i].rstrip()
+                self._emit(out, CONTENT, head)
+                self._gap = self.buf[len(head) : i]  # content again if no call follows
                 self.buf = self.buf[i:]
                 self.state = "calls"
             elif not self.fmt.trigger:  # JSON calls: only a reply that starts with one
@@ -161,7 +177,7 @@ class ReplyParser:
                 # belongs to the content only if more content follows)
                 keep = 0
                 if not final:
-                    keep = _held(self.buf, self.fmt.trigger)
+                    keep = max((_held(self.buf, m) for m in (*self.fmt.openers, *markers)), default=0)
                     keep += len(self.buf[: len(self.buf) - keep]) - len(self.buf[: len(self.buf) - keep].rstrip())
                 self._emit(out, CONTENT, self.buf[: len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep :]

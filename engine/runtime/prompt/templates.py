@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 
 from engine.errors import InvalidRequestError
 from engine.gguf.chatformat import ALL_END_MARKERS, BUILTINS, detect_builtin
+
+#: turn ends of template families llama.cpp has no built-in for (used where a template
+#: writes them; a real vocabulary holds most as end-of-generation tokens anyway)
+FAMILY_END_MARKERS = ("<turn|>", "<|return|>", "<|call|>", "<|END_OF_TURN_TOKEN|>", "<|observation|>", "[e~[",
+                      "<｜end▁of▁sentence｜>")  # fmt: skip
 from engine.runtime.llama.lib import llama
 from engine.runtime.prompt import chat, reasoning
 from engine.runtime.prompt.cachepoints import PointMemo
@@ -29,7 +34,7 @@ from engine.runtime.prompt.calls import Detected, detect
 
 @dataclass(frozen=True)
 class ChatTemplate:
-    kind: str  # "file" | "builtin" | "default"
+    kind: str  # "file" | "override" | "builtin" | "default"
     name: str  # "tokenizer.chat_template" or a llama.cpp built-in name
     #: Jinja source for file templates
     source: str | None = None
@@ -55,6 +60,8 @@ class ChatTemplate:
     def describe(self) -> str:
         if self.kind == "file":
             return "the model's own (tokenizer.chat_template)"
+        if self.kind == "override":
+            return "from --chat-template-file (instead of the model's own)"
         if self.kind == "builtin":
             return f"llama.cpp built-in '{self.name}' (the file has none; chosen from its vocabulary)"
         return "ChatML (default: the file has no template and its vocabulary matches no built-in)"
@@ -62,6 +69,8 @@ class ChatTemplate:
     def render(self, messages: list[dict], *, add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
                tools: list[dict] | None = None, extra: dict | None = None) -> str:  # fmt: skip
         if self.source is not None:
+            if self.thinking is not None:  # enable_thinking, said in the family's own variable too
+                extra = self.thinking.template_values(extra)
             return chat.render(self.source, messages, add_generation_prompt=add_generation_prompt, bos_token=bos_token,
                                eos_token=eos_token, tools=tools, extra=extra)  # fmt: skip
         return apply_builtin(self.name, chat.validate_messages(messages), add_generation_prompt)
@@ -100,16 +109,27 @@ def is_special_token(model, text: str) -> bool:
     return len(ids) == 1 and model.tokenize(text, add_special=False, parse_special=False) != ids
 
 
-def resolve_template(model) -> ChatTemplate:
+def resolve_template(model, override: str | None = None) -> ChatTemplate:
     """The template to chat with ``model`` (a :class:`~engine.runtime.llama.model.Model`), with
-    its turn ends resolved against the model's vocabulary once."""
+    its turn ends resolved against the model's vocabulary once. ``override``: a Jinja
+    template to use instead of the file's own."""
+    if override:
+        return _with_ends(model, "override", "--chat-template-file", override, _file_ends(override))
     own = model.chat_template
     if own:
-        return _with_ends(model, "file", "tokenizer.chat_template", own, tuple(m for m in ALL_END_MARKERS if m in own))
+        return _with_ends(model, "file", "tokenizer.chat_template", own, _file_ends(own))
     name = detect_builtin(lambda t: is_special_token(model, t))
     if name is not None and name in builtin_names():
         return _with_ends(model, "builtin", name, None, BUILTINS[name][1])
     return _with_ends(model, "default", "chatml", chat.CHATML, BUILTINS["chatml"][1])
+
+
+def _file_ends(source: str) -> tuple[str, ...]:
+    """The turn-end markers a template writes, less its thinking end (harmony's ``<|end|>``
+    closes the analysis channel, not the turn, though phi-3 ends turns with it)."""
+    thinking = reasoning.detect(source)
+    return tuple(m for m in (*ALL_END_MARKERS, *FAMILY_END_MARKERS)
+                 if m in source and (thinking is None or m != thinking.end))  # fmt: skip
 
 
 def _with_ends(model, kind: str, name: str, source: str | None, markers: tuple[str, ...]) -> ChatTemplate:

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from engine.runtime import jobs as J
-from engine.runtime.prompt.reply import CONTENT, REASONING
+from engine.runtime.prompt.reply import CALL_ARGS, CALL_START, CONTENT, REASONING
 from engine.server.generation import Shape, chat_logprobs, run
 from engine.server.request import json_body
 from engine.server.schemas import parse_chat
@@ -31,7 +31,8 @@ def _choice(delta: dict) -> dict:
 
 def _deltas(ev: J.Tokens) -> list[dict]:
     """The streamed choices of one engine event: content, reasoning_content, and each call
-    as its id and name, then its arguments under the same index."""
+    as its id and name when the name is written, then its arguments under the same index
+    as they are written."""
     if ev.parts is None:
         return [_choice({"content": ev.text})] if (ev.text or ev.logprobs) else []
     out = []
@@ -40,11 +41,12 @@ def _deltas(ev: J.Tokens) -> list[dict]:
             out.append(_choice({"reasoning_content": p.text, "reasoning": p.text}))
         elif p.kind == CONTENT:
             out.append(_choice({"content": p.text}))
-        elif p.call is not None:
+        elif p.kind == CALL_START and p.call is not None:
             c = p.call
             head = {"index": p.index, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
             out.append(_choice({"tool_calls": [head]}))
-            out.append(_choice({"tool_calls": [{"index": p.index, "function": {"arguments": c.arguments}}]}))
+        elif p.kind == CALL_ARGS:
+            out.append(_choice({"tool_calls": [{"index": p.index, "function": {"arguments": p.text}}]}))
     if not out and ev.logprobs:
         out.append(_choice({"content": ""}))
     return out

@@ -72,21 +72,37 @@ def test_recorded_replies_parse_whole_and_streamed(fmt):
 
 
 @pytest.mark.parametrize("fmt", list(RECORDED), ids=lambda f: f.name)
-def test_malformed_or_cut_calls_are_content_not_errors(fmt):
+def test_malformed_or_cut_calls_lose_nothing_and_never_raise(fmt):
+    """A call whose name was written streams from then on (a client shows it as it is
+    written, and what was sent is never taken back): cut by the end of the reply, it is
+    delivered with its arguments as far as they were written, as OpenAI does at a length
+    cut. Text that never became a call is content. Whole and streamed agree."""
     text = RECORDED[fmt]
-    for broken in (text[: len(text) * 2 // 3], text.replace("get_weather", "get weather\x00{", 1) + "}}}"):
-        reply = split(broken, fmt=fmt, tools=TOOLS)
-        # whatever did not parse is there as content, never lost and never an exception
-        assert reply.content or reply.calls
-        assert len(reply.calls) <= 2
-        _assert_each_character_in_one_part(broken, fmt, reply.content, reply.calls)
-        # streamed in 3-character pieces: the same split
-        p = ReplyParser(fmt=fmt, tools=TOOLS)
-        parts = [x for i in range(0, len(broken), 3) for x in p.feed(broken[i : i + 3])] + p.finish()
-        content = "".join(x.text for x in parts if x.kind == CONTENT)
-        calls = [x.call for x in parts if x.kind == CALL]
-        assert (content, _as_pairs(calls)) == (reply.content, _as_pairs(reply.calls))
-        _assert_each_character_in_one_part(broken, fmt, content, calls)
+    cut = text[: len(text) * 2 // 3]
+    reply = split(cut, fmt=fmt, tools=TOOLS)
+    assert reply.calls and reply.calls[0].name == "get_weather"
+    full = split(text, fmt=fmt, tools=TOOLS).calls
+    for got, want in zip(reply.calls, full):  # each call's arguments: a prefix of the whole reply's
+        assert want.arguments.startswith(got.arguments)
+    # content: what came before the calls, or a marker cut half-way at the very end
+    tail = reply.content.removeprefix("I will check.").strip()
+    assert not tail or (cut.endswith(tail) and any(m.startswith(tail) for m in fmt.markers)), reply.content
+    broken = text.replace("get_weather", "get weather\x00{", 1) + "}}}"
+    reply = split(broken, fmt=fmt, tools=TOOLS)
+    assert reply.content or reply.calls
+    assert len(reply.calls) <= 2
+    for piece in (cut, broken):
+        whole = split(piece, fmt=fmt, tools=TOOLS)
+        for size in (1, 3):
+            p = ReplyParser(fmt=fmt, tools=TOOLS)
+            parts = [x for i in range(0, len(piece), size) for x in p.feed(piece[i : i + size])] + p.finish()
+            content = "".join(x.text for x in parts if x.kind == CONTENT)
+            calls = [(x.call.name, x.call.arguments) for x in parts if x.kind == CALL]
+            assert (content, calls) == (whole.content, [(c.name, c.arguments) for c in whole.calls])
+    # a malformed opener is content, character for character
+    bad = "Let me see. " + (fmt.trigger or "{") + " this is not a call"
+    reply = split(bad, fmt=fmt, tools=TOOLS)
+    assert (reply.content, reply.calls) == (bad, [])
 
 
 def _as_pairs(calls) -> list[tuple[str, dict]]:
@@ -201,3 +217,25 @@ def test_control_token_markers_are_shown_as_text_for_the_parser(demo_vocab):
     assert m.piece(control) == b""  # a control token renders as nothing by default
     assert shown_markers(m, ("<|im_start|>", "plain text")) == {control}
     assert set(TF.DEEPSEEK.markers) >= set(TF.DEEPSEEK_MARKERS) and "[ARGS]" in TF.MISTRAL_ARGS.markers
+
+
+@pytest.mark.parametrize("fmt", list(RECORDED), ids=lambda f: f.name)
+def test_arguments_stream_as_they_are_written_and_join_into_the_call(fmt):
+    from tests.callharness import check_stream
+
+    # Hermes' second call writes its arguments as one JSON string: sent when whole
+    check_stream(RECORDED[fmt], fmt, TOOLS, grows=fmt is not TF.HERMES)
+    check_stream(fmt.write(WANT), fmt, TOOLS)
+
+
+def test_json_arguments_are_spaced_as_json_dumps_spaces_them_as_they_come():
+    from engine.runtime.prompt.calls.partial import json_prefix
+
+    raw = '{"a":1,"b" : [true,null, "x\\"y\\u00e9"],"c":{}}'
+    want = json.dumps(json.loads(raw), ensure_ascii=False)
+    assert json_prefix(raw) == (want, len(raw))
+    seen = ""
+    for n in range(len(raw)):
+        got, end = json_prefix(raw[:n])
+        assert end is None and got.startswith(seen) and want.startswith(got), (n, got)
+        seen = got

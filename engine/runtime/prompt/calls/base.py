@@ -288,6 +288,11 @@ class ToolFormat:
         the formats before it having said no."""
         raise NotImplementedError
 
+    @property
+    def openers(self) -> tuple[str, ...]:
+        """Text that may open the calls (streamed content holds back what may begin one)."""
+        return (self.trigger,) if self.trigger else ()
+
     # ----------------------------------------------------------------- parse
     def find(self, text: str) -> int:
         """Where the calls start in ``text`` (-1: no call)."""
