@@ -183,6 +183,10 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     if job.messages is not None:
         template = lm.template
         prompt_text, plan, think, offsets = _render_chat(job, template, model, points=snapshots)
+        # a template that thinks, whose prompt neither opens nor closes the block: the model
+        # may open it itself, and a budget bounds it there too
+        may_open = template.thinking if (think is None and template.thinking is not None
+                                         and not prompt_text.rstrip().endswith(template.thinking.end)) else None  # fmt: skip
         # a template that writes the BOS token gets no second one
         body = texts.tokenize(prompt_text, model.tokenize)
         prompt = model.with_bos(body)
@@ -198,6 +202,7 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
             tools=job.tools,
             choice=job.tool_choice,
             parallel=job.parallel_tool_calls is not False,
+            may_open=may_open,
         )
     elif isinstance(job.prompt, str):
         prompt_text = job.prompt
@@ -216,8 +221,9 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     assert job.top_k is not None and isinstance(job.draft_depth, DraftDepth)
     assert job.presence_penalty is not None and job.frequency_penalty is not None and job.repeat_penalty is not None
     speculate = job.mtp is Mtp.ON and lm.source != MtpSource.OFF
+    shown = lm.template.thinking if job.messages is not None else None  # the model may open it itself
     markers = (*(plan.fmt.markers if plan is not None and plan.fmt is not None else ()),
-               *((think.start, think.end) if think is not None else ()))  # fmt: skip
+               *((shown.start, shown.end, *shown.answer_headers, *shown.answer_markers) if shown is not None else ()))  # fmt: skip
     params = DecodeParams(
         max_tokens=job.max_tokens,
         stop=(*job.stop, *end_strings),

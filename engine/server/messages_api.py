@@ -27,7 +27,7 @@ from engine.runtime import jobs as J
 from engine.runtime.decode.stopping import StopReason
 from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, Block, BlockEvent
-from engine.server.schemas import Resolve, bad, function_tools, get, model_of, new_id, sampling_of
+from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
 
 log = logging.getLogger("mtp_studio.server")
 

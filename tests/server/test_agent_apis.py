@@ -171,9 +171,13 @@ def test_messages_stream_and_a_tool_round_trip_with_tool_choice_any(claude):
     msgs = [{"role": "user", "content": ASK}]
     with claude.messages.stream(model=HERMES, max_tokens=64, tools=tools, tool_choice={"type": "any"},
                                 messages=msgs) as s:  # fmt: skip
-        events = [e.type for e in s if e.type in ("message_start", "content_block_start", "content_block_delta",
-                                                    "content_block_stop", "message_delta", "message_stop")]  # fmt: skip
+        seen = list(s)
         m = s.get_final_message()
+    events = [e.type for e in seen if e.type in ("message_start", "content_block_start", "content_block_delta",
+                                                 "content_block_stop", "message_delta", "message_stop")]  # fmt: skip
+    # the tool's input arrives as it is written, in several input_json_delta pieces
+    pieces = [e.delta.partial_json for e in seen if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    assert len(pieces) > 1 and json.loads("".join(pieces))["city"] in ("Paris", "Rome")
     assert events[0] == "message_start" and events[-2:] == ["message_delta", "message_stop"]
     assert m.stop_reason == "tool_use"
     use = next(b for b in m.content if b.type == "tool_use")
@@ -358,6 +362,9 @@ def test_a_streamed_function_call_follows_openais_events(oai):
     assert mine[0] == "response.output_item.added" and mine[-1] == "response.output_item.done"
     assert "response.function_call_arguments.delta" in mine and "response.function_call_arguments.done" in mine
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    # the arguments arrive as they are written, several pieces before the call is done
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(deltas) > 1 and "".join(deltas) == done.arguments
     assert json.loads(done.arguments)["city"] in ("Paris", "Rome") and kinds[-1] == "response.completed"
 
 

@@ -22,7 +22,7 @@ from tests.callharness import ROOT, templates
 #: template -> the call format it is read in (every native family the issue names, and
 #: the earlier ones)
 FAMILIES = {
-    "GLM-4.7-Flash.jinja": "glm",
+    "GLM-4.7-Flash.jinja": "glm-4.7",
     "GLM-4.6.jinja": "glm",
     "inclusionai-ling-3.0-flash.jinja": "ling",
     "tencent-Hy3.jinja": "hy3",

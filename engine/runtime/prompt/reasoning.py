@@ -81,7 +81,7 @@ _FAMILIES = (
     _Family(("<mm:think>", "</mm:think>"), Thinking("<mm:think>", "</mm:think>", variable="thinking_mode", on="enabled",
                                                      off="disabled")),  # fmt: skip
     _Family(("<|START_THINKING|>", "<|END_THINKING|>"), Thinking(
-        "<|START_THINKING|>", "<|END_THINKING|>", variable="reasoning", answer_markers=("<|START_TEXT|>", "<|END_TEXT|>"))),
+        "<|START_THINKING|>", "<|END_THINKING|>", variable="reasoning", answer_markers=("<|START_TEXT|>", "<|END_TEXT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"))),
     _Family(("<think{}>", ":opensource"), Thinking("<think:opensource>", "</think:opensource>", variable="reasoning_effort",
                                                     on="high", off="no_think")),  # fmt: skip
 )  # fmt: skip

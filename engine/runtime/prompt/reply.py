@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.runtime.prompt.calls import ToolFormat
+from engine.runtime.prompt.calls.partial import closing
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.tools import Tool, ToolCall, new_call_id
 
@@ -77,6 +78,7 @@ class ReplyParser:
         self.calls: list[ToolCall] = []  # closed calls
         self._streaming: list[list] = []  # per call: [id, name, arguments sent, closed]
         self._gap = ""  # the whitespace between the content and the calls' opener
+        self._think_lead = True  # at the start of the thinking
         self.reply = Reply()
         #: characters fed so far, and the offset just past the think block's end marker
         #: once it is seen (the decode loop counts thinking tokens by it)
@@ -101,8 +103,8 @@ class ReplyParser:
         for _ in range(4):
             self._step(out, final=True)
         if self.state == "calls" and self.buf:
-            end, cut = self._stream_calls(out, final=True)
-            rest = "" if cut else (self.buf[end:] if self.calls else self.buf)
+            at = self._stream_calls(out, final=True)
+            rest = "" if at is None else (self.buf[at:] if self.calls else self.buf)
             if rest.strip():
                 if not self.calls:
                     rest = self._gap + rest if self.reply.content else rest.lstrip()
@@ -121,12 +123,17 @@ class ReplyParser:
             assert self.thinking is not None
             stripped = self.buf.lstrip()
             if stripped.startswith(self.thinking.start):
-                self.buf = stripped[len(self.thinking.start) :].lstrip("\n")
+                self.buf = stripped[len(self.thinking.start) :]
                 self.state = "think"
             elif final or (stripped and not self.thinking.start.startswith(stripped)):
                 self.state = "content"
         elif self.state == "think":
             assert self.thinking is not None
+            if self._think_lead:  # newlines right after the start marker are not thinking
+                self.buf = self.buf.lstrip("\n")
+                if not self.buf and not final:
+                    return
+                self._think_lead = False
             i = self.buf.find(self.thinking.end)
             if i >= 0:
                 self._emit(out, REASONING, self.buf[:i].rstrip("\n") if i else "")
@@ -135,7 +142,11 @@ class ReplyParser:
                 self.lead = True
                 self.think_end = self.fed - len(self.buf)
             else:
-                keep = 0 if final else _held(self.buf, self.thinking.end)
+                keep = 0
+                if not final:  # what may begin the end marker, and newlines that may precede it
+                    keep = _held(self.buf, self.thinking.end)
+                    body = self.buf[: len(self.buf) - keep]
+                    keep += len(body) - len(body.rstrip("\n"))
                 self._emit(out, REASONING, self.buf[: len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep :]
         elif self.state == "content":
@@ -177,38 +188,63 @@ class ReplyParser:
                 # belongs to the content only if more content follows)
                 keep = 0
                 if not final:
-                    keep = max((_held(self.buf, m) for m in (*self.fmt.openers, *markers)), default=0)
+                    keep = max([self.fmt.held(self.buf), *(_held(self.buf, m) for m in markers)])
                     keep += len(self.buf[: len(self.buf) - keep]) - len(self.buf[: len(self.buf) - keep].rstrip())
                 self._emit(out, CONTENT, self.buf[: len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep :]
         elif self.state == "calls" and not final:
             self._stream_calls(out, final=False)
 
-    def _stream_calls(self, out: list[Part], final: bool) -> tuple[int, bool]:
+    def _stream_calls(self, out: list[Part], final: bool) -> int | None:
         """Parts for what the calls so far add: a new call's start, its arguments' new
-        text, its close. ``final``: the reply has ended, so a call still open closes with
-        its arguments as far as they were written (a reply cut by ``max_tokens``). Returns
-        where the closed calls end and whether an open call was closed so."""
+        text, its close. A call also closes, with its arguments as far as they were
+        written, when its text stops being well formed (``Partial.stop``), when the format
+        no longer reads it, or (``final``) when the reply ends inside it (cut by
+        ``max_tokens``). Returns where the text that is content after the calls begins
+        (None: none is)."""
         assert self.fmt is not None
         parts, end = self.fmt.partial(self.buf, self.tools)
-        cut = False
+        rest: int | None = end
         for i, p in enumerate(parts):
             if i == len(self._streaming):
                 self._streaming.append([new_call_id(), p.name, "", False])
                 out.append(Part(CALL_START, call=ToolCall(p.name, "", self._streaming[i][0]), index=i))
-            rec = self._streaming[i]
-            if rec[3]:
-                continue
-            if p.args.startswith(rec[2]) and len(p.args) > len(rec[2]):
-                out.append(Part(CALL_ARGS, p.args[len(rec[2]) :], index=i))
-                rec[2] = p.args
-            if p.done or final:
-                cut = cut or not p.done
-                rec[3] = True
-                call = ToolCall(rec[1], rec[2], rec[0])
-                out.append(Part(CALL, call=call, index=i))
-                self.calls.append(call)
-        return end, cut
+            if p.args.startswith(self._streaming[i][2]):
+                self._grow(out, i, p.args)
+            if p.stop is not None:
+                rest = p.stop
+                self._close(out, i, broken=True)
+            elif p.done:
+                self._close(out, i)
+            elif final:
+                rest = None
+                self._close(out, i)
+        for i in range(len(parts), len(self._streaming)):  # read no more: it ends as it stands
+            self._close(out, i, broken=True)
+        return rest
+
+    def _grow(self, out: list[Part], i: int, args: str) -> None:
+        rec = self._streaming[i]
+        if not rec[3] and len(args) > len(rec[2]):
+            out.append(Part(CALL_ARGS, args[len(rec[2]) :], index=i))
+            rec[2] = args
+
+    def _close(self, out: list[Part], i: int, broken: bool = False) -> None:
+        """Close call ``i``. A ``broken`` one (its text stopped being a call) gets arguments
+        that parse, added to what was sent; one cut by the reply's end keeps them as far as
+        they were written, as OpenAI does at a length cut (a tool must not take a cut value
+        for a whole one)."""
+        rec = self._streaming[i]
+        if rec[3]:
+            return
+        if not rec[2]:  # named, no arguments written: an empty object, never ""
+            self._grow(out, i, "{}")
+        elif broken:
+            self._grow(out, i, rec[2] + closing(rec[2]))
+        rec[3] = True
+        call = ToolCall(rec[1], rec[2], rec[0])
+        out.append(Part(CALL, call=call, index=i))
+        self.calls.append(call)
 
     @staticmethod
     def _emit(out: list[Part], kind: str, text: str) -> None:

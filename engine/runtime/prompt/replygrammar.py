@@ -23,6 +23,7 @@ import re
 
 from engine.runtime.decode.grammar import GrammarSpec, compile_grammar
 from engine.runtime.prompt.calls import Lit, ToolFormat, text_lit
+from engine.runtime.prompt.calls.base import upto
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.tools import Tool, ToolChoice
 
@@ -39,17 +40,26 @@ def reply_grammar(
     tools: tuple[Tool, ...] = (),
     choice: ToolChoice | None = None,
     parallel: bool = True,
+    may_open: Thinking | None = None,
 ) -> GrammarSpec | None:
     """The reply's grammar (see the module). ``thinking`` is given only when the reply
-    starts inside a think block."""
+    starts inside a think block; ``may_open``, when it does not but the model may open one
+    itself (Qwen3, Gemma 4, harmony's analysis channel): with a ``budget``, that block is
+    bounded too."""
     allowed = choice.allowed(tools) if (choice is not None and fmt is not None) else ()
-    if thinking is None and not allowed:
+    opening = may_open if (thinking is None and may_open is not None and budget is not None) else None
+    if thinking is None and opening is None and not allowed:
         return answer  # the request's own constraint, if any, from the first token
     if thinking is not None and budget is None and answer is None and not allowed:
         return None
     extra: list[dict] = []
     # whitespace between the parts, bounded: a model cannot pad a reply forever
-    rules = ["WS: /[ \\t\\r\\n]{0,3}/", f"TEXT: {_TEXT}"]
+    rules = ["WS: /[ \\t\\r\\n]{0,3}/"]
+    if opening is not None and not lit(opening.start).startswith("<["):
+        # text that opens no think block: the block, when the model opens one, is the budget's
+        rules.append(f"TEXT: {_TEXT} & ~/{_regex_text(opening.start)}(?s:.*)/")
+    else:
+        rules.append(f"TEXT: {_TEXT}")
     if answer is not None:
         extra = _named(answer, "answer")
         plain = "@answer"
@@ -69,18 +79,22 @@ def reply_grammar(
         elif opener.startswith("<["):  # a special token opens the calls
             rules.append(f"reply: TEXT | TEXT {opener} call_body WS")
         else:  # free text up to the opening marker (lazy), then the call
-            rules.append(f"call_hd[lazy]: {_TEXT} {opener}")
+            rules.extend(upto("call_hd", opener))  # (text, then a special token: DSML's)
             rules.append("reply: TEXT | call_hd call_body WS")
     else:
         rules.append(f"reply: {plain}")
-    if thinking is not None:
-        end = lit(thinking.end)
+    think = thinking or opening
+    if think is not None:
+        end = lit(think.end)
         if end.startswith("<["):
             rules.append(f"THINK_TEXT: {_TEXT}")
         else:
-            rules.append(f"THINK_TEXT: {_TEXT} & ~/(?s:.*){_regex_text(thinking.end)}(?s:.*)/")
+            rules.append(f"THINK_TEXT: {_TEXT} & ~/(?s:.*){_regex_text(think.end)}(?s:.*)/")
         rules.append(f"think_text{f'[max_tokens={budget}]' if budget is not None else ''}: THINK_TEXT")
-        rules.append(f"start: think_text {end} WS reply")
+        if opening is not None:
+            rules.append(f"start: {lit(opening.start)} think_text {end} WS reply | reply")
+        else:
+            rules.append(f"start: think_text {end} WS reply")
     else:
         rules.append("start: reply")
     top = "\n".join(rules) + "\n"

@@ -76,10 +76,39 @@ def conversation(detected: Detected | None, messages: list[dict], offered: tuple
             messages = generic_messages(messages, offered)
         return messages, None, GENERIC if offered else None
     assert detected is not None
+    if detected.format.one_call_per_turn:
+        messages = one_call_per_turn(messages)
     if offered and not detected.describes_tools:
         messages = with_system(messages, tools_prompt(detected.format, offered))
     tools = [t.to_template() for t in offered] if offered and detected.describes_tools else None
     return messages, tools, detected.format if offered else None
+
+
+def one_call_per_turn(messages: list[dict]) -> list[dict]:
+    """``messages`` with each assistant turn of several calls given as one turn per call,
+    each followed by its result (harmony's template renders only a turn's first call and
+    names every result after the latest one)."""
+    out: list[dict] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if not calls or len(calls) < 2:
+            out.append(m)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(messages) and messages[j].get("role") == "tool":
+            j += 1
+        results = messages[i + 1 : j]
+        for k, c in enumerate(calls):
+            out.append({**m, "tool_calls": [c], **({"content": ""} if k else {})})
+            mine = [r for r in results if r.get("tool_call_id") == c.get("id")]
+            out.extend(mine)
+            results = [r for r in results if r not in mine]
+        out.extend(results)  # results that name no call keep their place after the calls
+        i = j
+    return out
 
 
 def fit_system_messages(messages: list[dict]) -> list[dict]:

@@ -58,6 +58,19 @@ MARKUP = {
     "deepseek": (("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"), ("```json",)),
     "deepseek-r1": (("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "```json"), ()),
     "function-tag": (("<function=",), ("<parameter=",)),
+    "glm": (("<tool_call>", "<arg_key>", "<arg_value>"), ("<role>ASSISTANT</role>",)),
+    "glm-4.7": (("<tool_call>", "<arg_key>", "<arg_value>"), ("<role>ASSISTANT</role>",)),
+    "ling": (("<tool_call>", "<arg_key>", "<arg_value>", "<role>ASSISTANT</role>"), ()),
+    "hy3": ((":opensource", "<tool_calls{}>"), ()),
+    "gemma4": (("<|tool_call>call:",), ()),
+    "harmony": (("<|channel|>", "<|call|>", "to="), ()),
+    "kimi": (("<|tool_calls_section_begin|>", "<|tool_call_argument_begin|>"), ()),
+    "cohere": (("<|START_ACTION|>", '"tool_name"'), ()),
+    "nemotron": (("<TOOLCALL>", "</TOOLCALL>"), ()),
+    "dsml": (("｜DSML｜", "function_calls>"), ()),
+    "dsml-v4": (("｜DSML｜", "tool_calls>"), ()),
+    "minimax": (("<minimax:tool_call>", "<invoke"), ()),
+    "minimax-m3": (("]<]minimax[>[", "<invoke"), ()),
 }
 
 

@@ -239,3 +239,20 @@ def test_json_arguments_are_spaced_as_json_dumps_spaces_them_as_they_come():
         got, end = json_prefix(raw[:n])
         assert end is None and got.startswith(seen) and want.startswith(got), (n, got)
         seen = got
+
+
+@pytest.mark.parametrize("markers", [("<think>", "</think>"), ("<|channel>thought", "<channel|>"),
+                                     ("<|channel|>analysis<|message|>", "<|end|>")])  # fmt: skip
+def test_a_budget_bounds_a_think_block_the_model_opens_itself(demo_vocab, markers):
+    """Qwen3, Gemma 4 and harmony models open their thinking themselves (the prompt does
+    not): once opened, the budget holds and the family's own end marker closes it."""
+    from engine.runtime.prompt.replygrammar import reply_grammar
+
+    start, end = markers
+    spec = reply_grammar(lit=demo_vocab[2], may_open=Thinking(start, end), budget=7)
+    text = _drive(demo_vocab, spec, start, 80)
+    head, sep, _ = text[len(start) :].partition(end)
+    assert sep and len(demo_vocab[0].tokenize(head, parse_special=False)) <= 7, text
+    free = _drive(demo_vocab, spec, "Hello", 30)  # a reply that does not open it is free text
+    assert free.startswith("Hello") and not free.startswith(start)
+    assert reply_grammar(lit=demo_vocab[2], may_open=Thinking(start, end)) is None  # no budget: nothing to bound

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.runtime.prompt.calls.partial import Partial, json_prefix
+from engine.runtime.prompt.calls.partial import Partial, held, json_prefix
 from engine.runtime.prompt.tools import Tool, ToolCall
 
 #: a grammar literal for marker text: special tokens as ``<[id]>``, text as a string
@@ -58,15 +58,6 @@ def _args(value) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _call(name, args) -> ToolCall | None:
-    if not isinstance(name, str) or not name:
-        return None
-    a = _args(args)
-    if a is None:
-        return None
-    return ToolCall(name, json.dumps(a, ensure_ascii=False))
-
-
 class _Scan:
     """A cursor over reply text for the parsers."""
 
@@ -90,37 +81,10 @@ class _Scan:
         self.pos = i + len(s)
         return out
 
-    def json(self):
-        try:
-            value, end = _DECODER.raw_decode(self.text, self.pos)
-        except ValueError:
-            return _FAIL
-        self.pos = end
-        return value
-
     @property
     def done(self) -> bool:
         return self.pos >= len(self.text)
 
-
-_FAIL = object()
-
-
-def _name_then_json(text: str, opener: str, sep: str, closer: str, clean=lambda name: name) -> tuple[list[ToolCall], int]:
-    """Calls written ``opener NAME sep {arguments} closer``, one after another."""
-    s, calls, end = _Scan(text), [], 0
-    while True:
-        s.ws()
-        if not s.take(opener):
-            break
-        name = s.until(sep)
-        obj = s.json() if name is not None else _FAIL
-        c = _call(clean(name).strip(), obj) if name is not None and obj is not _FAIL else None
-        if c is None or not s.take(closer):
-            break
-        calls.append(c)
-        end = s.pos
-    return calls, end
 
 
 def json_args(text: str, pos: int) -> tuple[str, int | None]:
@@ -169,8 +133,8 @@ def wrapped_call(text: str, pos: int) -> tuple[Partial | None, int | None]:
             out, _ = json_prefix(text, a.end())
         elif isinstance(args, dict | str) and _args(args) is not None:
             out = json.dumps(_args(args), ensure_ascii=False)
-        else:
-            return None, -1
+        else:  # a name, then arguments that are no object: they are content
+            return Partial(obj["name"], "", stop=a.end() if a is not None else end), -1
         return Partial(obj["name"], out, True), end
     a = _ARGS.search(text, i)
     m = _NAME.search(text, i, a.start() if a else len(text))
@@ -192,11 +156,12 @@ Reader = Callable[[str, int], "tuple[Partial | None, int | None]"]
 
 
 def calls_between(text: str, opener: str, closer: str, read: Reader, sep: str = "", first: str = "",
-                  last: str = "") -> tuple[list[Partial], int]:  # fmt: skip
-    """Calls written ``opener BODY closer`` one after another (optionally separated by
-    ``sep``, all inside ``first`` … ``last``), each body read by ``read``: the calls so far
-    and where the last closed one (or ``last``) ends."""
-    s, out, end = _Scan(text), [], 0
+                  last: str = "", start: int = 0) -> tuple[list[Partial], int]:  # fmt: skip
+    """Calls written ``opener BODY closer`` one after another from ``text[start]``
+    (optionally separated by ``sep``, all inside ``first`` … ``last``), each body read by
+    ``read``: the calls so far and where the last closed one (or ``last``) ends (0: none
+    closed)."""
+    s, out, end = _Scan(text, start), [], 0
     s.ws()
     if first and not s.take(first):
         return [], 0
@@ -208,10 +173,13 @@ def calls_between(text: str, opener: str, closer: str, read: Reader, sep: str = 
             s.ws()
         if not s.take(opener):
             break
-        p, e = read(text, s.pos)
+        body = s.pos
+        p, e = read(text, body)
         if p is None or e is None or e < 0:
             if p is not None and e is None:
                 out.append(p)
+            elif p is not None:  # named, then not well formed: it ends where it went wrong
+                out.append(Partial(p.name, p.args, stop=body if p.stop is None else p.stop))
             break
         s.pos = e
         s.ws()
@@ -228,6 +196,16 @@ def calls_between(text: str, opener: str, closer: str, read: Reader, sep: str = 
     return out, end
 
 
+def bad_json_at(text: str, pos: int) -> int:
+    """Where arguments at ``text[pos]`` that are not a JSON object stop being the call's:
+    at their start when they are not an object at all, else past the braces."""
+    i = _WS.match(text, pos).end()  # type: ignore[union-attr]
+    if i >= len(text) or text[i] != "{":
+        return i
+    end = json_prefix(text, i)[1]
+    return len(text) if end is None else end
+
+
 def name_then_json(sep: str, clean=lambda name: name) -> Reader:
     """A reader of ``NAME sep {arguments}``."""
 
@@ -239,9 +217,26 @@ def name_then_json(sep: str, clean=lambda name: name) -> Reader:
         if not name:
             return None, -1
         args, end = json_args(text, i + len(sep))
+        if end is not None and end < 0:
+            return Partial(name, args, stop=bad_json_at(text, i + len(sep))), -1
         return Partial(name, args), end
 
     return read
+
+
+def upto(rule: str, end: str, most: int | None = None) -> list[str]:
+    """Rules making ``rule`` free text (at most ``most`` characters) up to and with the
+    grammar literal ``end`` (:data:`~.base.Lit` output): lazy when ``end`` is text; when it
+    is a special token (which text never holds), the text runs to it; when it is text
+    then a special token, the text runs to that text, which the value may also go past
+    (the bound then holds for each stretch)."""
+    body = f"/(?s:.){{0,{int(most)}}}/" if isinstance(most, int) else "/(?s:.*)/"
+    if "<[" not in end:
+        return [f"{rule}[lazy]: {body} {end}"]
+    if end.startswith("<["):
+        return [f"{rule}: {body} {end}"]
+    head, i = _DECODER.raw_decode(end)
+    return [f"{rule}_s[lazy]: {body} {text_lit(head)}", f"{rule}: {rule}_s+ {end[i:].strip()}"]
 
 
 def _repeat(one: str, sep: str, parallel: bool) -> str:
@@ -292,6 +287,15 @@ class ToolFormat:
     def openers(self) -> tuple[str, ...]:
         """Text that may open the calls (streamed content holds back what may begin one)."""
         return (self.trigger,) if self.trigger else ()
+
+    def held(self, text: str) -> int:
+        """How many characters at the end of streamed content may begin the calls (they are
+        held back until it is clear)."""
+        return max((held(text, o) for o in self.openers), default=0)
+
+    #: the template renders one call per assistant turn (harmony): a turn with several is
+    #: given to it as one turn per call, each followed by its result
+    one_call_per_turn: ClassVar[bool] = False
 
     # ----------------------------------------------------------------- parse
     def find(self, text: str) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _Scan, calls_between, json_args, text_lit
+from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _Scan, calls_between, json_args, text_lit, upto
 from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, types_of
 
 DSML = "｜DSML｜"
@@ -34,19 +34,6 @@ _DECODER = json.JSONDecoder()
 def attrs(head: str) -> dict[str, str]:
     """A tag's attributes, ``name="v"`` (or ``'v'``, or unquoted)."""
     return {m.group(1): next(g for g in m.groups()[1:] if g is not None) for m in _ATTR.finditer(head)}
-
-
-def upto(rule: str, end: str) -> list[str]:
-    """Rules making ``rule`` free text up to and including the grammar literal ``end``
-    (:data:`~.base.Lit` output): lazy when ``end`` is text; when it is or holds a special
-    token (which text never contains), the text runs to the token, and any text before the
-    token is a lazy stop that the text may also go past."""
-    if "<[" not in end:
-        return [f"{rule}[lazy]: /(?s:.*)/ {end}"]
-    if end.startswith("<["):
-        return [f"{rule}: /(?s:.*)/ {end}"]
-    head, i = _DECODER.raw_decode(end)
-    return [f"{rule}_s[lazy]: /(?s:.*)/ {text_lit(head)}", f"{rule}: {rule}_s+ {end[i:].strip()}"]
 
 
 class Dsml(ToolFormat):
@@ -71,8 +58,8 @@ class Dsml(ToolFormat):
         return DSML in template and f"{self.block}>" in template
 
     def partial(self, text, tools=()):
-        return calls_between(text, INVOKE, INVOKE_END, lambda t, pos: _read(t, pos, tools), first=self.trigger,
-                             last=self.end)  # fmt: skip
+        read = lambda t, pos: read_invoke(t, pos, tools, PARAM, PARAM_END, INVOKE_END, json_ok=True)  # noqa: E731
+        return calls_between(text, INVOKE, "", read, first=self.trigger, last=self.end)
 
     def write(self, calls):
         out = []
@@ -98,7 +85,7 @@ class Dsml(ToolFormat):
                     values = " | ".join(text_lit(v) for v in sch["enum"])
                     rules.append(f'{rule}: {head} "\\"true\\">" ({values}) {close}')
                 elif is_string(sch):
-                    rules.extend(upto(f"{rule}_v", lit(PARAM_END)))
+                    rules.extend(upto(f"{rule}_v", lit(PARAM_END), sch.get("maxLength")))
                     rules.append(f'{rule}: {head} "\\"true\\">" {rule}_v "\\n"')
                 else:
                     rules.append(f'{rule}: {head} "\\"false\\">" {_json_rule(sch if isinstance(sch, dict) else {})} '
@@ -112,43 +99,62 @@ class Dsml(ToolFormat):
         return f'call_body: "\\n" one_call{many} "\\n" {lit(self.end)}\n' + "\n".join(rules) + "\n"
 
 
-def _read(text: str, pos: int, tools) -> tuple[Partial | None, int | None]:
-    """`` name="NAME">`` then parameters (or one JSON object) up to ``</｜DSML｜invoke>``.
-    Once the name is whole the call stays (what was sent is never taken back): a body
-    that goes wrong leaves it open, with its arguments as far as they were good."""
+def read_invoke(text: str, pos: int, tools, param: str, param_end: str, close: str, strip: bool = False,
+                json_ok: bool = False) -> tuple[Partial | None, int | None]:  # fmt: skip
+    """One call's body after its opener, `` name="NAME">`` then ``{param} name="K" …>V{param_end}``
+    … up to and with ``close`` (``strip``: values trimmed of surrounding whitespace;
+    ``json_ok``: the arguments may be one JSON object instead). The call is reported once
+    its name is followed by a parameter, the closer (or the JSON); text that cannot
+    continue it after that closes it where the text begins (it is then content), so a
+    call once reported is never taken back."""
     s = _Scan(text, pos)
     head = s.until(">")
     if head is None:
         return None, None
     name = attrs(head).get("name", "").strip()
-    if not name:
-        return None, -1
-    types, params = dict(types_of(tools, name)), []
     s.ws()
-    if text.startswith("{", s.pos):  # the arguments as one JSON object
+    rest = text[s.pos :]
+    starts = (param, close, "{") if json_ok else (param, close)
+    if not name or not rest.startswith(starts):
+        return None, (None if name and any(m.startswith(rest) for m in starts) else -1)
+    types, params = dict(types_of(tools, name)), []
+    if rest.startswith("{"):  # the arguments as one JSON object
         args, end = json_args(text, s.pos)
-        return Partial(name, args), (end if end is not None and end >= 0 else None)
+        if end is None or end < 0:
+            return Partial(name, args), None
+        s.pos = end
+        s.ws()
+        if s.take(close):
+            return Partial(name, args), s.pos
+        return Partial(name, args), (None if close.startswith(text[s.pos :]) else end)
     while True:
         s.ws()
-        if text.startswith(INVOKE_END, s.pos):
+        mark = s.pos  # where text that is not part of the call would begin
+        if s.take(close):
             return Partial(name, params_json(params, types, True)), s.pos
-        so_far = Partial(name, params_json(params, types, False))
-        if not s.take(PARAM):
-            return so_far, None  # more to come, or not a parameter: open
+        if not s.take(param):
+            rest = text[s.pos :]
+            if param.startswith(rest) or close.startswith(rest):
+                return Partial(name, params_json(params, types, False)), None
+            return Partial(name, params_json(params, types, True)), mark
         head = s.until(">")
-        key = attrs(head).get("name") if head is not None else None
-        if key is None:
-            return so_far, None
-        kind = attrs(head).get("string", "").strip().lower()
-        if kind in ("true", "false"):
-            types[key] = {"type": "string"} if kind == "true" else {}
-        close = text.find(PARAM_END, s.pos)
-        if close < 0:
-            value = text[s.pos :]
-            params.append((key, value[: len(value) - held(value, PARAM_END)], False))
+        if head is None:
             return Partial(name, params_json(params, types, False)), None
-        params.append((key, text[s.pos : close], True))
-        s.pos = close + len(PARAM_END)
+        key = attrs(head).get("name")
+        if key is None:
+            return Partial(name, params_json(params, types, True)), mark
+        kind = attrs(head).get("string", "").strip().lower()
+        if kind in ("true", "false"):  # DSML says how the value is written
+            types[key] = {"type": "string"} if kind == "true" else {}
+        end = text.find(param_end, s.pos)
+        if end < 0:
+            value = text[s.pos :]
+            value = value[: len(value) - held(value, param_end)]
+            params.append((key, value.strip() if strip else value, False))
+            return Partial(name, params_json(params, types, False)), None
+        value = text[s.pos : end]
+        params.append((key, value.strip() if strip else value, True))
+        s.pos = end + len(param_end)
 
 
 DSML_V32 = Dsml("function_calls")

@@ -15,8 +15,8 @@ import json
 import math
 import re
 
-from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _repeat, _Scan, calls_between, text_lit
-from engine.runtime.prompt.calls.partial import Partial, _esc, held, is_string, json_prefix, types_of
+from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _repeat, _Scan, calls_between, text_lit
+from engine.runtime.prompt.calls.partial import Partial, held, is_string, json_prefix, types_of
 
 #: Gemma's string quote (a special token in its vocabulary)
 QUOTE = '<|"|>'
@@ -51,7 +51,7 @@ class Gemma4(ToolFormat):
         fns = []
         for i, t in enumerate(tools):
             fns.append(f"f{i}")
-            g.rules.append(f"f{i}: {text_lit('call:' + t.name)} {g.value(f'f{i}', t.parameters)}")
+            g.rules.append(f"f{i}: {text_lit('call:' + t.name)} {g.value(f'f{i}', _closed(t.parameters))}")
         g.rules.append(f"one_call: ({' | '.join(fns)}) {lit(self.call_end)}")
         return _repeat("one_call", lit(self.trigger), parallel) + "\n".join(g.rules) + "\n"
 
@@ -69,6 +69,8 @@ def _read(text: str, pos: int, tools) -> tuple[Partial | None, int | None]:
         return None, -1
     name = m.group()  # type: ignore[union-attr]
     args, end = _Args(text, types_of(tools, name)).read(m.end())  # type: ignore[union-attr]
+    if end is not None and end < 0:  # not Gemma's syntax: the call ends, its arguments' text is content
+        return Partial(name, args, stop=m.end()), -1  # type: ignore[union-attr]
     return Partial(name, args), end
 
 
@@ -192,6 +194,10 @@ class _Args:
         return m.end()  # type: ignore[union-attr]
 
 
+def _esc(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)[1:-1]
+
+
 def _scalar(raw: str, schema) -> str:
     """A bare value as JSON: a literal, a number, else (or for a string parameter) text."""
     if raw in ("null", "None"):
@@ -238,18 +244,27 @@ class _Rules:
             return f"{self.q} ({' | '.join(text_lit(v) for v in s['enum'])}) {self.q}"
         if is_string(s):
             return self._string(s.get("maxLength"))
-        if s.get("type") == "object" and isinstance(s.get("properties"), dict) and s["properties"] and not _combined(s):
-            props = sorted(s["properties"].items(), key=lambda kv: kv[0].lower())
-            required = set(s.get("required", []) or [])
-            members = [(k, f"{text_lit(k + ':')} {self.value(f'{name}_{j}', v)}", k in required)
-                       for j, (k, v) in enumerate(props)]  # fmt: skip
-            return f'"{{" {_Members(name, members, self.rules).first()} "}}"'
+        if s.get("type", "object" if "properties" in s else None) == "object" and not _combined(s):
+            props = sorted((s.get("properties") or {}).items(), key=lambda kv: kv[0].lower())
+            if not props and s.get("additionalProperties") is False:
+                return '"{}"'
+            if props and isinstance(s.get("properties"), dict):
+                required = set(s.get("required", []) or [])
+                members = [(k, f"{self._key(k)} {self.value(f'{name}_{j}', v)}", k in required)
+                           for j, (k, v) in enumerate(props)]  # fmt: skip
+                return f'"{{" {_Members(name, members, self.rules).first()} "}}"'
         if s.get("type") == "array" and isinstance(s.get("items"), dict) and not _combined(s) and not (
                 {"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"} & s.keys()):  # fmt: skip
             item = f"{name}_i"
             self.rules.append(f"{item}: {self.value(item, s['items'])}")
             return f'"[" ({item} ("," {item})*)? "]"'
         return _json_rule(s)
+
+    def _key(self, key: str) -> str:
+        """``key:``, bare as the template writes keys, or quoted where it could not be read bare."""
+        if key and _KEY.fullmatch(key):
+            return text_lit(key + ":")
+        return f'{self.q} {text_lit(key)} {self.q} ":"'
 
     def _string(self, most) -> str:
         most = int(most) if isinstance(most, int) and not isinstance(most, bool) else None

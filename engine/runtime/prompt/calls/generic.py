@@ -29,8 +29,8 @@ class Generic(ToolFormat):
             if not s.take(":"):
                 return [], 0
             p, e = wrapped_call(text, s.pos)
-            if p is None or e is None or e < 0:
-                return ([p] if p is not None and e is None else []), 0
+            if p is None or e is None or e < 0:  # not yet, or not a call (a named one ends where it broke)
+                return ([] if p is None else [p if e is None or p.stop is not None else Partial(p.name, p.args, stop=s.pos)]), 0
             calls = [Partial(p.name, p.args)]
             s.pos = e
         elif s.take('"tool_calls"'):
@@ -41,10 +41,10 @@ class Generic(ToolFormat):
             if not s.take("["):
                 return [], 0
             at = s.pos
-            calls, end = calls_between(text[at:], "", "", wrapped_call, sep=",", last="]")
-            if not (calls and calls[-1].done and text[at + end - 1 : at + end] == "]"):
-                return [Partial(c.name, c.args) for c in calls], 0
-            s.pos = at + end
+            calls, end = calls_between(text, "", "", wrapped_call, sep=",", last="]", start=at)
+            if not (calls and calls[-1].done and text[end - 1 : end] == "]"):
+                return [Partial(c.name, c.args, stop=c.stop) for c in calls], 0
+            s.pos = end
         else:
             return [], 0
         s.ws()

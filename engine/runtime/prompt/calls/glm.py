@@ -170,10 +170,12 @@ class Glm(ToolFormat):
     def detects(self, template):
         if not all(m in template for m in ("<tool_call>", "<arg_key>", "<arg_value>")):
             return False
-        if self.name == "ling":  # Bailing's role sections
-            return "<role>ASSISTANT</role>" in template
-        # GLM's prompt prefix; 4.7 writes the markers with no newline between them
-        return "[gMASK]<sop>" in template and ("</arg_key><arg_value>" in template) == (self.name == "glm-4.7")
+        if ("<role>ASSISTANT</role>" in template) != (self.name == "ling"):  # Bailing's role sections
+            return False
+        # GLM-4.7 (and Spark 2.5, Laguna S 2.1) write the markers with no newline between
+        # them; GLM-4.5/4.6 (and Laguna XS) with one
+        spaced = "</arg_key>\n" in template or "</arg_key>\\n" in template  # a newline, or one in a string
+        return self.name == "ling" or spaced != (self.name == "glm-4.7")
 
     def partial(self, text, tools=()):
         return calls_between(text, self.trigger, "", lambda t, pos: read_arg_call(t, pos, tools, self.SYNTAX))

@@ -21,8 +21,7 @@ class Llama3(ToolFormat):
         s = _Scan(text)
         s.ws()
         s.take("<|python_tag|>")
-        calls, end = calls_between(text[s.pos :], "", "", wrapped_call, sep=";")
-        return calls, s.pos + end if calls and calls[0].done else 0
+        return calls_between(text, "", "", wrapped_call, sep=";", start=s.pos)
 
     def write(self, calls):
         return "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in calls)

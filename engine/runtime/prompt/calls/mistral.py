@@ -35,9 +35,9 @@ class Mistral(ToolFormat):
         s.ws()
         if not s.take("["):
             return [], 0
-        calls, end = calls_between(text[s.pos :], "", "", wrapped_call, sep=",", last="]")
-        closed = calls and calls[-1].done and text[s.pos + end - 1 : s.pos + end] == "]"
-        return calls, s.pos + end if closed else 0
+        calls, end = calls_between(text, "", "", wrapped_call, sep=",", last="]", start=s.pos)
+        closed = calls and calls[-1].done and text[end - 1 : end] == "]"
+        return calls, end if closed else 0
 
     def write(self, calls):
         return "[TOOL_CALLS]" + json.dumps([{"name": n, "arguments": a, "id": f"{i:09d}"} for i, (n, a) in enumerate(calls)])

@@ -25,12 +25,15 @@ class Nemotron(ToolFormat):
         s.ws()
         if not s.take("["):
             return [], 0
-        calls, end = calls_between(text[s.pos :], "", "", wrapped_call, sep=",", last="]")
-        if not (calls and calls[-1].done and text[s.pos + end - 1 : s.pos + end] == "]"):
+        calls, end = calls_between(text, "", "", wrapped_call, sep=",", last="]", start=s.pos)
+        if not (calls and calls[0].done):
             return calls, 0
-        end = s.pos = s.pos + end
-        s.ws()
-        return calls, s.pos if s.take(self.CLOSE) else end
+        s.pos = end
+        if text[end - 1] == "]":  # the list has closed, and so may the tag
+            s.ws()
+            if s.take(self.CLOSE):
+                end = s.pos
+        return calls, end
 
     def write(self, calls):
         # the template writes the arguments as they are given: an object, JSON as tojson writes it

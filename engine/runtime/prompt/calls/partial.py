@@ -30,11 +30,15 @@ _STRUCT = "{}[],:"
 @dataclass(frozen=True)
 class Partial:
     """One call in the text so far: its name, the JSON text of its arguments so far, and
-    whether it has closed (then ``args`` is final)."""
+    whether it has closed (then ``args`` is final). ``stop``: the call's text turned out not
+    to be well formed from this offset on; the call ends there, with its arguments as far
+    as they were read, and what follows is content (a call once streamed is never taken
+    back, and no text is lost)."""
 
     name: str
     args: str
     done: bool = False
+    stop: int | None = None
 
 
 def held(text: str, marker: str) -> int:
@@ -118,6 +122,50 @@ def json_prefix(text: str, start: int = 0) -> tuple[str, int | None]:
         if depth <= 0:
             return "".join(out), i
     return "".join(out), None
+
+
+def closing(prefix: str) -> str:
+    """What closes JSON text ``prefix`` (an object's beginning, as :func:`json_prefix` and
+    :func:`params_json` write it) into a whole value: a call whose text broke off is given
+    arguments that parse, by adding to what was sent, never by taking any back."""
+    stack: list[str] = []
+    in_str = esc = False
+    last = ""  # the last significant character outside strings ('"' for a string)
+    key = False  # the string open or last closed is an object's key
+    for ch in prefix:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str, last = False, '"'
+            continue
+        if ch == '"':
+            key = bool(stack) and stack[-1] == "{" and last in ("{", ",")
+            in_str = True
+        elif ch in "{[":
+            stack.append(ch)
+            last = ch
+        elif ch in "}]":
+            if stack:
+                stack.pop()
+            last = ch
+        elif ch in ",:":
+            last = ch
+        elif not ch.isspace():
+            last = "v"
+    out = ""
+    if in_str:
+        out += ("\\" if esc else "") + '"'
+        last = '"'
+    if last == '"' and key:
+        out += ": null"
+    elif last == ":":
+        out += "null"
+    elif last == ",":
+        out += '"": null' if stack and stack[-1] == "{" else "null"
+    return out + "".join("}" if b == "{" else "]" for b in reversed(stack))
 
 
 def is_string(schema) -> bool:

@@ -73,15 +73,17 @@ def test_written_calls_parse_back_including_null_and_the_json_dialect():
 
 
 RECORDED = [
-    (f"Let me check.<|tool_call>call:get_weather{{city:{Q}San Francisco{Q},days:3,unit:{Q}celsius{Q}}}<tool_call|>"
-     f"<|tool_call>call:note{{text:{Q}He said \"hi\",\nthen left: Zürich — 東京 ☀{Q}}}<tool_call|><|tool_response>",
+    (f"Let me check.<|tool_call>call:get_weather{{city:{Q}San Francisco{Q},days:3,unit:{Q}celsius{Q}}}"
+     f"<tool_call|><|tool_call>call:note{{text:{Q}He said \"hi\",\nthen left: Zürich — 東京 ☀{Q}}}<tool_call|>"
+     "<|tool_response>",
      "Let me check.",
      [("get_weather", {"city": "San Francisco", "days": 3, "unit": "celsius"}),
       ("note", {"text": 'He said "hi",\nthen left: Zürich — 東京 ☀'})]),
-    (f"<|tool_call>call:plan{{options:{{budget:99.5,rail:true}},stops:[{{city:{Q}Rome{Q},nights:2}},{{city:{Q}Bari{Q}}}]}}"
-     "<tool_call|>",
+    (f"<|tool_call>call:plan{{options:{{budget:99.5,rail:true}},stops:[{{city:{Q}Rome{Q},nights:2}},"
+     f"{{city:{Q}Bari{Q}}}]}}<tool_call|>",
      "",
-     [("plan", {"options": {"budget": 99.5, "rail": True}, "stops": [{"city": "Rome", "nights": 2}, {"city": "Bari"}]})]),
+     [("plan", {"options": {"budget": 99.5, "rail": True},
+                "stops": [{"city": "Rome", "nights": 2}, {"city": "Bari"}]})]),
     # a bare value of a string parameter is its text; a number of one is a number
     ("<|tool_call>call:get_weather{city:Oslo,days: 2 ,unit:fahrenheit}<tool_call|>", "",
      [("get_weather", {"city": "Oslo", "days": 2, "unit": "fahrenheit"})]),
@@ -127,12 +129,15 @@ BAD_ARGS = f"<|tool_call>call:get_weather{{city:Paris {Q}oops{Q}}}<tool_call|>"
 
 
 def test_arguments_not_in_gemmas_syntax_are_content():
+    """A call named, then arguments that are not an object: the call ends there with empty
+    arguments (it may already have been streamed: nothing is taken back) and the text that
+    is not arguments is content (nothing is lost)."""
     r = split(BAD_ARGS, fmt=FMT, tools=TOOLS)
-    assert (r.content, r.calls) == (BAD_ARGS, [])
+    # what was read of the arguments, closed so that they parse
+    assert [(c.name, c.arguments) for c in r.calls] == [("get_weather", '{"city": "Paris"}')]
+    assert r.content and BAD_ARGS.endswith(r.content) and "get_weather" not in r.content
 
 
-@pytest.mark.xfail(strict=True, reason="ReplyParser: a call streamed from its name on whose body then turns out "
-                                       "not to be a call gets its call_start but never its call part")  # fmt: skip
 def test_arguments_not_in_gemmas_syntax_stream_as_they_split():
     check_stream(BAD_ARGS, FMT, TOOLS)
 
@@ -140,10 +145,11 @@ def test_arguments_not_in_gemmas_syntax_stream_as_they_split():
 def test_a_reply_cut_in_the_arguments_keeps_them_as_far_as_written():
     text = f"Checking.<|tool_call>call:get_weather{{days:3,city:{Q}San Fr"
     r = split(text, fmt=FMT, tools=TOOLS)
-    assert (r.content, [(c.name, c.arguments) for c in r.calls]) == ("Checking.", [("get_weather", '{"days": 3, "city": "San Fr')])
+    want = ("Checking.", [("get_weather", '{"days": 3, "city": "San Fr')])
+    assert (r.content, [(c.name, c.arguments) for c in r.calls]) == want
     for size in (1, 3, 7):
         _, got = streamed(text, FMT, TOOLS, size=size)
-        assert (got.content, [(c.name, c.arguments) for c in got.calls]) == (r.content, [(c.name, c.arguments) for c in r.calls])
+        assert (got.content, [(c.name, c.arguments) for c in got.calls]) == want
 
 
 # ------------------------------------------------------------------- grammar
@@ -185,10 +191,11 @@ def test_the_grammar_writes_valid_calls(vocab, seed):
 
 
 def test_the_grammar_writes_nested_arguments_in_gemmas_syntax(vocab):
+    stop = {"type": "object", "properties": {"nights": {"type": "integer", "minimum": 1, "maximum": 9},
+                                             "kind": {"enum": ["city", "beach"]}}, "required": ["kind"]}  # fmt: skip
     tool = parse_tools([{"type": "function", "function": {"name": "plan", "parameters": {"type": "object", "properties": {
-        "stops": {"type": "array", "items": {"type": "object", "properties": {"nights": {"type": "integer", "minimum": 1,
-                  "maximum": 9}, "kind": {"enum": ["city", "beach"]}}, "required": ["kind"]}},
-        "rail": {"type": "boolean"}, "zone": {"type": "string", "enum": ["eu", "us"]}}, "required": ["zone"]}}}])  # fmt: skip
+        "stops": {"type": "array", "items": stop}, "rail": {"type": "boolean"},
+        "zone": {"type": "string", "enum": ["eu", "us"]}}, "required": ["zone"]}}}])  # fmt: skip
     for seed in range(3):
         text = drive(vocab, grammar(vocab, tool, parallel=False), "", 400, seed)
         (c,) = split(text, fmt=FMT, tools=tool).calls

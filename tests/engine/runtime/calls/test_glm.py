@@ -24,7 +24,10 @@ TOOLS = parse_tools([
 CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
          ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"by": "train"}})]
 #: each format and its templates
-FAMILY = {GLM: ["GLM-4.6.jinja"], GLM47: ["GLM-4.7-Flash.jinja"], LING: ["inclusionai-ling-3.0-flash.jinja"]}
+#: the templates that write each layout (Spark 2.5 and poolside's Laguna write GLM's markers too)
+FAMILY = {GLM: ["GLM-4.6.jinja", "poolside-Laguna-XS-2.1.jinja", "poolside-Laguna-XS.2.jinja"],
+          GLM47: ["GLM-4.7-Flash.jinja", "Spark2.5.jinja", "poolside-Laguna-S-2.1.jinja"],
+          LING: ["inclusionai-ling-3.0-flash.jinja"]}  # fmt: skip
 FORMATS = list(FAMILY)
 
 
@@ -65,8 +68,9 @@ RECORDED = {
     "two calls": 'Let me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>São Paulo "Centro"\n'
                  "zona 1 ☀</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>unit</arg_key>\n"
                  "<arg_value>celsius</arg_value>\n</tool_call>\n<tool_call>plan_trip\n<arg_key>stops</arg_key>\n"
-                 '<arg_value>[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]</arg_value>\n<arg_key>options</arg_key>\n'
-                 '<arg_value>{"by": "train", "budget": {"max": 900}}</arg_value>\n</tool_call>',
+                 '<arg_value>[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]</arg_value>\n'
+                 '<arg_key>options</arg_key>\n<arg_value>{"by": "train", "budget": {"max": 900}}</arg_value>\n'
+                 "</tool_call>",
     # GLM-4.7's: no whitespace at all
     "compact": '<tool_call>get_weather<arg_key>city</arg_key><arg_value>Zürich</arg_value><arg_key>days</arg_key>'
                "<arg_value>10</arg_value></tool_call>",
@@ -177,3 +181,13 @@ def test_auto_calls_are_forced_valid_once_opened(vocab, fmt):
     reply = split(text, fmt=fmt, tools=PICK)
     _valid(reply.calls)
     assert reply.content == "Sure."
+
+
+def test_the_grammar_takes_markers_that_are_special_tokens(vocab):
+    """In GLM's own vocabulary the markers are control tokens (rendering as no text): a
+    string value is then free text up to the end-of-value token."""
+    special = {"</arg_value>": "<[1]>"}
+    lit = lambda s: special.get(s) or vocab[2](s)  # noqa: E731
+    spec = reply_grammar(lit=lit, fmt=GLM, tools=PICK, choice=ToolChoice("required"))
+    for seed in range(2):
+        assert drive(vocab, spec, "", 120, seed).startswith(GLM.trigger)

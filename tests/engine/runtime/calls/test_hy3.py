@@ -162,6 +162,7 @@ def test_the_grammar_takes_markers_that_are_special_tokens(vocab):
     """In Hy3's own vocabulary the markers are control tokens (rendering as no text): a
     string value is then free text up to the end-of-value token."""
     special = {HY3.VALUE_END: "<[1]>"}
-    spec = reply_grammar(lit=lambda s: special.get(s) or vocab[2](s), fmt=HY3, tools=PICK, choice=ToolChoice("required"))
+    lit = lambda s: special.get(s) or vocab[2](s)  # noqa: E731
+    spec = reply_grammar(lit=lit, fmt=HY3, tools=PICK, choice=ToolChoice("required"))
     for seed in range(2):
         assert drive(vocab, spec, "", 120, seed).startswith(HY3.trigger)
