@@ -91,3 +91,20 @@ def test_generate_leaves_what_the_user_did_not_set_to_the_engine(fixtures):
     out = mtp_json("generate", "--model", str(fixtures["full"].path), "--prompt", "Hello", "--max-tokens", "4")
     assert out["stats"]["draft_depth"] == INTERACTIVE.draft_depth.to_json() == "auto"
     assert out["stats"]["sampled"] is False and len(out["tokens"]) == 4
+
+
+def test_a_chat_template_file_replaces_the_models_own(fixtures, tmp_path):
+    """``--chat-template-file``: the chat is rendered with that template (here one that
+    writes a marker no other template does), and the model says where its template is from;
+    an unreadable file is refused with its name."""
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "Hello"}]))
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor %}<<assistant>>")
+    args = ["generate", "--model", str(fixtures["full"].path), "--chat-json", str(chat), "--max-tokens", "4"]
+    own = mtp_json(*args)
+    out = mtp_json(*args, "--chat-template-file", str(template))
+    assert "--chat-template-file" in out["model"]["chat_template"] and "--chat-template-file" not in own["model"]["chat_template"]
+    assert out["stats"]["prompt_tokens"] != own["stats"]["prompt_tokens"]
+    p = mtp_studio(*args, "--chat-template-file", str(tmp_path / "missing.jinja"))
+    assert p.returncode == 1 and "missing.jinja" in p.stderr
