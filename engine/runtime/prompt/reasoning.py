@@ -78,6 +78,9 @@ _FAMILIES = (
         "<|channel|>analysis<|message|>", "<|end|>", toggle=False, variable="reasoning_effort", on="medium", off="low",
         answer_headers=("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"))),
     _Family(("<|channel>", "<channel|>"), Thinking("<|channel>thought", "<channel|>")),
+    _Family(("<|open|>", "<|sep|>", "<|close|>", "think"), Thinking(
+        "<|open|>think<|sep|>", "<|close|>think<|sep|><|open|>response<|sep|>", variable="thinking",
+        answer_markers=("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>"))),
     _Family(("<mm:think>", "</mm:think>"), Thinking("<mm:think>", "</mm:think>", variable="thinking_mode", on="enabled",
                                                      off="disabled")),  # fmt: skip
     _Family(("<|START_THINKING|>", "<|END_THINKING|>"), Thinking(

@@ -148,6 +148,19 @@ def parse_choice(raw: Any, tools: tuple[Tool, ...], param: str = "tool_choice") 
     return choice
 
 
+def _cut(raw: str) -> dict | None:
+    """Arguments a reply cut by ``max_tokens`` ended inside (prompt.reply delivers them as
+    far as they were written, as OpenAI does), sent back as an earlier turn: the object
+    they began, closed; None when they are not the start of one."""
+    from engine.runtime.prompt.calls.partial import closing
+
+    try:
+        value = json.loads(raw + closing(raw))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _arguments(raw: Any, where: str) -> dict:
     if isinstance(raw, dict):
         return raw
@@ -157,6 +170,8 @@ def _arguments(raw: Any, where: str) -> dict:
         try:
             value = json.loads(raw)
         except ValueError:
+            value = _cut(raw)
+        if value is None:
             raise _bad(f"{where}.function.arguments must be a JSON object (as text), got {raw[:60]!r}", "messages") from None
         if isinstance(value, dict):
             return value

@@ -15,6 +15,7 @@ from engine.runtime import jobs as J
 from engine.runtime.generatejob import count_prompt
 from engine.server import errors as E
 from engine.server import messages_api as M
+from engine.server.schemas import new_id
 from engine.server.flow import PING, Flow, answer
 from engine.server.replyblocks import Blocks
 from engine.server.request import json_body
@@ -26,7 +27,7 @@ async def create(request: Request):
     engine = request.app.state.engine
     req = M.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults)
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
-    mid = M.new_id("msg")
+    mid = new_id("msg")
     return await answer(request, req.job, stream=req.stream, headers=headers,
                         result=lambda res: M.message_object(mid, req, res), events=lambda flow: _events(flow, req, mid))
 

@@ -71,6 +71,8 @@ MARKUP = {
     "dsml-v4": (("｜DSML｜", "tool_calls>"), ()),
     "minimax": (("<minimax:tool_call>", "<invoke"), ()),
     "minimax-m3": (("]<]minimax[>[", "<invoke"), ()),
+    "minimax-m1": (("<tool_calls>", "</tool_calls>", '"arguments"'), ("<invoke",)),
+    "kimi-k3": (("<|open|>", "<|sep|>", "<|close|>", "argument"), ()),
 }
 
 

@@ -44,11 +44,11 @@ from engine.runtime.prompt.calls.glm import GLM, GLM47, LING, Glm
 from engine.runtime.prompt.calls.hy3 import HY3, Hy3
 from engine.runtime.prompt.calls.gemma4 import GEMMA4, Gemma4
 from engine.runtime.prompt.calls.harmony import HARMONY, Harmony
-from engine.runtime.prompt.calls.kimi import KIMI, Kimi
+from engine.runtime.prompt.calls.kimi import KIMI, KIMI_K3, Kimi, KimiK3
 from engine.runtime.prompt.calls.cohere import COHERE, Cohere
 from engine.runtime.prompt.calls.nemotron import NEMOTRON, Nemotron
 from engine.runtime.prompt.calls.dsml import DSML_V32, DSML_V4, Dsml
-from engine.runtime.prompt.calls.minimax import MINIMAX, MINIMAX_M3, MiniMax, MiniMaxM3
+from engine.runtime.prompt.calls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, MiniMax, MiniMaxM1, MiniMaxM3
 from engine.runtime.prompt.calls.generic import GENERIC, Generic
 
 #: every format, in the order :func:`detect` asks them: a template can hold more than one
@@ -57,7 +57,7 @@ from engine.runtime.prompt.calls.generic import GENERIC, Generic
 #: those before it having said no; GENERIC, which takes any template, is last
 FORMATS: tuple[ToolFormat, ...] = (QWEN_XML, SEED_XML, FUNCTION_TAG, DEEPSEEK, DEEPSEEK_R1, MISTRAL, MISTRAL_ARGS,
                                    GLM, GLM47, LING, HY3, GEMMA4, HARMONY, KIMI, COHERE, NEMOTRON, DSML_V32, DSML_V4,
-                                   MINIMAX, MINIMAX_M3, HERMES, LLAMA3, GENERIC)  # fmt: skip
+                                   MINIMAX, MINIMAX_M3, MINIMAX_M1, KIMI_K3, HERMES, LLAMA3, GENERIC)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ __all__ = [
     "DEEPSEEK", "DEEPSEEK_MARKERS", "DEEPSEEK_R1", "FORMATS", "FUNCTION_TAG", "GENERIC", "GLM", "GLM47", "HERMES", "HY3",
     "LING", "LLAMA3", "MISTRAL", "Glm", "Hy3", "GEMMA4", "HARMONY", "KIMI", "COHERE", "NEMOTRON", "Gemma4", "Harmony",
     "Kimi", "Cohere", "Nemotron", "DSML_V32", "DSML_V4", "Dsml", "MINIMAX", "MINIMAX_M3", "MiniMax", "MiniMaxM3",
+    "KIMI_K3", "KimiK3", "MINIMAX_M1", "MiniMaxM1",
     "MISTRAL_ARGS", "QWEN_XML", "SEED_XML", "DeepSeek", "Detected", "FunctionTag", "Generic", "Hermes", "Lit",
     "Llama3", "Mistral", "MistralArgs", "QwenXml", "ToolFormat", "detect", "renders_tools", "text_lit",
 ]  # fmt: skip

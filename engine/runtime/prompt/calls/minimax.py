@@ -18,15 +18,20 @@ named by its key and a nested value spelled out as elements (an object's keys; a
     NS<invoke name="NAME">NS<K>VNS</K>NS<L>NS<item>1NS</item>NS</L>NS</invoke>
     NS</tool_call>
 
-(MiniMax-M1 writes Hermes-like JSON lines in ``<tool_calls>``: not this family.)
+M1, one JSON object a line in one block (the template writes the arguments with
+``tojson``: they must be a mapping)::
+
+    <tool_calls>
+    {"name": "NAME", "arguments": {...}}
+    </tool_calls>
 """
 
 from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _Scan, calls_between, text_lit
-from engine.runtime.prompt.calls.base import upto
+from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, calls_between, text_lit
+from engine.runtime.prompt.calls.base import upto, wrapped_call
 from engine.runtime.prompt.calls.dsml import attrs, read_invoke
 from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, typed, types_of
 
@@ -34,6 +39,7 @@ OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
 INVOKE, INVOKE_END, PARAM, PARAM_END = "<invoke", "</invoke>", "<parameter", "</parameter>"
 NS = "]<]minimax[>["
 M3_OPEN, M3_CLOSE, M3_INVOKE, M3_INVOKE_END = f"{NS}<tool_call>", f"{NS}</tool_call>", f"{NS}<invoke", f"{NS}</invoke>"
+M1_OPEN, M1_CLOSE = "<tool_calls>", "</tool_calls>"
 #: how deep the M3 grammar spells out a nested schema (deeper: free text)
 _DEPTH = 6
 
@@ -122,6 +128,34 @@ class MiniMaxM3(ToolFormat):
         rules.append(f"one_call: {' | '.join(fns)}")
         many = ' ("\\n" one_call)*' if parallel else ""
         return f'call_body: "\\n" one_call{many} "\\n" {lit(M3_CLOSE)}\n' + "\n".join(rules) + "\n"
+
+
+class MiniMaxM1(ToolFormat):
+    """M1: ``<tool_calls>`` then ``{"name": …, "arguments": {…}}`` a line … ``</tool_calls>``."""
+
+    CONTROL_MARKERS = (M1_CLOSE,)
+
+    def __init__(self):
+        super().__init__("minimax-m1", "MiniMax M1 JSON lines in <tool_calls>", M1_OPEN, "}")
+
+    def detects(self, template):
+        # Apriel writes a JSON list (or YAML) in <tool_calls>, and says so as <tool_calls>[
+        return M1_OPEN in template and M1_CLOSE in template and '"arguments"' in template and not any(
+            m in template for m in ("<tool_calls>[", INVOKE))  # fmt: skip
+
+    def partial(self, text, tools=()):
+        return calls_between(text, "", "", wrapped_call, first=M1_OPEN, last=M1_CLOSE)
+
+    def write(self, calls):
+        lines = "".join(f'{{"name": "{n}", "arguments": {json.dumps(a, ensure_ascii=False)}}}\n' for n, a in calls)
+        return f"{M1_OPEN}\n{lines}{M1_CLOSE}"
+
+    def body(self, tools, parallel, lit):
+        # as the template spaces it: '{"name": "NAME", "arguments": ' then the arguments' JSON
+        heads = [text_lit('{"name": "%s", "arguments": ' % t.name) for t in tools]
+        one = " | ".join(f'{h} {_json_rule(_closed(t.parameters))} "}}"' for h, t in zip(heads, tools, strict=True))
+        many = ' ("\\n" one_call)*' if parallel else ""
+        return f"one_call: {one}\n" + f'call_body: "\\n" one_call{many} "\\n" {lit(M1_CLOSE)}\n'
 
 
 def _xml(v) -> str:
@@ -280,3 +314,4 @@ def _read_m3(text: str, pos: int, tools) -> tuple[Partial | None, int | None]:
 
 MINIMAX = MiniMax()
 MINIMAX_M3 = MiniMaxM3()
+MINIMAX_M1 = MiniMaxM1()

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from engine.runtime.prompt.calls.minimax import MINIMAX, MINIMAX_M3, NS
+from engine.runtime.prompt.calls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, NS
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
-from tests.callharness import check_stream, demo_vocab, drive, pairs, render, templates
+from tests.callharness import check_stream, demo_vocab, drive, pairs, render, streamed, templates
 
 TOOLS = parse_tools([
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -251,3 +251,107 @@ def test_the_grammar_takes_markers_that_are_special_tokens(vocab):
     spec = reply_grammar(lit=lit, fmt=MINIMAX_M3, tools=PICK, choice=ToolChoice("required"))
     for seed in range(2):
         assert "<tool_call>" in drive(vocab, spec, "", 120, seed)
+
+
+# ================================================================ M1: JSON lines in <tool_calls>
+M1 = MINIMAX_M1
+
+
+def test_m1_calls_round_trip_through_the_real_template():
+    text = render(templates()["MiniMax-M1.jinja"], _conversation(CALLS), tools=[t.to_template() for t in TOOLS],
+                  add_generation_prompt=False)  # fmt: skip
+    turn = text[text.index("plan a trip.") :]  # the tools' description shows the syntax too
+    i = M1.find(turn)
+    got, end = M1.scan(turn[i:], TOOLS)
+    assert i >= 0 and pairs(got) == CALLS
+    assert turn[i + end :].startswith("<end_of_sentence>")  # the block is read to its end
+    assert M1.write(CALLS) in turn  # written exactly as the template renders them
+    assert pairs(M1.parse(M1.write(CALLS), TOOLS)) == CALLS
+
+
+def test_m1_detects_its_own_template_only():
+    srcs = templates()
+    assert [n for n, src in srcs.items() if M1.detects(src)] == ["MiniMax-M1.jinja"]
+    # Apriel's <tool_calls> hold a JSON list: not M1's
+    assert all("<tool_calls>" in srcs[n] for n in ("unsloth-Apriel-1.5.jinja", "Apriel-1.6-15b-Thinker-fixed.jinja"))
+
+
+M1_RECORDED = [
+    # two calls, a line each: a string with quotes, a newline and unicode, an integer, an enum; nested JSON
+    ('Let me check.\n<tool_calls>\n{"name": "get_weather", "arguments": {"city": "São Paulo \\"Centro\\"\\nzona 1 ☀", '
+     '"days": 3, "unit": "celsius"}}\n{"name": "plan_trip", "arguments": {"stops": [{"city": "Rome", "nights": 2}, '
+     '{"city": "Oslo"}], "options": {"by": "train", "budget": {"max": 900}}}}\n</tool_calls>',
+     "Let me check.", WANT["two calls"]),
+    # compact, on one line
+    ('<tool_calls>{"name":"get_weather","arguments":{"city":"Zürich","days":10,"tags":["sun","3"]}}</tool_calls>', "",
+     WANT["lines"]),
+    ('<tool_calls>\n{"name": "plan_trip", "arguments": {}}\n</tool_calls>', "", WANT["no arguments"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text,content,calls", M1_RECORDED)
+def test_m1_recorded_replies_parse_whole_and_streamed(text, content, calls):
+    reply = split(text, fmt=M1, tools=TOOLS)
+    assert (reply.content, pairs(reply.calls)) == (content, calls)
+    check_stream(text, M1, TOOLS)
+
+
+def test_m1_arguments_written_as_a_json_string_are_the_object_it_holds():
+    text = '<tool_calls>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}\n</tool_calls>'
+    assert pairs(split(text, fmt=M1, tools=TOOLS).calls) == [("get_weather", {"city": "Oslo"})]
+    check_stream(text, M1, TOOLS, grows=False)
+
+
+M1_MALFORMED = [
+    # Hermes' and Apriel's syntax, garbage after the opener, cut in the name: content
+    ('I would call <tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
+     'I would call <tool_call>{"name": "get_weather", "arguments": {}}</tool_call>', []),
+    ('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_calls>',
+     '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_calls>', []),
+    ("Hmm. <tool_calls> this is not a call", "Hmm. <tool_calls> this is not a call", []),
+    ('Checking <tool_calls>\n{"name": "get_wea', 'Checking <tool_calls>\n{"name": "get_wea', []),
+    # the block left open: the calls
+    ('<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n', "", [("get_weather", {"city": "Rome"})]),
+    # arguments that are no object: the call with none, the rest content
+    ('<tool_calls>\n{"name": "get_weather", "arguments": [1, 2]}\n</tool_calls>', '[1, 2]}\n</tool_calls>',
+     [("get_weather", {})]),
+    # a second line that is no call: the first call, the rest content
+    ('<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\nand then\n</tool_calls>',
+     "and then\n</tool_calls>", [("get_weather", {"city": "Rome"})]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text,content,calls", M1_MALFORMED)
+def test_m1_malformed_replies_lose_nothing(text, content, calls):
+    reply = split(text, fmt=M1, tools=TOOLS)
+    assert (reply.content, pairs(reply.calls)) == (content, calls)
+    check_stream(text, M1, TOOLS)
+
+
+def test_m1_a_reply_cut_in_the_arguments_keeps_them_as_far_as_written():
+    text = 'Checking.\n<tool_calls>\n{"name": "get_weather", "arguments": {"days":3,"city":"San Fr'
+    want = ("Checking.", [("get_weather", '{"days": 3, "city": "San Fr')])
+    for size in (1, 3, 7):
+        _, got = streamed(text, M1, TOOLS, size=size)
+        assert (got.content, [(c.name, c.arguments) for c in got.calls]) == want
+    reply = split(text, fmt=M1, tools=TOOLS)
+    assert (reply.content, [(c.name, c.arguments) for c in reply.calls]) == want
+
+
+def test_m1_required_calls_are_valid_for_the_schema(vocab):
+    for parallel in (True, False):
+        spec = reply_grammar(lit=vocab[2], fmt=M1, tools=PICK, choice=ToolChoice("required"), parallel=parallel)
+        for seed in range(3):
+            text = drive(vocab, spec, "", 400, seed)
+            reply = split(text, fmt=M1, tools=PICK)
+            _valid(reply.calls)
+            assert reply.content == "" and (parallel or len(reply.calls) == 1), text
+            assert text.rstrip().endswith("</tool_calls>"), text
+
+
+def test_m1_auto_calls_are_forced_valid_once_opened(vocab):
+    spec = reply_grammar(lit=vocab[2], fmt=M1, tools=PICK, choice=ToolChoice("auto"))
+    assert M1.trigger not in drive(vocab, spec, "", 40)
+    reply = split(drive(vocab, spec, "Sure. " + M1.trigger, 400), fmt=M1, tools=PICK)
+    _valid(reply.calls)
+    assert reply.content == "Sure."
