@@ -8,6 +8,7 @@ from __future__ import annotations
 from engine.runtime import jobs as J
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.policy.store import save_policy
+from engine.runtime.decode.stopping import StopReason
 from engine.runtime.handle import JobHandle
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts
@@ -28,7 +29,8 @@ def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: Job
         g = generate(lm.session, prep.prompt, prep.params, cancel=h.cancel_event, on_emit=emit,
                      on_round=lambda r: h._emit(J.Round(r)), cache=lm.snapshots, splitter=parser)  # fmt: skip
         if parser is not None:
-            rest = parser.finish()
+            # only a reply cut by its length leaves a call's arguments as they were written
+            rest = parser.finish(cut=g.stop_reason in (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL))
             if rest:
                 h._emit(J.Tokens((), "", None, tuple(rest)))
     finally:

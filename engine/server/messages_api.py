@@ -258,7 +258,7 @@ def content_of(res: J.GenerateResult) -> list[dict]:
     if reply.content or not reply.calls:
         out.append({"type": "text", "text": reply.content})
     for c in reply.calls:
-        out.append({"type": "tool_use", "id": _tool_id(c.id), "name": c.name, "input": json.loads(c.arguments or "{}")})
+        out.append({"type": "tool_use", "id": _tool_id(c.id), "name": c.name, "input": _input(c.arguments)})
     return out
 
 

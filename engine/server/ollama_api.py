@@ -211,7 +211,12 @@ def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defa
 
 # ----------------------------------------------------------------- output
 def _call(c, index: int = 0) -> dict:
-    return {"id": c.id, "function": {"index": index, "name": c.name, "arguments": json.loads(c.arguments or "{}")}}
+    try:  # a call cut by max_tokens may not be whole JSON: Ollama's arguments are an object
+        args = json.loads(c.arguments) if c.arguments else {}
+    except ValueError:
+        args = {}
+    return {"id": c.id, "function": {"index": index, "name": c.name,
+                                     "arguments": args if isinstance(args, dict) else {}}}  # fmt: skip
 
 
 def chunk(req: OllamaRequest, ev: J.Tokens) -> dict | None:

@@ -79,6 +79,7 @@ class ReplyParser:
         self._streaming: list[list] = []  # per call: [id, name, arguments sent, closed]
         self._gap = ""  # the whitespace between the content and the calls' opener
         self._think_lead = True  # at the start of the thinking
+        self._cut = True  # the reply ended by its length (set by finish)
         self.reply = Reply()
         #: characters fed so far, and the offset just past the think block's end marker
         #: once it is seen (the decode loop counts thinking tokens by it)
@@ -98,7 +99,11 @@ class ReplyParser:
         self.reply.add(out)
         return out
 
-    def finish(self) -> list[Part]:
+    def finish(self, cut: bool = True) -> list[Part]:
+        """The parts the reply's end releases. ``cut``: it ended by its length (a call still
+        open keeps its arguments as written); else an open call is closed as broken (its
+        arguments made to parse)."""
+        self._cut = cut
         out: list[Part] = []
         for _ in range(4):
             self._step(out, final=True)
@@ -106,9 +111,9 @@ class ReplyParser:
             at = self._stream_calls(out, final=True)
             rest = "" if at is None else (self.buf[at:] if self.calls else self.buf)
             if rest.strip():
-                if not self.calls:
+                if not self.calls or at == 0:  # no call read, or none before this text: it follows the content
                     rest = self._gap + rest if self.reply.content else rest.lstrip()
-                out.append(Part(CONTENT, rest))
+                self._emit(out, CONTENT, rest)
             self.buf = ""
         self.reply.add(out)
         return out
@@ -163,8 +168,6 @@ class ReplyParser:
                         return  # may still become a header
                 self.lead = False
             markers = self.thinking.answer_markers if self.thinking is not None else ()
-            for m in markers:  # Cohere's <|START_TEXT|> … <|END_TEXT|> around the answer
-                self.buf = self.buf.replace(m, "")
             if self.fmt is None:
                 keep = 0 if final else max((_held(self.buf, m) for m in markers), default=0)
                 self._emit(out, CONTENT, self.buf[: len(self.buf) - keep])
@@ -218,7 +221,7 @@ class ReplyParser:
                 self._close(out, i)
             elif final:
                 rest = None
-                self._close(out, i)
+                self._close(out, i, broken=not self._cut)
         for i in range(len(parts), len(self._streaming)):  # read no more: it ends as it stands
             self._close(out, i, broken=True)
         return rest
@@ -246,8 +249,10 @@ class ReplyParser:
         out.append(Part(CALL, call=call, index=i))
         self.calls.append(call)
 
-    @staticmethod
-    def _emit(out: list[Part], kind: str, text: str) -> None:
+    def _emit(self, out: list[Part], kind: str, text: str) -> None:
+        if kind == CONTENT and self.thinking is not None:  # Cohere's <|START_TEXT|> … <|END_TEXT|>
+            for m in self.thinking.answer_markers:
+                text = text.replace(m, "")
         if text:
             out.append(Part(kind, text))
 

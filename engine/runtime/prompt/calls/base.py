@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.runtime.prompt.calls.partial import Partial, held, json_prefix
+from engine.runtime.prompt.calls.partial import Partial, held, json_error, json_prefix
 from engine.runtime.prompt.tools import Tool, ToolCall
 
 #: a grammar literal for marker text: special tokens as ``<[id]>``, text as a string
@@ -96,6 +96,9 @@ def json_args(text: str, pos: int) -> tuple[str, int | None]:
         return "", None
     if text[i] != "{":
         return "", -1
+    err = json_error(text, i)
+    if err is not None:  # not JSON from there on: what came before it, and "not a call"
+        return json_prefix(text[:err], i)[0], -1
     out, end = json_prefix(text, i)
     if end is not None:
         try:
@@ -107,7 +110,7 @@ def json_args(text: str, pos: int) -> tuple[str, int | None]:
     return out, end
 
 
-_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"(?=\s*[,}])')
 _ARGS = re.compile(r'"(arguments|parameters)"\s*:\s*')
 
 
@@ -136,18 +139,49 @@ def wrapped_call(text: str, pos: int) -> tuple[Partial | None, int | None]:
         else:  # a name, then arguments that are no object: they are content
             return Partial(obj["name"], "", stop=a.end() if a is not None else end), -1
         return Partial(obj["name"], out, True), end
-    a = _ARGS.search(text, i)
-    m = _NAME.search(text, i, a.start() if a else len(text))
+    err = json_error(text, i)
+    a = _top_key(text, i, _ARGS)
+    m = _top_key(text, i, _NAME, a.start() if a else len(text))
     if m is None:
-        return None, None
+        return None, (None if err is None else -1)
     try:
         name = json.loads(f'"{m.group(1)}"')
     except ValueError:
         return None, -1
     args = ""
     if a is not None and text[_WS.match(text, a.end()).end():].startswith("{"):  # type: ignore[union-attr]
-        args, _ = json_prefix(text, a.end())
+        args, _ = json_prefix(text[:err] if err is not None else text, a.end())
+    if err is not None:  # the object breaks off: the call ends there, the rest is content
+        return Partial(name, args, stop=err), -1
     return Partial(name, args), None
+
+
+def _top_key(text: str, start: int, pattern: re.Pattern, end: int | None = None) -> re.Match | None:
+    """The first match of ``pattern`` at the top level of the object at ``text[start]``
+    (not inside a nested value or a string)."""
+    depth, in_str, esc = 0, False, False
+    stop = len(text) if end is None else end
+    for k in range(start, stop):
+        ch = text[k]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == '"':
+            if depth == 1:
+                m = pattern.match(text, k)
+                if m is not None and m.end() <= stop:
+                    return m
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    return None
 
 
 #: reads one call's body at ``text[pos]``: the call so far (None: no name yet) and where
@@ -184,7 +218,10 @@ def calls_between(text: str, opener: str, closer: str, read: Reader, sep: str = 
         s.pos = e
         s.ws()
         if closer and not s.take(closer):
-            out.append(Partial(p.name, p.args))  # its closer may be on its way
+            if closer.startswith(text[s.pos : s.pos + len(closer)]):
+                out.append(Partial(p.name, p.args))  # its closer may be on its way
+            else:  # something else follows the call: it ends here, and that is content
+                out.append(Partial(p.name, p.args, stop=e))
             break
         out.append(Partial(p.name, p.args, True))
         end = s.pos
@@ -202,6 +239,9 @@ def bad_json_at(text: str, pos: int) -> int:
     i = _WS.match(text, pos).end()  # type: ignore[union-attr]
     if i >= len(text) or text[i] != "{":
         return i
+    err = json_error(text, i)
+    if err is not None:
+        return err
     end = json_prefix(text, i)[1]
     return len(text) if end is None else end
 

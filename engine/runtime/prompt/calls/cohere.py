@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 from engine.runtime.prompt.calls.base import ToolFormat, _args, _closed, _json_rule, _Scan
-from engine.runtime.prompt.calls.partial import Partial, json_prefix
+from engine.runtime.prompt.calls.partial import Partial, json_error, json_prefix
 from engine.runtime.prompt.tools import Tool
 
 START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
@@ -118,11 +118,14 @@ def _read(text: str, pos: int) -> tuple[Partial | None, int | None]:
         if not s.take(",") and not s.done and not text.startswith("}", s.pos):
             bad = True
             break
-    so_far = json_prefix(text, args_at)[0] if args_at is not None and text.startswith("{", args_at) else ""
+    err = json_error(text, start)
+    so_far = ""
+    if args_at is not None and text.startswith("{", args_at):
+        so_far = json_prefix(text[:err] if err is not None else text, args_at)[0]
     if name is None:
-        return None, (-1 if closed or bad else None)
-    if bad:
-        return Partial(name, so_far), -1  # named, then broken: what was sent stays
+        return None, (-1 if closed or bad or err is not None else None)
+    if bad or err is not None:  # named, then broken: it ends there, and the rest is content
+        return Partial(name, so_far, stop=err if err is not None else s.pos), -1
     if not closed:
         return Partial(name, so_far), None
     try:
@@ -130,7 +133,7 @@ def _read(text: str, pos: int) -> tuple[Partial | None, int | None]:
     except ValueError:
         a = None
     if a is None:
-        return Partial(name, so_far), -1
+        return Partial(name, so_far, stop=start), -1
     return Partial(name, so_far or json.dumps(a, ensure_ascii=False)), s.pos
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, json_args, text_lit
+from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, bad_json_at, json_args, text_lit
 from engine.runtime.prompt.calls.partial import Partial, held
 
 START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
@@ -170,7 +170,9 @@ def _read(text: str, pos: int) -> tuple[Partial | None, int | None]:
     args, end = json_args(text, i)
     if not args:
         return None, end
-    if end is None or end < 0:
+    if end is not None and end < 0:  # named, then not JSON: it ends there, the rest is content
+        return Partial(name, args, stop=bad_json_at(text, i)), end
+    if end is None:
         return Partial(name, args), end
     s = _Scan(text, end)
     s.ws()

@@ -21,6 +21,7 @@ stream read calls this way, so they agree to the character.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 _WS = " \t\r\n"
@@ -82,9 +83,20 @@ def json_prefix(text: str, start: int = 0) -> tuple[str, int | None]:
                         if j + 6 > n:
                             break
                         try:
-                            buf.append(chr(int(text[j + 2 : j + 6], 16)))
+                            code = int(text[j + 2 : j + 6], 16)
                         except ValueError:
                             buf.append(text[j : j + 6])
+                            j += 6
+                            continue
+                        if 0xD800 <= code < 0xDC00:  # a surrogate pair's first half: one character with the second
+                            if j + 12 > n and text[j + 6 : j + 8] in ("", "\\", "\\u"[: n - j - 6]):
+                                break  # the second half may be on its way
+                            low = text[j + 8 : j + 12] if text[j + 6 : j + 8] == "\\u" else ""
+                            if len(low) == 4 and all(c in "0123456789abcdefABCDEF" for c in low) and 0xDC00 <= int(low, 16) < 0xE000:
+                                buf.append(chr(0x10000 + ((code - 0xD800) << 10) + (int(low, 16) - 0xDC00)))
+                                j += 12
+                                continue
+                        buf.append("\ufffd" if 0xD800 <= code < 0xE000 else chr(code))  # a lone half: not text
                         j += 6
                         continue
                     buf.append({"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}.get(e, e))
@@ -166,6 +178,100 @@ def closing(prefix: str) -> str:
     elif last == ",":
         out += '"": null' if stack and stack[-1] == "{" else "null"
     return out + "".join("}" if b == "{" else "]" for b in reversed(stack))
+
+
+_HEX = set("0123456789abcdefABCDEF")
+_NUMBER_SO_FAR = re.compile(r"-?\d*(\.\d*)?([eE][+-]?\d*)?")
+
+
+def json_error(text: str, start: int = 0) -> int | None:
+    """Where ``text[start:]`` stops being the beginning of one JSON value (None: it is
+    one so far, or a whole one, whatever follows it). :func:`json_prefix` re-spaces what
+    it is given without judging it; a call's reader asks this first."""
+    stack: list[str] = []
+    expect = "value"  # value | value_or_close | key | key_or_close | colon | comma
+    i, n = start, len(text)
+
+    def after_value() -> str:
+        return "done" if not stack else "comma"
+
+    while i < n:
+        ch = text[i]
+        if ch in _WS:
+            i += 1
+            continue
+        if expect == "done":
+            return None
+        if ch == '"' and expect in ("value", "value_or_close", "key", "key_or_close"):
+            j = i + 1
+            while j < n and text[j] != '"':
+                if text[j] == "\\":
+                    if j + 1 >= n:
+                        return None
+                    e = text[j + 1]
+                    if e == "u":
+                        hexes = text[j + 2 : j + 6]
+                        if not all(c in _HEX for c in hexes):
+                            return j
+                        j += 6
+                        continue
+                    if e not in '"\\/bfnrt':
+                        return j
+                    j += 2
+                    continue
+                if text[j] < " ":
+                    return j
+                j += 1
+            if j >= n:
+                return None
+            i = j + 1
+            expect = "colon" if expect in ("key", "key_or_close") else after_value()
+        elif expect in ("value", "value_or_close"):
+            if ch == "{":
+                stack.append("{")
+                expect = "key_or_close"
+                i += 1
+            elif ch == "[":
+                stack.append("[")
+                expect = "value_or_close"
+                i += 1
+            elif ch == "]" and expect == "value_or_close":
+                stack.pop()
+                i += 1
+                expect = after_value()
+            else:
+                j = i
+                while j < n and text[j] not in _WS and text[j] not in _STRUCT and text[j] != '"':
+                    j += 1
+                word = text[i:j]
+                if j >= n:  # a literal still being written
+                    ok = any(w.startswith(word) for w in ("true", "false", "null")) or _NUMBER_SO_FAR.fullmatch(word)
+                    return None if ok else i
+                try:
+                    json.loads(word)
+                except ValueError:
+                    return i
+                if not word:
+                    return i
+                i = j
+                expect = after_value()
+        elif expect == "key_or_close" and ch == "}":
+            stack.pop()
+            i += 1
+            expect = after_value()
+        elif expect == "colon" and ch == ":":
+            expect = "value"
+            i += 1
+        elif expect == "comma" and ch == ",":
+            expect = "key" if stack[-1] == "{" else "value"
+            i += 1
+        elif expect == "comma" and ch == ("}" if stack[-1] == "{" else "]"):
+            stack.pop()
+            i += 1
+            expect = after_value()
+        else:
+            return i
+    return None
 
 
 def is_string(schema) -> bool:

@@ -90,7 +90,7 @@ def _read(text: str, pos: int, tools) -> tuple[Partial | None, int | None]:
         close = text.find("</parameter>", s.pos)
         if close < 0:
             value = text[s.pos :]
-            value = value[: len(value) - held(value, "\n</parameter>")]
+            value = value[: len(value) - max(held(value, "\n</parameter>"), held(value, "</parameter>"))]
             params.append((key.strip(), value, False))
             return Partial(name, params_json(params, types, False)), None
         value = text[s.pos : close]

@@ -114,7 +114,8 @@ MALFORMED = [
     # cut in the name: content
     ("Checking <|tool_call>call:get_wea", "Checking <|tool_call>call:get_wea", []),
     # the wrong closer: the call, closed when the reply ends
-    (f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}</tool_call>", "", [("get_weather", {"city": "Paris"})]),
+    # the wrong closer: the call ends where it stops, and what follows is content
+    (f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}</tool_call>", "</tool_call>", [("get_weather", {"city": "Paris"})]),
 ]  # fmt: skip
 
 
