@@ -52,6 +52,8 @@ class Thinking:
     answer_headers: tuple[str, ...] = ()
     #: markers around the answer itself (dropped, never content)
     answer_markers: tuple[str, ...] = ()
+    #: headers that open thinking again after it ended (harmony's second analysis message)
+    again: tuple[str, ...] = ()
 
     def opens(self, prompt_text: str) -> bool:
         """The rendered prompt leaves a think block open: the reply starts thinking."""
@@ -76,7 +78,8 @@ class _Family:
 _FAMILIES = (
     _Family(("<|channel|>analysis", "<|message|>"), Thinking(
         "<|channel|>analysis<|message|>", "<|end|>", toggle=False, variable="reasoning_effort", on="medium", off="low",
-        answer_headers=("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"))),
+        answer_headers=("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"),
+        again=("<|start|>assistant<|channel|>analysis<|message|>", "<|channel|>analysis<|message|>"))),
     _Family(("<|channel>", "<channel|>"), Thinking("<|channel>thought", "<channel|>")),
     _Family(("<|open|>", "<|sep|>", "<|close|>", "think"), Thinking(
         "<|open|>think<|sep|>", "<|close|>think<|sep|><|open|>response<|sep|>", variable="thinking",

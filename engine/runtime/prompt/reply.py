@@ -159,12 +159,20 @@ class ReplyParser:
                 self.buf = self.buf.lstrip()
                 if not self.buf:
                     return
-                if self.thinking is not None and self.thinking.answer_headers:  # harmony's final channel
-                    for h in self.thinking.answer_headers:
+                if self.thinking is not None and (self.thinking.answer_headers or self.thinking.again):
+                    for h in self.thinking.again:  # harmony: another analysis message
+                        if self.buf.startswith(h):
+                            self.buf = self.buf[len(h) :]
+                            self.state, self._think_lead = "think", True
+                            if self.reply.reasoning or any(p.kind == REASONING for p in out):
+                                self._emit(out, REASONING, "\n\n")  # one message from the next
+                            return
+                    for h in self.thinking.answer_headers:  # harmony's final channel
                         if self.buf.startswith(h):
                             self.buf = self.buf[len(h) :]
                             return
-                    if not final and any(h.startswith(self.buf) for h in self.thinking.answer_headers):
+                    heads = (*self.thinking.answer_headers, *self.thinking.again)
+                    if not final and any(h.startswith(self.buf) for h in heads):
                         return  # may still become a header
                 self.lead = False
             markers = self.thinking.answer_markers if self.thinking is not None else ()

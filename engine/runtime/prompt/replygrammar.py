@@ -47,7 +47,10 @@ def reply_grammar(
     itself (Qwen3, Gemma 4, harmony's analysis channel): with a ``budget``, that block is
     bounded too."""
     allowed = choice.allowed(tools) if (choice is not None and fmt is not None) else ()
-    opening = may_open if (thinking is None and may_open is not None and budget is not None) else None
+    # a block the model may open itself is admitted wherever the reply is constrained (a
+    # forced call must not forbid the thinking before it) and bounded by a budget
+    constrained = budget is not None or answer is not None or bool(allowed)
+    opening = may_open if (thinking is None and may_open is not None and constrained) else None
     if thinking is None and opening is None and not allowed:
         return answer  # the request's own constraint, if any, from the first token
     if thinking is not None and budget is None and answer is None and not allowed:

@@ -256,3 +256,19 @@ def test_a_budget_bounds_a_think_block_the_model_opens_itself(demo_vocab, marker
     free = _drive(demo_vocab, spec, "Hello", 30)  # a reply that does not open it is free text
     assert free.startswith("Hello") and not free.startswith(start)
     assert reply_grammar(lit=demo_vocab[2], may_open=Thinking(start, end)) is None  # no budget: nothing to bound
+
+
+def test_a_forced_call_still_lets_a_model_that_opens_its_thinking_think_first(demo_vocab):
+    """Qwen3 opens ``<think>`` itself: under ``tool_choice: required`` it may still think
+    (within the budget) before the call, which then follows in full."""
+    from engine.runtime.prompt.replygrammar import reply_grammar
+
+    pick = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]}}}])  # fmt: skip
+    spec = reply_grammar(lit=demo_vocab[2], fmt=TF.HERMES, tools=pick, choice=ToolChoice("required"),
+                         may_open=Thinking(), budget=6)  # fmt: skip
+    text = _drive(demo_vocab, spec, "<think>", 300)
+    r = split(text, Thinking(), False, TF.HERMES, pick)
+    assert r.reasoning and r.calls and all(c.name == "pick" and 0 <= json.loads(c.arguments)["n"] <= 9 for c in r.calls)
+    direct = _drive(demo_vocab, spec, "", 300, seed=1)  # thinking or not, the calls follow
+    assert split(direct, Thinking(), False, TF.HERMES, pick).calls

@@ -82,7 +82,8 @@ def _read(text: str, pos: int, tools) -> tuple[Partial | None, int | None]:
             rest = text[s.pos :]
             if "<parameter=".startswith(rest) or "</function>".startswith(rest):
                 return Partial(name, params_json(params, types, False)), None
-            return None, -1
+            # named, then not a parameter: the call ends here, and the rest is content
+            return Partial(name, params_json(params, types, True), stop=s.pos), -1
         key = s.until(">")
         if key is None:
             return Partial(name, params_json(params, types, False)), None

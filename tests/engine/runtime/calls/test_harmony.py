@@ -217,3 +217,17 @@ def test_auto_is_free_text_until_the_call_opens(vocab):
     spec = reply_grammar(lit=vocab[2], fmt=FMT, tools=PICK, choice=ToolChoice("auto"))
     text = drive(vocab, spec, "Sure. " + FMT.trigger, 400, 1)
     assert len(_valid(text)) >= 1 and split(text, fmt=FMT, tools=PICK).content == "Sure."
+
+
+def test_a_second_analysis_message_is_thinking_too():
+    """gpt-oss may write several analysis messages before its answer: each is thinking,
+    and none of their headers reaches the content."""
+    from engine.runtime.prompt import reasoning
+    from tests.callharness import check_stream, templates
+
+    thinking = reasoning.detect(templates()["openai-gpt-oss-120b.jinja"])
+    text = ("<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>analysis<|message|>more<|end|>"
+            "<|start|>assistant<|channel|>final<|message|>Answer")  # fmt: skip
+    r = split(text, thinking, False, HARMONY, ())
+    assert (r.reasoning, r.content) == ("think\n\nmore", "Answer")
+    check_stream(text, HARMONY, (), thinking, False)
