@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from engine.runtime.prompt import calls as TF
@@ -157,31 +156,15 @@ def test_format_detection_reads_the_template_not_the_name():
 # ---------------------------------------------------------------- grammar, token by token
 @pytest.fixture(scope="module")
 def demo_vocab():
-    from pathlib import Path
+    from tests.callharness import demo_vocab
 
-    from engine.runtime.llama.model import Model
-    from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer
-
-    m = Model.load(Path(__file__).parents[3] / "resources" / "demo.gguf", load_mtp=False)
-    return m, grammar_tokenizer(m, frozenset()), grammar_literal(m)
+    return demo_vocab()
 
 
 def _drive(demo_vocab, spec, prefix: str, steps: int, seed: int = 0) -> str:
-    """Text a random model writes under ``spec`` after being steered through ``prefix``."""
-    from engine.runtime.decode.grammar import Constraint, compile_grammar
+    from tests.callharness import drive
 
-    m, tok, _ = demo_vocab
-    c = Constraint(tok, compile_grammar(spec), m.n_vocab)
-    out = m.tokenize(prefix, parse_special=False) if prefix else []
-    for t in out:
-        c.take(t)
-    rng = np.random.default_rng(seed)
-    for i in range(steps):
-        t = c.choose(rng.standard_normal(m.n_vocab).astype(np.float32), i, lambda row, pos: int(np.argmax(row)))
-        if m.is_eog(t):
-            break
-        out.append(t)
-    return m.detokenize(out)
+    return drive(demo_vocab, spec, prefix, steps, seed)
 
 
 def test_auto_tools_are_lazy_until_the_call_opens_then_the_call_is_forced_valid(demo_vocab):
