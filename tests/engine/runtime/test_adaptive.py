@@ -177,30 +177,22 @@ def test_adaptive_rejects_bad_max_depth():
 
 
 def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtures, tmp_path, monkeypatch):
-    """What auto learns carries over: a second request at 0% acceptance does not re-learn
-    that drafting does not pay, nor does the first request after a restart; a changed file
-    starts afresh. Output is plain greedy throughout."""
+    """What auto learns carries over: one policy per loaded model across requests, saved
+    after each; after a restart the model's policy starts from exactly what was saved; a
+    changed file starts afresh. Output is plain greedy throughout. (How many drafts a
+    request makes depends on this machine's timings, which the full suite's process can
+    skew: CI drafted 75 then 123 where 10 then 0 is usual; what a restored policy does is
+    tested on simulated costs below.)"""
     import os
     import shutil
-    import time
 
     from engine.runtime import jobs as J
+    from engine.runtime.decode.depth import AUTO
     from engine.runtime.decode.policy.store import load_policy, policy_path
-    from engine.runtime.decode.session import Session
     from engine.runtime.engine import Engine
+    from engine.runtime.request import depth_policy
 
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
-    # The premise, that drafting does not pay, must hold on any machine: on a fast one a
-    # tiny model's rounds cost the same drafting or not (Python dominates), 0% acceptance
-    # is then break-even and auto may rightly go on drafting (CI drafted 75 then 123).
-    # Each draft's catch-up is made to cost 3 ms more, a machine where drafts are dear.
-    sync_draft = Session.sync_draft
-
-    def dear_sync_draft(self, **kw):
-        time.sleep(0.003)
-        return sync_draft(self, **kw)
-
-    monkeypatch.setattr(Session, "sync_draft", dear_sync_draft)
     model = tmp_path / "random.gguf"
     shutil.copyfile(fixtures["random"].path, model)
     job = J.Generate(prompt="Hello there, how are", max_tokens=64, draft_depth="auto", ignore_eog=True)
@@ -211,21 +203,34 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
         policy = eng.submit(J.Call(lambda st, c, e: st.get(None).auto_policy)).result(10)
         second = eng.submit(job).result(60)
         assert eng.submit(J.Call(lambda st, c, e: st.get(None).auto_policy)).result(10) is policy  # one per model
+        learned = policy.state()
     assert first.tokens == second.tokens == plain.tokens
-    assert first.stats.drafted > 0 and second.stats.drafted < first.stats.drafted
-    # A restart: the saved policy is the starting point
+    assert first.stats.drafted > 0 and sum(policy.depth_counts.values()) > 0
+    # a restart: the model's policy is the saved one, before any request
     with Engine() as eng:
         eng.submit(J.LoadModel(LoadSpec(model, max_draft_depth=4))).result(60)
-        restarted = eng.submit(J.Call(lambda st, c, e: st.get(None))).result(10)
-        loaded = eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4))).result(10)
-        assert loaded.costs.verify and loaded.reach == policy.reach
-        assert loaded.costs.state() == policy.costs.state()
+        restarted = eng.submit(J.Call(lambda st, c, e: depth_policy(st.get(None), AUTO).state())).result(10)
+        assert json.loads(json.dumps(restarted)) == json.loads(json.dumps(learned))
         after = eng.submit(job).result(60)
         assert after.tokens == plain.tokens
-        assert after.stats.drafted < first.stats.drafted, (first.stats.drafted, after.stats.drafted)
         os.utime(model, ns=(1, 1))  # a changed file: nothing learned applies
-        assert eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4).costs.verify)).result(10) == {}
-    assert restarted.name == "random"
+        fresh = eng.submit(J.Call(lambda st, c, e: load_policy(policy_path(st.get(None)), 4).state())).result(10)
+    assert fresh == AdaptiveDepth(4).state()
+
+
+def test_a_restored_policy_does_not_learn_again_that_drafting_does_not_pay():
+    """A policy restored from what it learned (0% acceptance, drafts dear) drafts far less
+    over the next request than a fresh one, which must find it out again."""
+    def verify(n):
+        return 1.0 + 0.3 * (n - 1)
+
+    learned = AdaptiveDepth(4)
+    _simulate(learned, 300, lambda i, a: False, verify, step_ms=1.0, sync_ms=1.0)
+    restored = AdaptiveDepth.from_state(4, json.loads(json.dumps(learned.state())))
+    fresh = AdaptiveDepth(4)
+    after = _simulate(restored, 64, lambda i, a: False, verify, step_ms=1.0, sync_ms=1.0)
+    before = _simulate(fresh, 64, lambda i, a: False, verify, step_ms=1.0, sync_ms=1.0)
+    assert sum(after) < sum(before) / 2, (sum(after), sum(before))
 
 
 @pytest.mark.parametrize(
