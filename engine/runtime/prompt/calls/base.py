@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from engine.runtime.prompt.calls.partial import Partial, held, json_error, json_prefix
+from engine.runtime.prompt.calls.partial import Partial, held, is_string, json_error, json_prefix
 from engine.runtime.prompt.tools import Tool, ToolCall
 
 #: a grammar literal for marker text: special tokens as ``<[id]>``, text as a string
@@ -277,6 +277,29 @@ def upto(rule: str, end: str, most: int | None = None) -> list[str]:
         return [f"{rule}: {body} {end}"]
     head, i = _DECODER.raw_decode(end)
     return [f"{rule}_s[lazy]: {body} {text_lit(head)}", f"{rule}: {rule}_s+ {end[i:].strip()}"]
+
+
+def params_of(tool: Tool) -> list[tuple[str, dict, bool]]:
+    """A tool's parameters in its schema's order: (name, schema, required)."""
+    params = tool.parameters if isinstance(tool.parameters, dict) else {}
+    props = params.get("properties", {}) or {}
+    required = set(params.get("required", []) or [])
+    return [(k, sch if isinstance(sch, dict) else {}, k in required) for k, sch in props.items()]
+
+
+def param_rules(rule: str, head: str, schema: dict, end: str, after: str = "", as_text: str = "",
+                as_json: str = "") -> list[str]:  # fmt: skip
+    """Lark rules defining ``rule``, one parameter written as parameters are (XML, DSML,
+    MiniMax): ``head``, its value as its schema says — an enum's alternatives, a string as
+    free text up to ``end`` (:func:`upto`), anything else as JSON — then ``end`` and
+    ``after``. ``as_text``/``as_json``: what the head goes on with before a value taken as
+    text or as JSON (DSML's ``string=`` attribute)."""
+    tail = f"{end} {after}".rstrip()
+    if is_string(schema) and "enum" in schema:
+        return [f"{rule}: {head} {as_text} ({' | '.join(text_lit(v) for v in schema['enum'])}) {tail}"]
+    if is_string(schema):
+        return [*upto(f"{rule}_v", end, schema.get("maxLength")), f"{rule}: {head} {as_text} {rule}_v {after}".rstrip()]
+    return [f"{rule}: {head} {as_json} {_json_rule(schema)} {tail}"]
 
 
 def _repeat(one: str, sep: str, parallel: bool) -> str:

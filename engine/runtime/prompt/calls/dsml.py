@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import re
 
-from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _Scan, calls_between, json_args, text_lit, upto
-from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, types_of
+from engine.runtime.prompt.calls.base import ToolFormat, _Scan, calls_between, json_args, param_rules, params_of, text_lit
+from engine.runtime.prompt.calls.partial import Partial, held, params_json, types_of
 
 DSML = "｜DSML｜"
 INVOKE, INVOKE_END = f"<{DSML}invoke", f"</{DSML}invoke>"
@@ -75,22 +75,13 @@ class Dsml(ToolFormat):
     def body(self, tools, parallel, lit):
         rules, fns = [], []
         for i, t in enumerate(tools):
-            props = t.parameters.get("properties", {}) or {}
-            required = set(t.parameters.get("required", []) or [])
             parts = []
-            for j, (k, sch) in enumerate(props.items()):
-                rule, close = f"p{i}_{j}", f'{lit(PARAM_END)} "\\n"'
+            for j, (k, sch, required) in enumerate(params_of(t)):
+                rule = f"p{i}_{j}"
                 head = f"{lit(PARAM)} {text_lit(f' name={json.dumps(k, ensure_ascii=False)} string=')}"
-                if is_string(sch) and "enum" in sch:
-                    values = " | ".join(text_lit(v) for v in sch["enum"])
-                    rules.append(f'{rule}: {head} "\\"true\\">" ({values}) {close}')
-                elif is_string(sch):
-                    rules.extend(upto(f"{rule}_v", lit(PARAM_END), sch.get("maxLength")))
-                    rules.append(f'{rule}: {head} "\\"true\\">" {rule}_v "\\n"')
-                else:
-                    rules.append(f'{rule}: {head} "\\"false\\">" {_json_rule(sch if isinstance(sch, dict) else {})} '
-                                 f"{close}")  # fmt: skip
-                parts.append(rule if k in required else f"{rule}?")
+                rules.extend(param_rules(rule, head, sch, lit(PARAM_END), '"\\n"', as_text='"\\"true\\">"',
+                                         as_json='"\\"false\\">"'))  # fmt: skip
+                parts.append(rule if required else f"{rule}?")
             name = text_lit(f" name={json.dumps(t.name, ensure_ascii=False)}>\n")
             rules.append(f"f{i}: {lit(INVOKE)} {name} {' '.join(parts)} {lit(INVOKE_END)}")
             fns.append(f"f{i}")

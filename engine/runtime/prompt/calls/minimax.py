@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 
 from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, calls_between, text_lit
-from engine.runtime.prompt.calls.base import upto, wrapped_call
+from engine.runtime.prompt.calls.base import param_rules, params_of, upto, wrapped_call
 from engine.runtime.prompt.calls.dsml import attrs, read_invoke
 from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, typed, types_of
 
@@ -70,20 +70,12 @@ class MiniMax(ToolFormat):
     def body(self, tools, parallel, lit):
         rules, fns = [], []
         for i, t in enumerate(tools):
-            props = t.parameters.get("properties", {}) or {}
-            required = set(t.parameters.get("required", []) or [])
             parts = []
-            for j, (k, sch) in enumerate(props.items()):
-                rule, close = f"p{i}_{j}", f'{lit(PARAM_END)} "\\n"'
+            for j, (k, sch, required) in enumerate(params_of(t)):
+                rule = f"p{i}_{j}"
                 head = f"{lit(PARAM)} {text_lit(f' name={json.dumps(k, ensure_ascii=False)}>')}"
-                if is_string(sch) and "enum" in sch:
-                    rules.append(f"{rule}: {head} ({' | '.join(text_lit(v) for v in sch['enum'])}) {close}")
-                elif is_string(sch):
-                    rules.extend(upto(f"{rule}_v", lit(PARAM_END), sch.get("maxLength")))
-                    rules.append(f'{rule}: {head} {rule}_v "\\n"')
-                else:
-                    rules.append(f"{rule}: {head} {_json_rule(sch if isinstance(sch, dict) else {})} {close}")
-                parts.append(rule if k in required else f"{rule}?")
+                rules.extend(param_rules(rule, head, sch, lit(PARAM_END), '"\\n"'))
+                parts.append(rule if required else f"{rule}?")
             name = text_lit(f" name={json.dumps(t.name, ensure_ascii=False)}>\n")
             rules.append(f"f{i}: {lit(INVOKE)} {name} {' '.join(parts)} {lit(INVOKE_END)}")
             fns.append(f"f{i}")

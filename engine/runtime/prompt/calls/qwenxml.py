@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import ToolFormat, _json_rule, _repeat, _Scan, calls_between, text_lit
-from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, types_of
+from engine.runtime.prompt.calls.base import ToolFormat, _repeat, _Scan, calls_between, param_rules, params_of, text_lit
+from engine.runtime.prompt.calls.partial import Partial, held, params_json, types_of
 
 SEED_OPEN = "<seed:tool_call>"
 
@@ -37,24 +37,11 @@ class QwenXml(ToolFormat):
     def body(self, tools, parallel, lit):
         rules, fns = [], []
         for i, t in enumerate(tools):
-            props = t.parameters.get("properties", {}) or {}
-            required = set(t.parameters.get("required", []) or [])
             parts = []
-            for j, (k, sch) in enumerate(props.items()):
+            for j, (k, sch, required) in enumerate(params_of(t)):
                 rule = f"p{i}_{j}"
-                head = text_lit(f"<parameter={k}>\n")
-                if is_string(sch) and "enum" in sch:
-                    values = " | ".join(text_lit(v) for v in sch["enum"])
-                    rules.append(f"{rule}: {head} ({values}) {text_lit(chr(10) + '</parameter>' + chr(10))}")
-                elif is_string(sch):
-                    most = sch.get("maxLength")
-                    body = f"/(?s:.){{0,{int(most)}}}/" if isinstance(most, int) else "/(?s:.*)/"
-                    rules.append(f"{rule}_v[lazy]: {body} {text_lit(chr(10) + '</parameter>')}")
-                    rules.append(f"{rule}: {head} {rule}_v {text_lit(chr(10))}")
-                else:
-                    rules.append(f"{rule}: {head} {_json_rule(sch if isinstance(sch, dict) else {})} "
-                                 f"{text_lit(chr(10) + '</parameter>' + chr(10))}")  # fmt: skip
-                parts.append(rule if k in required else f"{rule}?")
+                rules.extend(param_rules(rule, text_lit(f"<parameter={k}>\n"), sch, text_lit("\n</parameter>"), text_lit("\n")))
+                parts.append(rule if required else f"{rule}?")
             rules.append(f"f{i}: {text_lit(f'<function={t.name}>' + chr(10))} {' '.join(parts)} "
                          f"{text_lit('</function>' + chr(10))}")  # fmt: skip
             fns.append(f"f{i}")
