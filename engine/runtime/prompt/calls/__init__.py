@@ -1,7 +1,9 @@
 """How a model writes tool calls: the registry of call-format families, one module each
 with its detection rule, a parser for replies, a writer (for tests and the generic
-prompt) and the grammar that constrains calls (the interface is :mod:`.base`). A family
-is added by adding a module and listing its formats in :data:`FORMATS`.
+prompt) and the grammar that constrains calls (the interface is :mod:`.base`, calls as
+far as they are written in :mod:`.partial`). The families whose arguments are JSON are in
+:mod:`.jsoncalls`, those that write them as parameters in :mod:`.paramcalls`. A family is
+added by adding a module and listing its formats in :data:`FORMATS`.
 
 The family is detected from the chat template's own text (:func:`detect`), never from the
 model's name:
@@ -34,22 +36,22 @@ from dataclasses import dataclass
 # the families are imported in this order, which orders the control markers in every
 # format's ``markers`` (their order matters to no one: they are used as a set)
 from engine.runtime.prompt.calls.base import Lit, ToolFormat, text_lit
-from engine.runtime.prompt.calls.qwenxml import QWEN_XML, SEED_XML, QwenXml
-from engine.runtime.prompt.calls.hermes import HERMES, Hermes
-from engine.runtime.prompt.calls.llama3 import LLAMA3, Llama3
-from engine.runtime.prompt.calls.mistral import MISTRAL, MISTRAL_ARGS, Mistral, MistralArgs
-from engine.runtime.prompt.calls.deepseek import DEEPSEEK, DEEPSEEK_MARKERS, DEEPSEEK_R1, DeepSeek
-from engine.runtime.prompt.calls.functiontag import FUNCTION_TAG, FunctionTag
-from engine.runtime.prompt.calls.glm import GLM, GLM47, LING, Glm
-from engine.runtime.prompt.calls.hy3 import HY3, Hy3
-from engine.runtime.prompt.calls.gemma4 import GEMMA4, Gemma4
-from engine.runtime.prompt.calls.harmony import HARMONY, Harmony
-from engine.runtime.prompt.calls.kimi import KIMI, KIMI_K3, Kimi, KimiK3
-from engine.runtime.prompt.calls.cohere import COHERE, Cohere
-from engine.runtime.prompt.calls.nemotron import NEMOTRON, Nemotron
-from engine.runtime.prompt.calls.dsml import DSML_V32, DSML_V4, Dsml
-from engine.runtime.prompt.calls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, MiniMax, MiniMaxM1, MiniMaxM3
-from engine.runtime.prompt.calls.generic import GENERIC, Generic
+from engine.runtime.prompt.calls.paramcalls.qwenxml import QWEN_XML, SEED_XML, QwenXml
+from engine.runtime.prompt.calls.jsoncalls.hermes import HERMES, Hermes
+from engine.runtime.prompt.calls.jsoncalls.llama3 import LLAMA3, Llama3
+from engine.runtime.prompt.calls.jsoncalls.mistral import MISTRAL, MISTRAL_ARGS, Mistral, MistralArgs
+from engine.runtime.prompt.calls.jsoncalls.deepseek import DEEPSEEK, DEEPSEEK_MARKERS, DEEPSEEK_R1, DeepSeek
+from engine.runtime.prompt.calls.jsoncalls.functiontag import FUNCTION_TAG, FunctionTag
+from engine.runtime.prompt.calls.paramcalls.glm import GLM, GLM47, LING, Glm
+from engine.runtime.prompt.calls.paramcalls.hy3 import HY3, Hy3
+from engine.runtime.prompt.calls.paramcalls.gemma4 import GEMMA4, Gemma4
+from engine.runtime.prompt.calls.jsoncalls.harmony import HARMONY, Harmony
+from engine.runtime.prompt.calls.jsoncalls.kimi import KIMI, KIMI_K3, Kimi, KimiK3
+from engine.runtime.prompt.calls.jsoncalls.cohere import COHERE, Cohere
+from engine.runtime.prompt.calls.jsoncalls.nemotron import NEMOTRON, Nemotron
+from engine.runtime.prompt.calls.paramcalls.dsml import DSML_V32, DSML_V4, Dsml
+from engine.runtime.prompt.calls.paramcalls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, MiniMax, MiniMaxM1, MiniMaxM3
+from engine.runtime.prompt.calls.jsoncalls.generic import GENERIC, Generic
 
 #: every format, in the order :func:`detect` asks them: a template can hold more than one
 #: family's markers (Qwen3.5's XML calls sit in ``<tool_call>`` like Hermes', Functionary

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from engine.runtime.prompt import calls as TF
-from engine.runtime.prompt.calls.cohere import COHERE, THINKING
+from engine.runtime.prompt.calls.jsoncalls.cohere import COHERE, THINKING
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import ReplyParser, split
 from engine.runtime.prompt.replygrammar import reply_grammar

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from engine.runtime.prompt.calls.base import text_lit
-from engine.runtime.prompt.calls.dsml import DSML, DSML_V4, DSML_V32
+from engine.runtime.prompt.calls.paramcalls.dsml import DSML, DSML_V4, DSML_V32
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools

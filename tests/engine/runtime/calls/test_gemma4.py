@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine.runtime.prompt.calls.gemma4 import GEMMA4 as FMT
+from engine.runtime.prompt.calls.paramcalls.gemma4 import GEMMA4 as FMT
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, drive, pairs, render, streamed, templates

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine.runtime.prompt.calls.glm import GLM, GLM47, LING
+from engine.runtime.prompt.calls.paramcalls.glm import GLM, GLM47, LING
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from engine.runtime.prompt import calls as TF
-from engine.runtime.prompt.calls.harmony import FINAL_HEADERS, HARMONY
+from engine.runtime.prompt.calls.jsoncalls.harmony import FINAL_HEADERS, HARMONY
 from engine.runtime.prompt.reply import ReplyParser, split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine.runtime.prompt.calls.hy3 import HY3
+from engine.runtime.prompt.calls.paramcalls.hy3 import HY3
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from engine.runtime.prompt.calls.kimi import K3_MESSAGE_END, K3_RESPONSE_END, K3_TOOLS, K3_TOOLS_END, KIMI_K3
-from engine.runtime.prompt.calls.kimi import KIMI as FMT
+from engine.runtime.prompt.calls.jsoncalls.kimi import K3_MESSAGE_END, K3_RESPONSE_END, K3_TOOLS, K3_TOOLS_END, KIMI_K3
+from engine.runtime.prompt.calls.jsoncalls.kimi import KIMI as FMT
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, drive, pairs, render, streamed, templates

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from engine.runtime.prompt.calls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, NS
+from engine.runtime.prompt.calls.paramcalls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, NS
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from engine.runtime.prompt.calls.nemotron import NEMOTRON as FMT
+from engine.runtime.prompt.calls.jsoncalls.nemotron import NEMOTRON as FMT
 from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.tools import ToolChoice, parse_tools

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from engine.runtime.prompt.calls.base import ToolFormat, calls_between
-from engine.runtime.prompt.calls.glm import ArgSyntax, arg_rules, read_arg_call, value_text
+from engine.runtime.prompt.calls.paramcalls.glm import ArgSyntax, arg_rules, read_arg_call, value_text
 
 HY3_MARKERS = ("<tool_call:opensource>", "<tool_sep:opensource>", "<arg_key:opensource>", "</arg_key:opensource>",
                "<arg_value:opensource>", "</arg_value:opensource>", "</tool_calls:opensource>")  # fmt: skip

@@ -27,7 +27,7 @@ import re
 
 from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, bad_json_at, calls_between
 from engine.runtime.prompt.calls.base import json_args, name_then_json, text_lit, upto
-from engine.runtime.prompt.calls.dsml import attrs
+from engine.runtime.prompt.calls.paramcalls.dsml import attrs
 from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, types_of
 
 KIMI_MARKERS = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",

@@ -32,7 +32,7 @@ import json
 
 from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, calls_between, text_lit
 from engine.runtime.prompt.calls.base import param_rules, params_of, upto, wrapped_call
-from engine.runtime.prompt.calls.dsml import attrs, read_invoke
+from engine.runtime.prompt.calls.paramcalls.dsml import attrs, read_invoke
 from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, typed, types_of
 
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
