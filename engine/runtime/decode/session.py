@@ -189,7 +189,7 @@ class Session:
         """Draft token and hidden state of the last MTP entry fed with logits on."""
         assert self.draft is not None and self.dbatch is not None
         d = self.draft.argmax(-1) if choose is None else choose(self.draft.logits(-1))
-        return d, self.draft.hidden_row(self.dbatch.n - 1).copy()
+        return d, self.draft.hidden_row(0).copy()  # its only output row
 
     # ---------------------------------------------------------- prompt entries
     def add_holes(self, n: int) -> None:

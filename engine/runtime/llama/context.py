@@ -89,13 +89,18 @@ class Context(OwnedPtr):
         self._n_out = 0  # logit rows of the last decode
         self._views: dict[str, tuple[int, np.ndarray]] = {}  # buffer -> (its address, a view)
         self._nextn = False
+        #: an MTP context's hidden rows are its output rows (llama.cpp's ``masked``), as
+        #: llama-server sets it: some families' MTP graphs (qwen3next, step35) keep only
+        #: the output rows, and reading every batch row of them reads out of bounds
+        self._masked = self.is_mtp
         self.set_nextn_embeddings(nextn_embeddings)
 
     # ------------------------------------------------------------------ decode
     def set_nextn_embeddings(self, on: bool) -> None:
-        """Make every batch row yield its hidden state (``masked=False``: row-indexed)."""
+        """Make the batch yield hidden states: every row's on a target context (indexed
+        by batch row), the output rows' on an MTP context (indexed by output row)."""
         if on != self._nextn:
-            ext().llama_set_embeddings_nextn(self.ptr, bool(on), False)
+            ext().llama_set_embeddings_nextn(self.ptr, bool(on), self._masked)
             self._nextn = on
 
     @property
@@ -150,7 +155,8 @@ class Context(OwnedPtr):
         return self._logit_rows()[:n].argmax(axis=1).tolist()
 
     def hidden_rows(self, n: int) -> np.ndarray:
-        """Hidden state (after ``output_norm``) of each of the last batch's ``n`` rows."""
+        """Hidden state (after ``output_norm``) of each of the last batch's ``n`` rows
+        (on an MTP context: of its first ``n`` output rows)."""
         ptr = ext().llama_get_embeddings_nextn(self.ptr)
         if not ptr:
             raise DecodeError("no hidden states: nextn embeddings are not enabled on this context")

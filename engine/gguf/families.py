@@ -1,0 +1,161 @@
+"""MTP rules per architecture: the one table every reader of MTP asks.
+
+Read from the llama.cpp that llama-cpp-python 0.3.36 vendors (``src/models/*.cpp``:
+``load_arch_hparams`` / ``load_arch_tensors`` / ``graph_mtp``, ``common/speculative.cpp``:
+``common_speculative_impl_draft_mtp``). Validation, pairing, compose, the loader, the
+library's MTP status, the remote header check (``pull``) and auto's depth range read it;
+adding a family is one :class:`MtpFamily` here (and a fixture in
+:mod:`engine.synth.families`).
+
+* **How the head ships** (:attr:`MtpFamily.ships`): ``"both"`` — NextN blocks appended to
+  the trunk (``blk.{n_layer}.nextn.*``), in the same file or in a separate ``mtp-`` file
+  that compose can merge; ``"separate"`` — only ever as a separate head file that is
+  loaded beside the target (DeepSeek V4: its head carries root-level ``output_hc_*``
+  tensors of its own, whose names the trunk's already use); ``"assistant"`` — a model of
+  its own architecture (Gemma 4's ``gemma4-assistant``).
+* **NextN count** (:attr:`MtpFamily.nextn`): ``"one"`` — the MTP graph asserts exactly one
+  NextN layer (a process abort otherwise); ``"any"`` — one or more (chained heads);
+  ``"all"`` — every block of the file is a NextN block (assistants).
+* **Drafting mode** (:attr:`MtpFamily.mode`): ``"single"`` — one head, fed its own output
+  for every further draft; ``"chain"`` — with more than one head, head *i* drafts token
+  *i* (``llama_set_nextn_layer_offset``), so depth is capped at the head count;
+  ``"shared"`` — the head reads the target's KV cache and every draft token of a round
+  sits at the same position (``is_mem_shared``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: block tensors every architecture may carry, loaded by a generic pass for every layer
+#: (NVFP4-style scales): ``blk.N.<name>.scale`` / ``.input_scale``
+SCALE_SUFFIXES = (".scale", ".input_scale")
+
+
+@dataclass(frozen=True)
+class MtpFamily:
+    arch: str
+    #: llama.cpp builds an MTP draft graph for it
+    graph: bool = True
+    ships: str = "both"  # both | separate | assistant
+    nextn: str = "one"  # one | any | all
+    mode: str = "single"  # single | chain | shared
+    #: the trunk has recurrent blocks, and llama.cpp aborts at the first decode when a
+    #: file of this architecture has none
+    hybrid: bool = False
+    #: root-level (non-``blk.``) tensors a head file may carry besides token_embd,
+    #: output_norm and output
+    head_root_tensors: frozenset[str] = frozenset()
+    #: the architecture of the target an assistant drafts for
+    target_arch: str | None = None
+    #: why there is no graph, and what to do (for refusals)
+    no_graph: str | None = None
+    #: what the family is, for the docs and messages
+    label: str = ""
+
+    def depth_limit(self, n_nextn: int) -> int | None:
+        """The deepest draft llama.cpp's mode allows for ``n_nextn`` heads (None: any)."""
+        if self.mode == "chain" and n_nextn > 1:
+            return n_nextn
+        return None
+
+    def drafting_mode(self, n_nextn: int) -> str:
+        """single, chain or shared, as llama.cpp derives it: chained heads need more than one."""
+        if self.mode == "chain" and n_nextn <= 1:
+            return "single"
+        return self.mode
+
+    def nextn_problem(self, n_nextn: int) -> str | None:
+        """Why a file with ``n_nextn`` NextN layers cannot draft, in words; None when it can."""
+        if n_nextn < 1:
+            return None
+        if self.nextn == "one" and n_nextn != 1:
+            return (
+                f"llama.cpp's {self.arch} MTP graph runs exactly one NextN layer and this file declares {n_nextn}; "
+                "it would abort the process. Use a file converted with one MTP layer, or load it with MTP off."
+            )
+        return None
+
+
+_NO_GRAPH = "llama.cpp loads its NextN layers but builds no MTP draft graph for it"
+
+FAMILIES: dict[str, MtpFamily] = {
+    f.arch: f
+    for f in (
+        MtpFamily("qwen35", hybrid=True, label="Qwen3.5"),
+        MtpFamily("qwen35moe", hybrid=True, label="Qwen3.5 MoE / Qwen3.6"),
+        MtpFamily("qwen3next", hybrid=True, label="Qwen3-Next"),
+        MtpFamily("glm4moe", label="GLM-4.5 / 4.6 / 4.7"),
+        MtpFamily("deepseek2", label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)"),
+        MtpFamily("deepseek32", label="DeepSeek V3.2"),
+        MtpFamily(
+            "deepseek4",
+            ships="separate",
+            head_root_tensors=frozenset({"output_hc_fn", "output_hc_base", "output_hc_scale"}),
+            label="DeepSeek V4",
+        ),
+        MtpFamily("glm-dsa", label="GLM-5"),
+        MtpFamily(
+            "glm5-next",
+            graph=False,
+            no_graph="llama.cpp has no GLM5-Next NextN graph yet (it throws when asked to draft)",
+            label="GLM-5-Next",
+        ),
+        MtpFamily("mimo2", nextn="any", mode="chain", label="MiMo-V2"),
+        MtpFamily("step35", nextn="any", mode="chain", label="Step-3.5"),
+        MtpFamily("hy_v3", nextn="any", mode="chain", label="Hunyuan V3"),
+        MtpFamily("bailingmoe3", label="Ling 3"),
+        MtpFamily("cohere2moe", label="Cohere2 MoE"),
+        MtpFamily("nemotron_h_moe", hybrid=True, label="Nemotron-H MoE"),
+        MtpFamily(
+            "gemma4-assistant",
+            ships="assistant",
+            nextn="all",
+            mode="shared",
+            head_root_tensors=frozenset({"nextn.pre_projection", "nextn.post_projection",
+                                         "masked_embd_centroids", "masked_embd_ordering"}),  # fmt: skip
+            target_arch="gemma4",
+            label="Gemma 4 assistant (drafter)",
+        ),
+        *(
+            MtpFamily(a, graph=False, no_graph=_NO_GRAPH, label=a)
+            for a in ("dots3note", "exaone4", "exaone-moe", "bailingmoe2", "glm4", "nemotron_h")
+        ),
+    )
+}
+
+#: architectures whose targets an assistant architecture drafts for
+ASSISTANTS: dict[str, str] = {f.target_arch: f.arch for f in FAMILIES.values() if f.target_arch}
+
+
+def family(arch: str | None) -> MtpFamily | None:
+    return FAMILIES.get(arch or "")
+
+
+def drafts(arch: str | None) -> bool:
+    """llama.cpp can draft with this architecture's MTP layers (or it is an assistant)."""
+    f = family(arch)
+    return f is not None and f.graph
+
+
+def no_mtp_reason(arch: str | None) -> str:
+    """Why ``arch`` cannot draft, for a refusal that says what to do."""
+    f = family(arch)
+    if f is not None and f.no_graph:
+        return f"{f.label or arch}: {f.no_graph}. Run it without MTP (--mtp off)."
+    if arch in ASSISTANTS:
+        return f"{arch} has no MTP layers of its own: draft with its assistant ({ASSISTANTS[arch]}) as the MTP head."
+    return f"llama.cpp has no MTP draft graph for architecture {arch!r}. Run it without MTP (--mtp off)."
+
+
+def is_head_root_tensor(arch: str | None, name: str) -> bool:
+    """A root-level tensor a head file of ``arch`` may hold (besides the shared ones)."""
+    f = family(arch)
+    if f is None:
+        return False
+    base = name
+    for suffix in (".weight", ".bias", *SCALE_SUFFIXES):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return base in f.head_root_tensors
