@@ -183,7 +183,9 @@ class HubBrowser(QWidget):
         task.start()
 
     def _show_header(self, h: dict) -> None:
-        mtp = {"none": "no MTP layers", "integrated": "integrated MTP (NextN) layers", "head-only": "an MTP head"}[h["mtp"]]
+        mtp = {"none": "no MTP layers", "integrated": "integrated MTP (NextN) layers", "head-only": "an MTP head",
+               "assistant": "an MTP drafter (assistant) for another model",
+               "trunk-only": "a trunk whose MTP head ships apart"}[h["mtp"]]  # fmt: skip
         self.file_info.setText(f"{h['architecture']}, context {h['context_length']}, {h['block_count']} blocks, {mtp}")
 
     # --------------------------------------------------------------- download

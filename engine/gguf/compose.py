@@ -21,6 +21,7 @@ from typing import Any
 
 from engine.errors import ComposeError, GGUFError, ModelNotFoundError
 from engine.gguf import codec
+from engine.gguf.families import family
 from engine.gguf.constants import (
     ALIGNMENT_KEY,
     DEFAULT_ALIGNMENT,
@@ -162,6 +163,15 @@ def check_compatible(target: ModelSet, head: ModelSet) -> tuple[str, int, int, i
     arch = t.architecture
     if arch is None:
         raise ComposeError("The target has no general.architecture", code="missing_architecture")
+    fam = family(arch)
+    if fam is not None and fam.ships != "both":
+        raise ComposeError(
+            f"{fam.label or arch} heads are not composed: llama.cpp loads them beside their target "
+            + ("(the head carries output tensors of its own under the names the trunk's already use). "
+               if fam.ships == "separate" else "(an assistant is a model of its own). ")
+            + "Attach the head instead: load the model with --mtp external --head FILE.",
+            code="separate_head",
+        )  # fmt: skip
     n = _u32(t, f"{arch}.block_count", "target")
     if _u32(t, f"{arch}.nextn_predict_layers", "target", 0):
         raise ComposeError("The target already has NextN (MTP) layers; it needs no head", code="target_has_nextn")

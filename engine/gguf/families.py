@@ -50,6 +50,12 @@ class MtpFamily:
     target_arch: str | None = None
     #: why there is no graph, and what to do (for refusals)
     no_graph: str | None = None
+    #: llama.cpp loads a trunk that declares NextN layers without their tensors (what its
+    #: converter writes with --no-mtp); elsewhere such a file fails to load
+    trunk_only: bool = False
+    #: M-RoPE: llama.cpp lets an MTP batch's positions jump forward (skipped entries);
+    #: every other family's MTP context needs consecutive positions
+    mrope: bool = False
     #: what the family is, for the docs and messages
     label: str = ""
 
@@ -82,30 +88,31 @@ _NO_GRAPH = "llama.cpp loads its NextN layers but builds no MTP draft graph for 
 FAMILIES: dict[str, MtpFamily] = {
     f.arch: f
     for f in (
-        MtpFamily("qwen35", hybrid=True, label="Qwen3.5"),
-        MtpFamily("qwen35moe", hybrid=True, label="Qwen3.5 MoE / Qwen3.6"),
+        MtpFamily("qwen35", hybrid=True, mrope=True, label="Qwen3.5"),
+        MtpFamily("qwen35moe", hybrid=True, mrope=True, label="Qwen3.5 MoE / Qwen3.6"),
         MtpFamily("qwen3next", hybrid=True, label="Qwen3-Next"),
-        MtpFamily("glm4moe", label="GLM-4.5 / 4.6 / 4.7"),
-        MtpFamily("deepseek2", label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)"),
-        MtpFamily("deepseek32", label="DeepSeek V3.2"),
+        MtpFamily("glm4moe", trunk_only=True, label="GLM-4.5 / 4.6 / 4.7"),
+        MtpFamily("deepseek2", trunk_only=True, label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)"),
+        MtpFamily("deepseek32", trunk_only=True, label="DeepSeek V3.2"),
         MtpFamily(
             "deepseek4",
             ships="separate",
             head_root_tensors=frozenset({"output_hc_fn", "output_hc_base", "output_hc_scale"}),
             label="DeepSeek V4",
         ),
-        MtpFamily("glm-dsa", label="GLM-5"),
+        MtpFamily("glm-dsa", trunk_only=True, label="GLM-5"),
         MtpFamily(
             "glm5-next",
+            trunk_only=True,
             graph=False,
             no_graph="llama.cpp has no GLM5-Next NextN graph yet (it throws when asked to draft)",
             label="GLM-5-Next",
         ),
-        MtpFamily("mimo2", nextn="any", mode="chain", label="MiMo-V2"),
-        MtpFamily("step35", nextn="any", mode="chain", label="Step-3.5"),
-        MtpFamily("hy_v3", nextn="any", mode="chain", label="Hunyuan V3"),
-        MtpFamily("bailingmoe3", label="Ling 3"),
-        MtpFamily("cohere2moe", label="Cohere2 MoE"),
+        MtpFamily("mimo2", trunk_only=True, nextn="any", mode="chain", label="MiMo-V2"),
+        MtpFamily("step35", trunk_only=True, nextn="any", mode="chain", label="Step-3.5"),
+        MtpFamily("hy_v3", trunk_only=True, nextn="any", mode="chain", label="Hunyuan V3"),
+        MtpFamily("bailingmoe3", trunk_only=True, label="Ling 3"),
+        MtpFamily("cohere2moe", trunk_only=True, label="Cohere2 MoE"),
         MtpFamily("nemotron_h_moe", hybrid=True, label="Nemotron-H MoE"),
         MtpFamily(
             "gemma4-assistant",

@@ -94,6 +94,8 @@ def format_summary(s: dict[str, Any]) -> str:
         "none": "no",
         "integrated": f"yes, integrated ({s['nextn_layers']} NextN layer(s))",
         "head-only": f"head only ({s['nextn_layers']} NextN layer(s); compose it with its target)",
+        "assistant": f"an assistant: a drafter for another model ({s['nextn_layers']} layer(s); load it as that model's head)",
+        "trunk-only": f"trunk only ({s['nextn_layers']} NextN layer(s) declared; their head ships as a separate mtp- file)",
     }[mtp["kind"]]
     tok = s["tokenizer"]
     lines = [

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from engine.errors import PairingError
 from engine.gguf.shards import ModelSet
-from engine.gguf.validate import MTP_ARCHITECTURES, block_index
+from engine.gguf.families import ASSISTANTS, family, no_mtp_reason
+from engine.gguf.validate import block_index
 
 _DENSE_BLOCK = frozenset({
     "attn_norm", "post_attention_norm", "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "attn_q_norm",
@@ -37,7 +38,8 @@ NEXTN_BLOCK_TENSORS: dict[str, frozenset[str]] = {
     "qwen35": _DENSE_BLOCK | _NEXTN,
     "qwen35moe": _DENSE_BLOCK | _MOE_BLOCK | _NEXTN,
 }
-_SUFFIX = re.compile(r"\.(weight|bias|scale)$")
+#: a tensor's kind suffix; ``scale`` / ``input_scale`` are loaded for every tensor (NVFP4-style)
+_SUFFIX = re.compile(r"\.(weight|bias|scale|input_scale)$")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Summary:
     vocab_digest: str | None = None
     #: every tensor name; None where unknown
     tensor_names: tuple[str, ...] | None = None
+    #: an assistant's ``embedding_length_out`` (the hidden size of the target it drafts for)
+    embedding_length_out: int | None = None
 
     @classmethod
     def of_set(cls, ms: ModelSet) -> Summary:
@@ -74,6 +78,7 @@ class Summary:
             nextn_layers=u("nextn_predict_layers") or 0,
             vocab_digest=hashlib.sha256(tokens.raw_value).hexdigest() if tokens is not None else None,
             tensor_names=tuple(t.name for _, t in ms.all_tensors()),
+            embedding_length_out=u("embedding_length_out"),
         )
 
     @classmethod
@@ -87,6 +92,7 @@ class Summary:
             block_count=header.get("block_count"),
             nextn_layers=header.get("nextn_layers") or 0,
             tensor_names=tuple(header["tensor_names"]) if header.get("tensor_names") is not None else None,
+            embedding_length_out=header.get("embedding_length_out"),
         )
 
 
@@ -124,23 +130,41 @@ def check_pair(target: Summary, head: Summary) -> Pairing:
     arch = target.architecture
     if arch is None:
         raise PairingError(f"{target.name} has no general.architecture.", code="missing_architecture")
+    head_fam = family(head.architecture)
+    if head_fam is not None and head_fam.target_arch is not None:
+        return _check_assistant(target, head, head_fam.target_arch)
     if head.architecture != arch:
+        hint = f" {arch} drafts with its assistant ({ASSISTANTS[arch]})." if arch in ASSISTANTS else ""
         raise PairingError(
             f"The head is for architecture {head.architecture!r} but the target is {arch!r}. "
-            "Pick the head published with this model.",
+            f"Pick the head published with this model.{hint}",
             code="architecture_mismatch",
         )
-    if arch not in MTP_ARCHITECTURES:
-        raise PairingError(f"llama.cpp has no MTP draft graph for architecture {arch!r}.", code="unsupported_architecture")
-    limit = MTP_ARCHITECTURES[arch]
-    if limit is not None and head.nextn_layers > limit:
-        raise PairingError(f"{arch} supports {limit} NextN layer(s); the head has {head.nextn_layers}.", code="too_many_nextn")
+    fam = family(arch)
+    if fam is None or not fam.graph:
+        raise PairingError(no_mtp_reason(arch), code="unsupported_architecture")
+    if (problem := fam.nextn_problem(head.nextn_layers)) is not None:
+        raise PairingError(problem, code="too_many_nextn")
     if target.embedding_length != head.embedding_length:
         raise PairingError(
             f"Hidden size differs: the target has {target.embedding_length}, the head {head.embedding_length}. "
             "This head is for another model.",
             code="hidden_size_mismatch",
         )
+    _check_vocab(target, head)
+    bad = unknown_nextn_tensors(arch, head)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise PairingError(
+            f"The head holds {bad[0]}{more}, a tensor llama.cpp's {arch} never loads in an MTP block, "
+            "so the composite would fail to load. This file is not a head llama.cpp can use.",
+            code="unknown_tensor",
+        )
+    head_trunk = head.block_count - head.nextn_layers if head.block_count is not None else None
+    return Pairing(arch, head.nextn_layers, head_trunk)
+
+
+def _check_vocab(target: Summary, head: Summary) -> None:
     if target.vocab_size != head.vocab_size:
         raise PairingError(
             f"The head's vocabulary differs from the target's ({target.vocab_size} vs {head.vocab_size} tokens). "
@@ -152,13 +176,22 @@ def check_pair(target: Summary, head: Summary) -> Pairing:
             "The head's vocabulary differs from the target's (same size, different tokens). This head is for another model.",
             code="tokenizer_mismatch",
         )
-    bad = unknown_nextn_tensors(arch, head)
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+
+
+def _check_assistant(target: Summary, head: Summary, target_arch: str) -> Pairing:
+    """An assistant (Gemma 4's drafter) pairs with a target of its target architecture
+    whose hidden size is the assistant's ``embedding_length_out``, with the same vocabulary."""
+    if target.architecture != target_arch:
         raise PairingError(
-            f"The head holds {bad[0]}{more}, a tensor llama.cpp's {arch} never loads in an MTP block, "
-            "so the composite would fail to load. This file is not a head llama.cpp can use.",
-            code="unknown_tensor",
+            f"{head.name} is a {head.architecture} drafter, made for {target_arch} models; the target is "
+            f"{target.architecture!r}. Pick the assistant published with this model.",
+            code="architecture_mismatch",
         )
-    head_trunk = head.block_count - head.nextn_layers if head.block_count is not None else None
-    return Pairing(arch, head.nextn_layers, head_trunk)
+    if head.embedding_length_out != target.embedding_length:
+        raise PairingError(
+            f"The assistant was made for a model with hidden size {head.embedding_length_out}; the target's is "
+            f"{target.embedding_length}. Pick the assistant published with this model size.",
+            code="hidden_size_mismatch",
+        )
+    _check_vocab(target, head)
+    return Pairing(head.architecture or "", head.nextn_layers, None)

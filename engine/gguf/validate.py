@@ -30,28 +30,9 @@ from engine.gguf.constants import (
     ValueType,
     pad,
 )
+from engine.gguf.families import drafts, family, is_head_root_tensor
 from engine.gguf.reader import GGUFHeader
 from engine.gguf.shards import ModelSet, open_set, parse_shard_name
-
-#: architectures for which the llama.cpp vendored by llama-cpp-python 0.3.36 builds an MTP
-#: draft graph, and how many NextN layers each accepts (None = any)
-MTP_ARCHITECTURES: dict[str, int | None] = {
-    "qwen35": 1,
-    "qwen35moe": 1,
-    "nemotron_h_moe": 1,
-    "qwen3next": None,
-    "glm4moe": None,
-    "glm-dsa": None,
-    "glm5-next": None,
-    "deepseek2": None,
-    "deepseek32": None,
-    "deepseek4": None,
-    "mimo2": None,
-    "step35": None,
-    "bailingmoe3": None,
-    "cohere2moe": None,
-    "hy-v3": None,
-}
 
 #: ``{arch}.`` keys that llama.cpp reads with a strict type (a wrong type can abort)
 STRICT_ARCH_KEYS: dict[str, tuple[ValueType, ...]] = {
@@ -90,7 +71,9 @@ class Problem:
 
 @dataclass
 class MtpFacts:
-    """What a header says about MTP. ``kind``: none | integrated | head-only."""
+    """What a header says about MTP. ``kind``: none | integrated | head-only |
+    trunk-only (NextN layers declared, their tensors in a separate head file) |
+    assistant (a drafter architecture of its own, every block a NextN block)."""
 
     architecture: str | None = None
     block_count: int | None = None
@@ -214,7 +197,7 @@ def check_arch_keys(h: GGUFHeader, report: Report) -> MtpFacts:
         return facts
     arch = str(arch_kv.value)
     facts.architecture = arch
-    facts.arch_supported = arch in MTP_ARCHITECTURES
+    facts.arch_supported = drafts(arch)
 
     for suffix, types in STRICT_ARCH_KEYS.items():
         kv = h.kvs.get(f"{arch}.{suffix}")
@@ -252,7 +235,25 @@ def check_arch_keys(h: GGUFHeader, report: Report) -> MtpFacts:
                 f,
             )
     check_rope(h, arch, report)
+    check_recurrent(h, arch, report)
     return facts
+
+
+def check_recurrent(h: GGUFHeader, arch: str, report: Report) -> None:
+    """A hybrid family's file with no recurrent block: llama.cpp loads it and then
+    aborts at the first decode (``GGML_ASSERT(buffer)``, no recurrent state to allocate)."""
+    fam = family(arch)
+    if fam is None or not fam.hybrid:
+        return
+    kv = h.kvs.get(f"{arch}.full_attention_interval")
+    if kv is not None and kv.type == ValueType.UINT32 and int(kv.value) == 1:
+        report.error(
+            "no_recurrent_blocks",
+            f"{arch}.full_attention_interval is 1, so every block is an attention block and none is recurrent; "
+            f"{arch} is a hybrid architecture and llama.cpp aborts at the first decode of such a file. "
+            "The file's metadata is wrong: download or convert it again",
+            str(h.path),
+        )
 
 
 def _first_int(kv) -> int | None:
@@ -314,7 +315,7 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
     for h, t in ms.all_tensors():
         b = block_index(t.name)
         if b is None:
-            if ".nextn." in t.name:
+            if "nextn." in t.name and not is_head_root_tensor(facts.architecture, t.name):
                 report.error("unknown_tensor", f"tensor {t.name!r} looks like a NextN tensor outside any block", str(h.path))
             continue
         blocks.add(b)
@@ -333,23 +334,45 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
                     f"{facts.nextn_layers} of {facts.block_count})",
                     str(h.path),
                 )
+    fam = family(facts.architecture)
+    if facts.nextn_layers and fam is not None and fam.nextn == "all":
+        # an assistant: its blocks are plain decoder blocks, all of them drafting
+        if facts.nextn_layers != facts.block_count:
+            report.error(
+                "bad_nextn",
+                f"{facts.architecture}.nextn_predict_layers is {facts.nextn_layers} but every block of an assistant "
+                f"drafts: it must equal block_count ({facts.block_count})",
+                f,
+            )
+        facts.kind = "assistant"
+        return
     if facts.nextn_layers:
         missing = [b for b in range(trunk, facts.block_count) if b not in blocks_with_nextn]
+        has_trunk = any(b < trunk for b in blocks)
+        if len(missing) == facts.nextn_layers and has_trunk and not any(b >= trunk for b in blocks):
+            # llama.cpp's converter with --no-mtp: the trunk declares its NextN layers and a
+            # separate mtp- file holds them; llama.cpp loads it (drafting needs the head)
+            facts.kind = "trunk-only"
+            if fam is None or not fam.trunk_only:
+                report.error(
+                    "trunk_only_unsupported",
+                    f"this {facts.architecture} file declares {facts.nextn_layers} NextN layer(s) but holds none of their "
+                    f"tensors, and llama.cpp loads such a trunk only for the families whose loaders allow it. Compose "
+                    "it with its mtp- head first (compose), or use a file converted with its MTP layers",
+                    f,
+                )
+            return
         if missing:
             report.error(
                 "missing_nextn_tensors",
                 f"nextn_predict_layers is {facts.nextn_layers} but block(s) {missing} have no NextN tensors",
                 f,
             )
-        has_trunk = any(b < trunk for b in blocks)
         facts.kind = "integrated" if has_trunk else "head-only"
-        limit = MTP_ARCHITECTURES.get(facts.architecture or "")
-        if facts.arch_supported and limit is not None and facts.nextn_layers != limit:
-            report.error(
-                "bad_nextn",
-                f"{facts.architecture} supports exactly {limit} NextN layer(s), this file declares {facts.nextn_layers}",
-                f,
-            )
+        problem = fam.nextn_problem(facts.nextn_layers) if fam is not None and fam.graph else None
+        if problem:
+            # it loads with MTP off; the loader refuses MTP on it, in these words
+            report.warn("bad_nextn", problem, f)
     elif blocks_with_nextn:
         report.error(
             "undeclared_nextn",

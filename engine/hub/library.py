@@ -49,7 +49,13 @@ class MtpStatus(StrEnum):
 
 
 #: validate's MtpFacts.kind -> the entry's MTP status
-MTP_LABELS = {"none": MtpStatus.NONE, "integrated": MtpStatus.INTEGRATED, "head-only": MtpStatus.EXTERNAL_HEAD}
+MTP_LABELS = {
+    "none": MtpStatus.NONE,
+    "integrated": MtpStatus.INTEGRATED,
+    "head-only": MtpStatus.EXTERNAL_HEAD,
+    "assistant": MtpStatus.EXTERNAL_HEAD,  # a drafter for another model (Gemma 4's assistants)
+    "trunk-only": MtpStatus.NONE,  # its NextN layers ship in a separate mtp- file
+}
 
 
 @dataclass
@@ -115,7 +121,7 @@ def describe(first_file: Path) -> tuple[str, str, dict]:
             "nextn_layers", "size_bytes")  # fmt: skip
     summary = {k: s[k] for k in keep}
     summary["vocab_size"] = s["tokenizer"]["vocab_size"]
-    kind = EntryKind.HEAD if facts.kind == "head-only" else EntryKind.MODEL
+    kind = EntryKind.HEAD if facts.kind in ("head-only", "assistant") else EntryKind.MODEL
     return kind, MTP_LABELS[facts.kind], summary
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from engine.gguf.families import family
 from engine.errors import GGUFError, HubError, OfflineError, RepoNotFound
 from engine.gguf.memory import ModelShape
 from engine.gguf.reader import parse_buffer
@@ -166,6 +167,15 @@ def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *
 
     nextn = get(f"{arch}.nextn_predict_layers") or 0
     has_trunk = any(t.name == "blk.0.attn_norm.weight" for t in tensors)
+    fam = family(arch)
+    if not nextn:
+        mtp = "none"
+    elif fam is not None and fam.nextn == "all":
+        mtp = "assistant"
+    elif has_trunk and not any(".nextn." in t.name for t in tensors):
+        mtp = "trunk-only"
+    else:
+        mtp = "integrated" if has_trunk else "head-only"
     return {
         "architecture": arch,
         "name": get("general.name"),
@@ -173,7 +183,8 @@ def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *
         "embedding_length": get(f"{arch}.embedding_length"),
         "block_count": get(f"{arch}.block_count"),
         "nextn_layers": nextn,
-        "mtp": "none" if not nextn else ("integrated" if has_trunk else "head-only"),
+        "embedding_length_out": get(f"{arch}.embedding_length_out"),
+        "mtp": mtp,
         "vocab_size": keys["tokenizer.ggml.tokens"].count if "tokenizer.ggml.tokens" in keys else None,
         "tensor_names": [t.name for t in tensors],
         "header_bytes": end,

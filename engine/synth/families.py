@@ -438,7 +438,10 @@ def _split(shapes: dict[str, tuple[int, ...]], n_layer: int) -> tuple[set[str], 
     return trunk, head
 
 
-def write_family(family: str, out: Path, *, noise: float = 0.02, seed: int = 0) -> Fixture:
+def write_family(family: str, out: Path, *, noise: float = 0.02, seed: int = 0, split: bool = False,
+                 nextn: int | None = None, extra: dict[str, object] | None = None) -> Fixture:  # fmt: skip
+    """Write one family's fixture into ``out``. ``split``: also as a trunk and an
+    ``mtp-`` head; ``nextn`` / ``extra``: other NextN counts or keys (for refusals)."""
     tok = _tokenizer()
     n_vocab = len(tok["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     out.mkdir(parents=True, exist_ok=True)
@@ -446,36 +449,60 @@ def write_family(family: str, out: Path, *, noise: float = 0.02, seed: int = 0) 
         return _write_gemma4(out, tok, n_vocab, noise, seed)
     if family == "deepseek4":
         return _write_deepseek4(out, tok, n_vocab, noise, seed)
-    arch, nextn = INTEGRATED[family]
-    kvs = arch_kvs(arch, n_vocab, nextn=nextn) | {"general.name": f"synthetic {family}"} | tok
+    arch, default_nextn = INTEGRATED[family]
+    nextn = default_nextn if nextn is None else nextn
+    kvs = arch_kvs(arch, n_vocab, nextn=nextn) | {"general.name": f"synthetic {family}"} | tok | (extra or {})
     shapes = layout(arch, kvs, out)
     weights = _weights(shapes, seed, noise)
     target = out / f"{family}.gguf"
     _write(target, arch, kvs, weights)
-    return Fixture(family, arch, nextn, {"target": str(target)})
+    files = {"target": str(target)}
+    if split:  # the same model as a trunk and a separate mtp- head, as the converter's --no-mtp / --mtp write it
+        n_layer = _dims(arch)[3]
+        trunk_names, head_names = _split(shapes, n_layer)
+        trunk_kvs = arch_kvs(arch, n_vocab, nextn=0) | {"general.name": f"synthetic {family} trunk"} | tok
+        _write(out / f"{family}-trunk.gguf", arch, trunk_kvs, {n: weights[n] for n in sorted(trunk_names)})
+        _write(out / f"mtp-{family}.gguf", arch, kvs, {n: weights[n] for n in sorted(head_names)})
+        # a trunk that still declares its NextN layers (llama.cpp's converter with --no-mtp)
+        _write(out / f"{family}-trunkonly.gguf", arch, kvs, {n: weights[n] for n in sorted(trunk_names)})
+        files |= {"trunk": str(out / f"{family}-trunk.gguf"), "head": str(out / f"mtp-{family}.gguf"),
+                  "trunk_only": str(out / f"{family}-trunkonly.gguf")}  # fmt: skip
+    return Fixture(family, arch, nextn, files)
 
 
 def _write_deepseek4(out: Path, tok: dict, n_vocab: int, noise: float, seed: int) -> Fixture:
-    """DeepSeek V4 ships its head only apart (``mtp-`` file): a trunk that declares one
-    NextN layer without its tensors, and a head with root-level ``output_hc_*`` of its own."""
+    """DeepSeek V4 ships its head only apart, as its converter writes them: a trunk with
+    no NextN keys, and an ``mtp-`` head (``block_count`` one more, the last block a full
+    block plus its nextn tensors) with root-level ``output_hc_*`` of its own.
+
+    llama.cpp keeps V4's NextN layer only when the probe tensor is in the file, which a
+    layout from metadata cannot have: the head block is laid out as a trunk block of a
+    one-block-longer model, and its nextn tensors are added as ``deepseek4.cpp`` creates them."""
     arch = "deepseek4"
-    n_layer = _dims(arch)[3]
-    kvs = arch_kvs(arch, n_vocab, nextn=1) | tok
-    n_embd = _dims(arch)[0]
-    probe = ((f"blk.{n_layer}.nextn.eh_proj.weight", (2 * n_embd, n_embd)),)
-    shapes = layout(arch, kvs, out, present=probe)
-    trunk_names, head_names = _split(shapes, n_layer)
-    head_names |= {n for n in shapes if n.startswith("output_hc_")}
+    n_embd, _, _, n_layer = _dims(arch)
+    trunk_kvs = arch_kvs(arch, n_vocab, nextn=0) | tok
+    shapes = layout(arch, trunk_kvs, out)
     weights = _weights(shapes, seed, noise)
     trunk = out / "deepseek4.gguf"
-    head = out / "mtp-deepseek4.gguf"
-    _write(trunk, arch, kvs | {"general.name": "synthetic deepseek4"}, {n: weights[n] for n in sorted(trunk_names)})
+    _write(trunk, arch, trunk_kvs | {"general.name": "synthetic deepseek4"}, weights)
+
+    head_kvs = arch_kvs(arch, n_vocab, nextn=1) | tok | {"general.name": "synthetic deepseek4 MTP head"}
+    longer = arch_kvs(arch, n_vocab, nextn=1) | tok
+    longer.pop(f"{arch}.nextn_predict_layers")
+    long_shapes = layout(arch, longer, out)
+    b = f"blk.{n_layer}"
+    head_shapes = {n: ne for n, ne in long_shapes.items() if n.startswith(b + ".")}
+    head_shapes |= {f"{b}.nextn.eh_proj.weight": (2 * n_embd, n_embd), f"{b}.nextn.enorm.weight": (n_embd,),
+                    f"{b}.nextn.hnorm.weight": (n_embd,), f"{b}.nextn.shared_head_norm.weight": (n_embd,)}  # fmt: skip
+    head_w = _weights(head_shapes, seed + 1, noise)
+    for name in ("token_embd.weight", "output_norm.weight", "output.weight"):
+        head_w[name] = weights[name]
     rng = np.random.default_rng([seed, 99])
-    head_w = {n: weights[n] for n in sorted(head_names)}
-    for n in head_w:
-        if n.startswith("output_hc_"):  # the head's own, not the trunk's
-            head_w[n] = (weights[n] + rng.standard_normal(weights[n].shape).astype(np.float32) * noise).astype(np.float32)
-    _write(head, arch, kvs | {"general.name": "synthetic deepseek4 MTP head"}, head_w)
+    for name in shapes:
+        if name.startswith("output_hc_"):  # the head's own, not the trunk's
+            head_w[name] = (weights[name] + rng.standard_normal(weights[name].shape) * noise).astype(np.float32)
+    head = out / "mtp-deepseek4.gguf"
+    _write(head, arch, head_kvs, dict(sorted(head_w.items())))
     return Fixture("deepseek4", arch, 1, {"target": str(trunk), "head": str(head)})
 
 
@@ -499,8 +526,22 @@ def _write_gemma4(out: Path, tok: dict, n_vocab: int, noise: float, seed: int) -
 FAMILIES = (*INTEGRATED, "deepseek4", "gemma4")
 
 
+#: families whose fixture is also written as a trunk and a separate head (compose tests)
+SPLIT = ("qwen35moe", "glm4moe", "deepseek2", "step35")
+#: where llama.cpp's loader accepts a trunk-only file (engine.gguf.families.MtpFamily.trunk_only)
+
+
 def write_all(out: Path, families: tuple[str, ...] = FAMILIES, *, noise: float = 0.02) -> dict[str, Fixture]:
-    return {f: write_family(f, out, noise=noise) for f in families}
+    return {f: write_family(f, out, noise=noise, split=f in SPLIT) for f in families}
+
+
+def write_refusals(out: Path) -> dict[str, str]:
+    """Files llama.cpp would abort on, for the refusal tests: two NextN layers where the
+    MTP graph asserts one, and a hybrid with no recurrent block."""
+    bad = out / "refusals"
+    two = write_family("qwen35moe", bad / "two", nextn=2).files["target"]
+    flat = write_family("qwen35moe", bad / "flat", extra={"qwen35moe.full_attention_interval": 1}).files["target"]
+    return {"two_nextn": two, "no_recurrent": flat}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -509,7 +550,10 @@ def main(argv: list[str] | None = None) -> int:
     families = tuple(args[1:]) or FAMILIES
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     fixtures = write_all(out, families)
-    print(json.dumps({k: {"arch": v.arch, "n_nextn": v.n_nextn, **v.files} for k, v in fixtures.items()}))
+    index: dict[str, object] = {k: {"arch": v.arch, "n_nextn": v.n_nextn, **v.files} for k, v in fixtures.items()}
+    if not args[1:]:
+        index["refusals"] = write_refusals(out)
+    print(json.dumps(index))
     return 0
 
 

@@ -87,7 +87,7 @@ def prefill(
         have_prev = c > 0 and len(s.target_tokens) == c and s.last_hidden is not None
         known_from = c - 1 if have_prev else c
         if max(m - 1, 0) < known_from:
-            if s.target.model.is_recurrent and c == len(s.target_tokens):
+            if s.holes_ok and s.target.model.is_recurrent and c == len(s.target_tokens):
                 # the target cannot be cut back to where the entries end: the missing
                 # entries become holes instead of the whole prompt being decoded again
                 s.truncate_draft(m)

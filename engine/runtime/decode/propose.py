@@ -86,6 +86,9 @@ class MtpDraft:
         out.sync_ms = (time.perf_counter() - t0) * 1000
         d, h = s.draft_head(self._pick(pos0 + 1, out))
         out.tokens.append(d)
+        if s.heads > 1 and k > 1:
+            self._chain(pos0, d, h, min(k, s.heads), out)
+            return out
         try:
             for j in range(1, k):
                 s.phase("draft", self.cancel)
@@ -94,6 +97,26 @@ class MtpDraft:
         finally:
             s.truncate_draft(pos0 + 1)  # drop the chain; entry pos0 (id_last) stays
         return out
+
+    def _chain(self, pos0: int, d: int, h: np.ndarray, k: int, out: Proposal) -> None:
+        """Chained heads (llama.cpp's ``chain_heads``): head j drafts token j+1 from the
+        whole chain so far under its own layer. Afterwards the chain is dropped together
+        with entry ``pos0``, which the chain rewrote under another head; that entry goes
+        back to the lag, to be fed again (for every head) with the next catch-up."""
+        s = self.s
+        id_last, first = s.fed.entries(pos0, 1)
+        tokens, rows = [id_last[0]], [first[0]]
+        try:
+            for j in range(1, k):
+                s.phase("draft", self.cancel)
+                tokens.append(d)
+                rows.append(h)
+                d, h = s.chain_step(pos0, tokens, np.stack(rows), j, self._pick(pos0 + 1 + j, out))
+                out.tokens.append(d)
+        finally:
+            s.truncate_draft(pos0)
+            s.lag.tokens.insert(0, tokens[0])
+            s.lag.hidden.insert(0, rows[0])
 
     def _pick(self, pos: int, out: Proposal) -> Choose | None:
         sampler = self.sampler

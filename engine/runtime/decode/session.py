@@ -37,7 +37,7 @@ class Session:
     def __init__(self, target: Context, draft: Context | None = None):
         self.target = target
         self.draft = draft
-        self.n_embd = target.model.n_embd
+        self.n_embd = target.model.n_embd_out  # the hidden rows' width
         self.batch = Batch(target.n_batch)
         self.dbatch = Batch(draft.n_batch, self.n_embd) if draft is not None else None
         self.target_tokens: list[int] = []
@@ -47,6 +47,13 @@ class Session:
         #: the newest entries decoded into the MTP context, for re-feeding (sync_draft's width)
         self.fed = FedTail()
         self.repairs = 0
+        #: chained heads (step35, mimo2, hy_v3 with several NextN blocks): head i drafts
+        #: token i and keeps its own KV, so every MTP entry is decoded once per head
+        self.heads = 1
+        #: the MTP context may skip positions (holes): llama.cpp allows a batch's positions
+        #: to jump forward only with M-RoPE (qwen35); every other family's context needs
+        #: them consecutive, so entries are caught up instead (engine.gguf.families)
+        self.holes_ok = True
         #: test seam: called with a phase name at every cancellation point
         self.phase_hook: Callable[[str], None] | None = None
 
@@ -166,12 +173,46 @@ class Session:
         for i in range(0, len(tokens), step):
             chunk = tokens[i : i + step]
             last = i + step >= len(tokens)
-            self.dbatch.set(
-                chunk, len(self.draft_tokens), LOGITS_LAST if (last and logits_last) else LOGITS_NONE, hidden[i : i + step]
-            )
-            self.draft.decode(self.dbatch)
+            pos = len(self.draft_tokens)
+            self.dbatch.set(chunk, pos, LOGITS_LAST if (last and logits_last) else LOGITS_NONE, hidden[i : i + step])
+            self._decode_heads(pos)
             self.fed.add(len(self.draft_tokens), chunk, hidden[i : i + step])
             self.draft_tokens.extend(chunk)
+
+    def _decode_heads(self, pos: int) -> None:
+        """Decode :attr:`dbatch` (entries from ``pos``) into the MTP context, once per head
+        with chained heads, as llama.cpp's draft-mtp does: the last head first, head 0
+        last (its logits are the ones read); before each decode after the first the
+        entries just written are removed, so each head writes its own layer's KV there."""
+        assert self.draft is not None and self.dbatch is not None
+        if self.heads == 1:
+            self.draft.decode(self.dbatch)
+            return
+        try:
+            for head in reversed(range(self.heads)):
+                if head != self.heads - 1:
+                    self.draft.seq_rm(pos, -1)
+                self.draft.set_nextn_layer_offset(head)
+                self.draft.decode(self.dbatch)
+        finally:
+            self.draft.set_nextn_layer_offset(0)
+
+    def chain_step(self, pos0: int, tokens: list[int], rows: np.ndarray, head: int, choose: Choose | None = None) -> tuple[int, np.ndarray]:
+        """Chained heads: head ``head`` drafts the token after ``tokens`` (entries from
+        ``pos0``: the last accepted token and the drafts so far, with the hidden rows
+        before each), decoding the whole prefix under its own layer. The entries it adds
+        must be removed later (``truncate_draft``)."""
+        assert self.draft is not None and self.dbatch is not None
+        self.truncate_draft(pos0)
+        self.dbatch.set(tokens, pos0, LOGITS_LAST, rows)
+        try:
+            self.draft.set_nextn_layer_offset(head)
+            self.draft.decode(self.dbatch)
+        finally:
+            self.draft.set_nextn_layer_offset(0)
+        self.draft_tokens.extend(tokens)
+        d = self.draft.argmax(-1) if choose is None else choose(self.draft.logits(-1))
+        return d, self.draft.hidden_row(0).copy()
 
     def draft_step(self, token: int, hidden: np.ndarray, choose: Choose | None = None) -> tuple[int, np.ndarray]:
         """One chained MTP step at the next position: (draft token, its hidden state).
@@ -220,7 +261,7 @@ class Session:
             return
         self.lag.extend(prompt[start:end], hidden)
         drop = len(self.lag.tokens) - defer
-        if drop > 0:
+        if drop > 0 and self.holes_ok:
             self.add_holes(drop)
             self.lag.drop_oldest(drop)
 
@@ -240,7 +281,7 @@ class Session:
         changes (~20 us on the demo's head, a third of the decode), so a loop whose only
         MTP decode is this one keeps its width constant."""
         assert self.draft is not None
-        skip = max(0, len(self.lag.tokens) - keep_last) if keep_last is not None else 0
+        skip = max(0, len(self.lag.tokens) - keep_last) if keep_last is not None and self.holes_ok else 0
         if skip:
             self.add_holes(skip)
             self.fed.clear()
@@ -284,9 +325,12 @@ class Session:
                 if snap.draft is not None:
                     self.draft.state_set(snap.draft)
                     self.draft_tokens = list(snap.draft_tokens)
-                else:  # no MTP entries were kept: the head goes on with holes up to here
+                elif self.holes_ok:  # no MTP entries were kept: the head goes on with holes up to here
                     self.draft.clear()
                     self.draft_tokens = [HOLE] * (snap.n if snap.last_hidden is not None else snap.n + 1)
+                else:  # ... and this context cannot skip them: the next prefill feeds them all again
+                    self.draft.clear()
+                    self.draft_tokens = []
         except Exception:
             self.reset()
             raise

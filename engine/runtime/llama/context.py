@@ -103,6 +103,10 @@ class Context(OwnedPtr):
             ext().llama_set_embeddings_nextn(self.ptr, bool(on), self._masked)
             self._nextn = on
 
+    def set_nextn_layer_offset(self, head: int) -> None:
+        """Which of a model's NextN blocks (chained heads) the MTP graph runs; 0: the first."""
+        ext().llama_set_nextn_layer_offset(self.ptr, int(head))
+
     @property
     def nextn_embeddings(self) -> bool:
         return self._nextn
@@ -160,7 +164,7 @@ class Context(OwnedPtr):
         ptr = ext().llama_get_embeddings_nextn(self.ptr)
         if not ptr:
             raise DecodeError("no hidden states: nextn embeddings are not enabled on this context")
-        return self._view("hidden", ptr, (self.n_batch, self.model.n_embd))[:n]
+        return self._view("hidden", ptr, (self.n_batch, self.model.n_embd_out))[:n]
 
     def hidden_row(self, i: int) -> np.ndarray:
         return self.hidden_rows(i + 1)[i]

@@ -36,6 +36,9 @@ class Model(OwnedPtr):
         self._vocab = L.llama_model_get_vocab(ptr)
         self.n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
         self.n_embd = int(L.llama_model_n_embd(ptr))
+        #: width of the hidden rows MTP reads and feeds (wider than n_embd with DeepSeek V4's
+        #: hyper-connections; an assistant's is its target's hidden size)
+        self.n_embd_out = int(L.llama_model_n_embd_out(ptr))
         self.n_ctx_train = int(L.llama_model_n_ctx_train(ptr))
         self.n_layer = int(L.llama_model_n_layer(ptr))
         self.n_layer_nextn = int(L.llama_model_n_layer_nextn(ptr))

@@ -29,7 +29,8 @@ from engine.gguf.memory import ModelShape, logit_rows
 from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
-from engine.gguf.validate import MTP_ARCHITECTURES, MtpFacts, validate_path
+from engine.gguf.families import family, no_mtp_reason
+from engine.gguf.validate import MtpFacts, validate_path
 from engine.rpc.endpoints import parse_endpoints
 from engine.runtime.llama import exact as exact_mod
 from engine.runtime import limits
@@ -117,7 +118,9 @@ class LoadedModel:
 
     @property
     def max_draft_depth(self) -> int:
-        return self.spec.max_draft_depth
+        """The deepest draft: the setting, capped where the family's drafting mode caps it
+        (chained heads: one head per draft token)."""
+        return min(self.spec.max_draft_depth, self.info.get("depth_limit") or self.spec.max_draft_depth)
 
     def close(self) -> None:
         if self.snapshots is not None:
@@ -141,27 +144,48 @@ def _checked(path: str | Path, what: str) -> tuple[ModelSet, MtpFacts]:
     return ms, facts
 
 
+def mtp_problem(facts: MtpFacts) -> str | None:
+    """Why llama.cpp cannot draft with this file's own MTP layers, in words; None when it can."""
+    fam = family(facts.architecture)
+    if fam is None or not fam.graph:
+        return no_mtp_reason(facts.architecture)
+    return fam.nextn_problem(facts.nextn_layers)
+
+
 def resolve_source(requested: MtpSource, facts: MtpFacts, has_head: bool) -> MtpSource:
-    if facts.kind == "head-only":
+    """The MTP source a load uses (off | integrated | external), by the family table
+    (:mod:`engine.gguf.families`). Auto never picks what cannot draft; an explicit
+    choice that cannot is refused with words, before llama.cpp could abort on it."""
+    if facts.kind in ("head-only", "assistant"):
         raise MtpUnavailableError(
             "This file is an MTP head only (no trunk layers). Load the target model and pass this file as its head."
+            if facts.kind == "head-only"
+            else "This file is an assistant: a drafter for another model. Load its target model and pass this file as "
+            "its MTP head (--head)."
         )
+    own = facts.kind == "integrated"
     if requested == MtpSource.AUTO:
-        if facts.nextn_layers > 0:
+        if own and mtp_problem(facts) is None:
             requested = MtpSource.INTEGRATED
         elif has_head:
             requested = MtpSource.EXTERNAL
         else:
             return MtpSource.OFF
-    if requested == MtpSource.INTEGRATED and facts.nextn_layers == 0:
-        raise MtpUnavailableError(
-            "This model has no NextN (MTP) layers, so integrated MTP is not possible. "
-            "Use --mtp external with a matching head file, or --mtp off."
-        )
+    if requested == MtpSource.INTEGRATED:
+        if facts.kind == "trunk-only":
+            raise MtpUnavailableError(
+                f"This model declares {facts.nextn_layers} NextN (MTP) layer(s) but holds none: its MTP head ships as a "
+                "separate mtp-*.gguf file. Pass it with --mtp external --head FILE (or compose it into the model)."
+            )
+        if not own:
+            raise MtpUnavailableError(
+                "This model has no NextN (MTP) layers, so integrated MTP is not possible. "
+                "Use --mtp external with a matching head file, or --mtp off."
+            )
+        if (problem := mtp_problem(facts)) is not None:
+            raise MtpUnavailableError(problem)
     if requested == MtpSource.EXTERNAL and not has_head:
         raise MtpUnavailableError("External MTP needs a head file (--head mtp-*.gguf).")
-    if requested != MtpSource.OFF and facts.architecture not in MTP_ARCHITECTURES:
-        raise MtpUnavailableError(f"llama.cpp has no MTP draft graph for architecture {facts.architecture!r}.")
     return requested
 
 
@@ -199,12 +223,13 @@ def load(
     if source == MtpSource.EXTERNAL:
         assert head_set is not None and head_facts is not None
         check_pair(Summary.of_set(target_set), Summary.of_set(head_set))
-    elif source == MtpSource.INTEGRATED:
-        limit = MTP_ARCHITECTURES.get(facts.architecture or "")
-        if limit is not None and facts.nextn_layers != limit:
-            raise MtpUnavailableError(
-                f"{facts.architecture} MTP needs exactly {limit} NextN layer(s); this model has {facts.nextn_layers}."
-            )
+    drafter = head_facts if source == MtpSource.EXTERNAL else facts if source == MtpSource.INTEGRATED else None
+    fam = family(drafter.architecture) if drafter is not None else None
+    if fam is not None and drafter is not None and fam.drafting_mode(drafter.nextn_layers) == "shared":
+        raise MtpUnavailableError(
+            f"{fam.label}: drafting with a head that reads the target's KV cache (llama.cpp's shared-memory mode) is "
+            "not supported by this version of the app yet. Load the model with MTP off (--mtp off)."
+        )
 
     def report(fraction: float, what: str) -> None:
         if progress is not None:
@@ -245,7 +270,9 @@ def load(
     head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
     model = Model.load(
         spec.path,
-        load_mtp=source == MtpSource.INTEGRATED,
+        # a file that holds NextN tensors loads them even with MTP off: llama.cpp counts
+        # them as missing otherwise ("wrong number of tensors") for most families
+        load_mtp=facts.kind == "integrated",
         n_gpu_layers=spec.n_gpu_layers,
         progress=lambda f: report(f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")),
         cancel=cancel,
@@ -264,7 +291,7 @@ def load(
                 use_extra_bufts=extra_bufts,
                 placement=None if placement is None else LocalOnly(placement.local),
             )
-            if head_model.n_embd != model.n_embd or head_model.n_vocab != model.n_vocab:
+            if head_model.n_embd_out != model.n_embd_out or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
         session = _contexts(spec, source, model, head_model, local_kv=placement is not None)
     except BaseException:
@@ -272,6 +299,10 @@ def load(
             head_model.close()
         model.close()
         raise
+    if fam is not None and drafter is not None:
+        if fam.drafting_mode(drafter.nextn_layers) == "chain":
+            session.heads = drafter.nextn_layers
+        session.holes_ok = fam.mrope
     name = spec.name or Path(spec.path).name.removesuffix(".gguf")
     template = resolve_template(model, spec.chat_template)
     thinking = template.thinking
@@ -287,6 +318,10 @@ def load(
         "n_embd": model.n_embd,
         "nextn_layers": facts.nextn_layers,
         "mtp": source.value,
+        #: how the head drafts (engine.gguf.families): single | chain | shared; None with MTP off
+        "drafting": fam.drafting_mode(drafter.nextn_layers) if fam is not None and drafter is not None else None,
+        #: the deepest draft the drafting mode allows (chained heads: the head count)
+        "depth_limit": fam.depth_limit(drafter.nextn_layers) if fam is not None and drafter is not None else None,
         "max_draft_depth": spec.max_draft_depth,
         "quantization": quant,
         "add_bos": model.add_bos,

@@ -75,8 +75,9 @@ def test_strict_key_types_and_per_layer_arrays(fixtures, tmp_path):
     assert "bad_key_type" in codes(p)
     p = edit(src, tmp_path / "b.gguf", set_kvs={"qwen35.block_count": kv("qwen35.block_count", V.UINT32, 6)})
     assert "bad_array_length" in codes(p)  # recurrent_layers still has 5 entries
+    # two NextN layers declared, one block of NextN tensors: block 3 is a trunk block without them
     p = edit(src, tmp_path / "c.gguf", set_kvs={"qwen35.nextn_predict_layers": kv("qwen35.nextn_predict_layers", V.UINT32, 2)})
-    assert "bad_nextn" in codes(p)
+    assert "missing_nextn_tensors" in codes(p)
 
 
 def test_shard_set_problems(fixtures, tmp_path):

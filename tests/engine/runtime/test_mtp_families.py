@@ -1,0 +1,213 @@
+"""Every MTP family llama.cpp can run, on tiny fixtures laid out by llama.cpp itself
+(engine.synth.families): load, MTP decoding at depths 1-3 and auto identical to plain
+decoding, MTP off, chained heads, separate heads (compose where the family ships them
+so, attach where it does not), and a refusal in words wherever llama.cpp would abort."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.errors import ComposeError, GGUFError, MtpUnavailableError, PairingError
+from engine.gguf.compose import compose
+from engine.gguf.pairing import Summary, check_pair
+from engine.gguf.shards import open_set
+from engine.gguf.validate import validate_path
+from engine.runtime.decode.loop import generate
+from engine.runtime.decode.params import DecodeParams
+from engine.runtime.decode.policy.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.base import FixedDepth
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
+
+#: families whose MTP layers ship inside the model file (and draft)
+INTEGRATED = ("qwen35moe", "qwen3next", "glm4moe", "deepseek2", "deepseek32", "glm-dsa", "bailingmoe3",
+              "cohere2moe", "nemotron_h_moe", "step35")  # fmt: skip
+PROMPT = "Hello! How are you today? Tell me a story about a cat."
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    """Written in a child process: laying out a model from metadata runs llama.cpp."""
+    out = tmp_path_factory.mktemp("families")
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    done = subprocess.run([sys.executable, "-m", "engine.synth.families", str(out)], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load(path, mtp, head=None, depth=3):
+    return load(LoadSpec(path, head=head, mtp=mtp, n_ctx=256, probe=False, fit="off", max_draft_depth=depth))
+
+
+def _runs(lm, depths=(1, 2, 3)):
+    """Plain tokens, then (tokens, drafted, accepted) at each depth and under auto."""
+    prompt = lm.model.prompt_tokens(PROMPT)
+    lm.session.reset()
+    plain = generate(lm.session, prompt, DecodeParams(max_tokens=32, ignore_eog=True)).tokens
+    out = {}
+    for d in (*depths, "auto"):
+        lm.session.reset()
+        policy = AdaptiveDepth(lm.max_draft_depth) if d == "auto" else FixedDepth(d)
+        g = generate(lm.session, prompt, DecodeParams(max_tokens=32, ignore_eog=True, depth=policy))
+        out[d] = (g.tokens, g.stats.drafted, g.stats.accepted)
+    return plain, out
+
+
+@pytest.mark.parametrize("fam", INTEGRATED)
+def test_integrated_family_drafts_and_matches_plain(families, fam):
+    lm = _load(families[fam]["target"], MtpSource.INTEGRATED)
+    try:
+        assert lm.source == MtpSource.INTEGRATED
+        plain, runs = _runs(lm)
+        assert len(plain) == 32
+        for depth, (tokens, drafted, accepted) in runs.items():
+            assert tokens == plain, f"{fam} depth {depth}"
+            if depth != "auto":
+                assert drafted > 0 and accepted > 0, f"{fam} depth {depth}: {accepted}/{drafted}"
+    finally:
+        lm.close()
+    off = _load(families[fam]["target"], MtpSource.OFF)  # MTP off loads every integrated file
+    try:
+        off.session.reset()
+        g = generate(off.session, off.model.prompt_tokens(PROMPT), DecodeParams(max_tokens=32, ignore_eog=True))
+        assert g.tokens == plain
+    finally:
+        off.close()
+
+
+def test_chained_heads_draft_one_head_per_token(families):
+    f = families["step35"]
+    assert f["n_nextn"] == 3
+    lm = _load(f["target"], MtpSource.INTEGRATED, depth=4)
+    try:
+        assert lm.info["drafting"] == "chain" and lm.session.heads == 3
+        assert lm.max_draft_depth == 3  # capped at the head count
+        plain, runs = _runs(lm, depths=(2, 3))
+        assert runs[3][0] == plain and runs[3][1] > 0
+    finally:
+        lm.close()
+
+
+@pytest.mark.parametrize("fam", ("qwen35moe", "glm4moe", "deepseek2", "step35"))
+def test_split_head_composes_into_the_integrated_model(families, fam, tmp_path):
+    f = families[fam]
+    trunk = validate_path(f["trunk"])[1]
+    head = validate_path(f["head"])[1]
+    assert (trunk.kind, head.kind) == ("none", "head-only")
+    result = compose(f["trunk"], f["head"], tmp_path / "composed.gguf")
+    composed = result.outputs[0]
+    lm = _load(composed, MtpSource.INTEGRATED)
+    ref = _load(f["target"], MtpSource.OFF)
+    try:
+        plain, runs = _runs(lm, depths=(2,))
+        ref.session.reset()
+        want = generate(ref.session, ref.model.prompt_tokens(PROMPT), DecodeParams(max_tokens=32, ignore_eog=True)).tokens
+        assert plain == want and runs[2][0] == want and runs[2][2] > 0
+    finally:
+        lm.close()
+        ref.close()
+    # the same head attached instead of composed drafts the same
+    ext = _load(f["trunk"], MtpSource.EXTERNAL, head=f["head"])
+    try:
+        _, ext_runs = _runs(ext, depths=(2,))
+        assert ext_runs[2][0] == want and ext_runs[2][2] > 0
+    finally:
+        ext.close()
+
+
+def test_trunk_only_target_loads_and_takes_its_head(families):
+    f = families["glm4moe"]  # its loader accepts a trunk that declares NextN layers without them
+    facts = validate_path(f["trunk_only"])[1]
+    assert facts.kind == "trunk-only"
+    auto = _load(f["trunk_only"], MtpSource.AUTO)
+    try:
+        assert auto.source == MtpSource.OFF
+    finally:
+        auto.close()
+    with pytest.raises(MtpUnavailableError, match="separate mtp"):
+        _load(f["trunk_only"], MtpSource.INTEGRATED)
+    lm = _load(f["trunk_only"], MtpSource.EXTERNAL, head=f["head"])
+    try:
+        plain, runs = _runs(lm, depths=(1,))
+        assert runs[1][0] == plain and runs[1][2] > 0
+    finally:
+        lm.close()
+    # qwen35moe's loader does not: refused in words before llama.cpp fails on it
+    report = validate_path(families["qwen35moe"]["trunk_only"])[0]
+    assert "trunk_only_unsupported" in {e.code for e in report.errors}
+
+
+def test_deepseek4_head_attaches_with_its_own_output_tensors(families, tmp_path):
+    f = families["deepseek4"]
+    head = open_set(f["head"])
+    roots = {t.name for _, t in head.all_tensors() if not t.name.startswith("blk.")}
+    assert {"output_hc_fn.weight", "output_hc_base.weight", "output_hc_scale.weight"} <= roots
+    assert validate_path(f["head"])[0].valid
+    with pytest.raises(ComposeError, match="Attach the head") as e:
+        compose(f["target"], f["head"], tmp_path / "v4.gguf")
+    assert e.value.code == "separate_head" and not (tmp_path / "v4.gguf").exists()
+    lm = _load(f["target"], MtpSource.EXTERNAL, head=f["head"])
+    try:
+        assert lm.source == MtpSource.EXTERNAL
+        plain, runs = _runs(lm)
+        for depth, (tokens, drafted, accepted) in runs.items():
+            assert tokens == plain, depth
+        assert runs[1][1] > 0 and runs[1][2] > 0
+    finally:
+        lm.close()
+
+
+def test_gemma4_assistant_is_recognised_and_paired(families):
+    f = families["gemma4"]
+    report, facts, _ = validate_path(f["head"])
+    assert report.valid, report.errors
+    assert facts.kind == "assistant" and facts.architecture == "gemma4-assistant"
+    target = Summary.of_set(open_set(f["target"]))
+    pairing = check_pair(target, Summary.of_set(open_set(f["head"])))
+    assert pairing.nextn_layers == f["n_nextn"]
+    with pytest.raises(PairingError) as e:  # an assistant is for its own target family
+        check_pair(Summary.of_set(open_set(families["qwen35moe"]["target"])), Summary.of_set(open_set(f["head"])))
+    assert e.value.code == "architecture_mismatch"
+    with pytest.raises(PairingError, match="assistant"):  # and a gemma4 target pairs with nothing else
+        check_pair(target, Summary.of_set(open_set(families["qwen35moe"]["head"])))
+    # drafting in llama.cpp's shared-memory mode is not built yet: refused in words, before llama.cpp runs
+    with pytest.raises(MtpUnavailableError, match="MTP off"):
+        _load(f["target"], MtpSource.EXTERNAL, head=f["head"])
+    with pytest.raises(MtpUnavailableError, match="assistant"):
+        _load(f["head"], MtpSource.AUTO)
+    off = _load(f["target"], MtpSource.OFF)
+    off.close()
+
+
+def test_refusals_are_typed_errors_in_words(families):
+    glm5 = families["glm5-next"]["target"]
+    with pytest.raises(MtpUnavailableError, match="without MTP"):
+        _load(glm5, MtpSource.INTEGRATED)
+    lm = _load(glm5, MtpSource.AUTO)  # auto never picks what cannot draft
+    try:
+        assert lm.source == MtpSource.OFF
+    finally:
+        lm.close()
+
+    two = families["refusals"]["two_nextn"]
+    report, facts, _ = validate_path(two)
+    assert report.valid and facts.nextn_layers == 2
+    assert "bad_nextn" in {w.code for w in report.warnings}
+    with pytest.raises(MtpUnavailableError, match="exactly one NextN layer"):
+        _load(two, MtpSource.INTEGRATED)
+    lm = _load(two, MtpSource.AUTO)
+    try:
+        assert lm.source == MtpSource.OFF
+    finally:
+        lm.close()
+
+    flat = families["refusals"]["no_recurrent"]
+    report, _, _ = validate_path(flat)
+    assert "no_recurrent_blocks" in {e.code for e in report.errors}
+    with pytest.raises(GGUFError, match="none is recurrent"):
+        _load(flat, MtpSource.OFF)
