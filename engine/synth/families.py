@@ -233,6 +233,16 @@ def assistant_kvs(target_n_embd: int, n_vocab: int, n_layer: int = 2) -> dict[st
 
 
 # ----------------------------------------------------------- llama.cpp layout
+def _llama():
+    """llama-cpp-python, imported directly: this module sits below the engine's runtime
+    (a fixture writer run in a child process of its own), so it sets up what it needs."""
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+    import llama_cpp
+
+    llama_cpp.llama_backend_init()
+    return llama_cpp
+
+
 class _TensorHead(ctypes.Structure):
     """The first fields of ``struct ggml_tensor`` (ggml.h): type, buffer, ne[4]."""
 
@@ -245,9 +255,8 @@ class _GgufParams(ctypes.Structure):
 
 def _ggml_base():
     """ggml's base library beside the libllama in use (gguf_* and ggml_get_name)."""
-    from engine.runtime.llama.lib import llama
-
-    where = Path(llama().llama_cpp._lib._name).parent
+    L = _llama()
+    where = Path(L.llama_cpp._lib._name).parent
     found = sorted(where.glob("libggml-base.*")) or sorted(where.glob("ggml-base.*"))
     if not found:
         raise RuntimeError(f"ggml's base library is not beside libllama in {where}")
@@ -296,9 +305,7 @@ def layout(arch: str, kvs: dict[str, object], tmp: Path, *, present: tuple[tuple
     """Every tensor llama.cpp creates for this metadata (MTP layers included), as
     ``{name: ne}`` (ggml order: ne[0] first). ``present``: tensors the metadata file
     carries (llama.cpp probes some names to decide what a file holds)."""
-    from engine.runtime.llama.lib import llama
-
-    L = llama()
+    L = _llama()
     base = _ggml_base()
     meta = tmp / f"{arch}.meta.gguf"
     _write(meta, arch, kvs, {n: np.zeros(tuple(reversed(ne)), np.float32) for n, ne in present})
