@@ -1,6 +1,7 @@
 """Shared checks for tool-call families (tests/engine/runtime/calls/): a reply fed whole
 and in small pieces, arguments that only grow, a grammar driven by a random model, and a
-conversation rendered through a family's real template (tests.realtemplates)."""
+conversation rendered through a family's real template (tests.realtemplates); and the
+tools, calls and conversations several families' tests share."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.runtime.prompt.reply import CALL, CALL_ARGS, CALL_START, CONTENT, REASONING, ReplyParser, split
+from engine.runtime.prompt.tools import parse_tools
 
 ROOT = Path(__file__).parents[1]
 
@@ -98,3 +100,73 @@ def render(source: str, messages: list[dict], **kw) -> str:
     from engine.runtime.prompt.tools import normalize_messages
 
     return _render(source, normalize_messages(messages), bos_token="<s>", eos_token="</s>", **kw)
+
+
+# ------------------------------------------------ tools and calls several families share
+#: two tools in the plainest schema: weather, and a trip with untyped stops and options
+TRIP_TOOLS = parse_tools([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "plan_trip", "parameters": {"type": "object", "properties": {
+        "stops": {"type": "array", "items": {"type": "object"}}, "options": {"type": "object"}}}}},
+])  # fmt: skip
+TRIP_CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
+              ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"by": "train"}})]  # fmt: skip
+
+
+def trip_conversation(calls) -> list[dict]:
+    """Two calls (arguments as objects) and their results, as a client sends them back."""
+    return [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Weather in SF, then plan a trip."},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(calls)]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "sunny, 18 C"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "booked"},
+    ]  # fmt: skip
+
+
+#: the same tools with descriptions
+DESCRIBED_TRIP_TOOLS = parse_tools([
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {"name": "plan_trip", "description": "Plan a trip", "parameters": {
+        "type": "object", "properties": {"stops": {"type": "array", "items": {"type": "object"}},
+                                         "options": {"type": "object"}}}}},
+])  # fmt: skip
+
+#: three tools with nested objects, arrays, numbers and booleans
+TRAVEL_TOOLS = parse_tools([
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {"name": "plan", "description": "A trip.", "parameters": {
+        "type": "object", "properties": {
+            "stops": {"type": "array", "items": {"type": "object", "properties": {
+                "city": {"type": "string"}, "nights": {"type": "integer"}}, "required": ["city"]}},
+            "options": {"type": "object", "properties": {"budget": {"type": "number"}, "rail": {"type": "boolean"}}}},
+        "required": ["stops"]}}},
+    {"type": "function", "function": {"name": "note", "description": "A note.", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}},
+])  # fmt: skip
+
+TRAVEL_CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
+                ("plan", {"stops": [{"city": "Paris", "nights": 2}, {"city": "Zürich", "nights": 1}],
+                          "options": {"budget": 1200.5, "rail": True}})]  # fmt: skip
+
+
+def travel_conversation(calls) -> list[dict]:
+    """The calls (arguments as JSON text) and a result for each, as a client sends them back."""
+    return [
+        {"role": "system", "content": "You are a travel agent."},
+        {"role": "user", "content": "Weather in San Francisco, then plan my trip."},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for i, (n, a) in enumerate(calls)]},
+        *({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}"} for i in range(len(calls))),
+    ]  # fmt: skip

@@ -21,7 +21,6 @@ from typing import Any
 
 from engine.errors import ComposeError, GGUFError, ModelNotFoundError
 from engine.gguf import codec
-from engine.gguf.families import family
 from engine.gguf.constants import (
     ALIGNMENT_KEY,
     DEFAULT_ALIGNMENT,
@@ -31,6 +30,7 @@ from engine.gguf.constants import (
     pad,
     shard_name,
 )
+from engine.gguf.families import family
 from engine.gguf.filecopy import Copier, check_outputs, check_space, commit, discard, sweep_stale_partials, temp_path
 from engine.gguf.pairing import PairingError, Summary, check_pair
 from engine.gguf.reader import KV, GGUFHeader, TensorInfo

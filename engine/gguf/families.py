@@ -13,42 +13,39 @@ adding a family is one :class:`MtpFamily` here (and a fixture in
   loaded beside the target (DeepSeek V4: its head carries root-level ``output_hc_*``
   tensors of its own, whose names the trunk's already use); ``"assistant"`` — a model of
   its own architecture (Gemma 4's ``gemma4-assistant``).
-* **NextN count** (:attr:`MtpFamily.nextn`): ``"one"`` — the MTP graph asserts exactly one
-  NextN layer (a process abort otherwise); ``"any"`` — one or more (chained heads);
-  ``"all"`` — every block of the file is a NextN block (assistants).
-* **Drafting mode** (:attr:`MtpFamily.mode`): ``"single"`` — one head, fed its own output
-  for every further draft; ``"chain"`` — with more than one head, head *i* drafts token
-  *i* (``llama_set_nextn_layer_offset``), so depth is capped at the head count;
-  ``"shared"`` — the head reads the target's KV cache and every draft token of a round
-  sits at the same position (``is_mem_shared``).
+* **Drafting mode** (:attr:`MtpFamily.mode`), which also fixes the NextN count:
+  ``"single"`` — one head, fed its own output for every further draft; the MTP graph
+  asserts exactly one NextN layer (a process abort otherwise); ``"chain"`` — one or more
+  heads, and with more than one head *i* drafts token *i*
+  (``llama_set_nextn_layer_offset``), so depth is capped at the head count; ``"shared"``
+  — an assistant, every block of its file a NextN block, reading the target's KV cache,
+  every draft token of a round at the same position (``is_mem_shared``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-#: block tensors every architecture may carry, loaded by a generic pass for every layer
-#: (NVFP4-style scales): ``blk.N.<name>.scale`` / ``.input_scale``
-SCALE_SUFFIXES = (".scale", ".input_scale")
+#: a tensor name's kind suffix; ``scale`` / ``input_scale`` (NVFP4-style) are loaded for
+#: every tensor of every architecture by a generic pass
+_KIND = re.compile(r"\.(weight|bias|scale|input_scale)$")
 
 
 @dataclass(frozen=True)
 class MtpFamily:
     arch: str
-    #: llama.cpp builds an MTP draft graph for it
-    graph: bool = True
     ships: str = "both"  # both | separate | assistant
-    nextn: str = "one"  # one | any | all
     mode: str = "single"  # single | chain | shared
     #: the trunk has recurrent blocks, and llama.cpp aborts at the first decode when a
     #: file of this architecture has none
     hybrid: bool = False
-    #: root-level (non-``blk.``) tensors a head file may carry besides token_embd,
-    #: output_norm and output
+    #: root-level (non-``blk.``) ``nextn.*`` tensors a head file may carry (an assistant's
+    #: projections); anywhere else a root-level NextN tensor is a damaged file
     head_root_tensors: frozenset[str] = frozenset()
     #: the architecture of the target an assistant drafts for
     target_arch: str | None = None
-    #: why there is no graph, and what to do (for refusals)
+    #: why llama.cpp builds no MTP draft graph for it (for refusals); None: it does
     no_graph: str | None = None
     #: llama.cpp loads a trunk that declares NextN layers without their tensors (what its
     #: converter writes with --no-mtp); elsewhere such a file fails to load
@@ -59,14 +56,14 @@ class MtpFamily:
     #: what the family is, for the docs and messages
     label: str = ""
 
-    def depth_limit(self, n_nextn: int) -> int | None:
-        """The deepest draft llama.cpp's mode allows for ``n_nextn`` heads (None: any)."""
-        if self.mode == "chain" and n_nextn > 1:
-            return n_nextn
-        return None
+    @property
+    def graph(self) -> bool:
+        """llama.cpp builds an MTP draft graph for it."""
+        return self.no_graph is None
 
     def drafting_mode(self, n_nextn: int) -> str:
-        """single, chain or shared, as llama.cpp derives it: chained heads need more than one."""
+        """single, chain or shared, as llama.cpp derives it: chained heads need more than
+        one (and then cap the depth at the head count)."""
         if self.mode == "chain" and n_nextn <= 1:
             return "single"
         return self.mode
@@ -75,7 +72,7 @@ class MtpFamily:
         """Why a file with ``n_nextn`` NextN layers cannot draft, in words; None when it can."""
         if n_nextn < 1:
             return None
-        if self.nextn == "one" and n_nextn != 1:
+        if self.mode == "single" and n_nextn != 1:
             return (
                 f"llama.cpp's {self.arch} MTP graph runs exactly one NextN layer and this file declares {n_nextn}; "
                 "it would abort the process. Use a file converted with one MTP layer, or load it with MTP off."
@@ -94,38 +91,30 @@ FAMILIES: dict[str, MtpFamily] = {
         MtpFamily("glm4moe", trunk_only=True, label="GLM-4.5 / 4.6 / 4.7"),
         MtpFamily("deepseek2", trunk_only=True, label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)"),
         MtpFamily("deepseek32", trunk_only=True, label="DeepSeek V3.2"),
-        MtpFamily(
-            "deepseek4",
-            ships="separate",
-            head_root_tensors=frozenset({"output_hc_fn", "output_hc_base", "output_hc_scale"}),
-            label="DeepSeek V4",
-        ),
+        MtpFamily("deepseek4", ships="separate", label="DeepSeek V4"),
         MtpFamily("glm-dsa", trunk_only=True, label="GLM-5"),
         MtpFamily(
             "glm5-next",
             trunk_only=True,
-            graph=False,
             no_graph="llama.cpp has no GLM5-Next NextN graph yet (it throws when asked to draft)",
             label="GLM-5-Next",
         ),
-        MtpFamily("mimo2", trunk_only=True, nextn="any", mode="chain", label="MiMo-V2"),
-        MtpFamily("step35", trunk_only=True, nextn="any", mode="chain", label="Step-3.5"),
-        MtpFamily("hy_v3", trunk_only=True, nextn="any", mode="chain", label="Hunyuan V3"),
+        MtpFamily("mimo2", trunk_only=True, mode="chain", label="MiMo-V2"),
+        MtpFamily("step35", trunk_only=True, mode="chain", label="Step-3.5"),
+        MtpFamily("hy_v3", trunk_only=True, mode="chain", label="Hunyuan V3"),
         MtpFamily("bailingmoe3", trunk_only=True, label="Ling 3"),
         MtpFamily("cohere2moe", trunk_only=True, label="Cohere2 MoE"),
         MtpFamily("nemotron_h_moe", hybrid=True, label="Nemotron-H MoE"),
         MtpFamily(
             "gemma4-assistant",
             ships="assistant",
-            nextn="all",
             mode="shared",
-            head_root_tensors=frozenset({"nextn.pre_projection", "nextn.post_projection",
-                                         "masked_embd_centroids", "masked_embd_ordering"}),  # fmt: skip
+            head_root_tensors=frozenset({"nextn.pre_projection", "nextn.post_projection"}),
             target_arch="gemma4",
             label="Gemma 4 assistant (drafter)",
         ),
         *(
-            MtpFamily(a, graph=False, no_graph=_NO_GRAPH, label=a)
+            MtpFamily(a, no_graph=_NO_GRAPH, label=a)
             for a in ("dots3note", "exaone4", "exaone-moe", "bailingmoe2", "glm4", "nemotron_h")
         ),
     )
@@ -155,14 +144,12 @@ def no_mtp_reason(arch: str | None) -> str:
     return f"llama.cpp has no MTP draft graph for architecture {arch!r}. Run it without MTP (--mtp off)."
 
 
+def tensor_base(name: str) -> str:
+    """A tensor name without its kind suffix: ``attn_q.input_scale`` → ``attn_q``."""
+    return _KIND.sub("", name)
+
+
 def is_head_root_tensor(arch: str | None, name: str) -> bool:
     """A root-level tensor a head file of ``arch`` may hold (besides the shared ones)."""
     f = family(arch)
-    if f is None:
-        return False
-    base = name
-    for suffix in (".weight", ".bias", *SCALE_SUFFIXES):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return base in f.head_root_tensors
+    return f is not None and tensor_base(name) in f.head_root_tensors

@@ -14,12 +14,11 @@ target must not have NextN layers, per-layer arrays and shared tensors must line
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 from engine.errors import PairingError
 from engine.gguf.shards import ModelSet
-from engine.gguf.families import ASSISTANTS, family, no_mtp_reason
+from engine.gguf.families import ASSISTANTS, family, no_mtp_reason, tensor_base
 from engine.gguf.validate import block_index
 
 _DENSE_BLOCK = frozenset({
@@ -38,8 +37,6 @@ NEXTN_BLOCK_TENSORS: dict[str, frozenset[str]] = {
     "qwen35": _DENSE_BLOCK | _NEXTN,
     "qwen35moe": _DENSE_BLOCK | _MOE_BLOCK | _NEXTN,
 }
-#: a tensor's kind suffix; ``scale`` / ``input_scale`` are loaded for every tensor (NVFP4-style)
-_SUFFIX = re.compile(r"\.(weight|bias|scale|input_scale)$")
 
 
 @dataclass(frozen=True)
@@ -115,7 +112,7 @@ def unknown_nextn_tensors(arch: str, head: Summary) -> list[str]:
         b = block_index(name)
         if b is None or b < first_nextn:
             continue
-        base = _SUFFIX.sub("", name.split(".", 2)[2]) if name.count(".") >= 2 else name
+        base = tensor_base(name.split(".", 2)[2]) if name.count(".") >= 2 else name
         if base not in allowed:
             bad.append(name)
     return bad

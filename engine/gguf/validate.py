@@ -335,7 +335,7 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
                     str(h.path),
                 )
     fam = family(facts.architecture)
-    if facts.nextn_layers and fam is not None and fam.nextn == "all":
+    if facts.nextn_layers and fam is not None and fam.ships == "assistant":
         # an assistant: its blocks are plain decoder blocks, all of them drafting
         if facts.nextn_layers != facts.block_count:
             report.error(

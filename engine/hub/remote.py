@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from engine.gguf.families import family
 from engine.errors import GGUFError, HubError, OfflineError, RepoNotFound
+from engine.gguf.families import family
 from engine.gguf.memory import ModelShape
 from engine.gguf.reader import parse_buffer
 from engine.hub.files import FileGroup, RemoteFile, group_gguf_files
@@ -170,7 +170,7 @@ def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *
     fam = family(arch)
     if not nextn:
         mtp = "none"
-    elif fam is not None and fam.nextn == "all":
+    elif fam is not None and fam.ships == "assistant":
         mtp = "assistant"
     elif has_trunk and not any(".nextn." in t.name for t in tensors):
         mtp = "trunk-only"

@@ -28,18 +28,14 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from engine.synth.tokenizer import SPECIAL_TOKENS, train_bpe
+from engine.synth.qwen35 import CHATML_TEMPLATE, add_any
+from engine.synth.tokenizer import train_bpe
 
-CHATML = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
 
 N_CTX = 256
 
@@ -233,6 +229,7 @@ def assistant_kvs(target_n_embd: int, n_vocab: int, n_layer: int = 2) -> dict[st
 
 
 # ----------------------------------------------------------- llama.cpp layout
+@lru_cache(maxsize=1)
 def _llama():
     """llama-cpp-python, imported directly: this module sits below the engine's runtime
     (a fixture writer run in a child process of its own), so it sets up what it needs."""
@@ -253,6 +250,7 @@ class _GgufParams(ctypes.Structure):
     _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
 
 
+@lru_cache(maxsize=1)
 def _ggml_base():
     """ggml's base library beside the libllama in use (gguf_* and ggml_get_name)."""
     L = _llama()
@@ -276,22 +274,7 @@ def _write(path: Path, arch: str, kvs: dict[str, object], tensors: dict[str, np.
     w = gguf.GGUFWriter(str(tmp), arch)
     w.add_uint32("general.alignment", 32)
     for key, value in kvs.items():
-        if isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, int):
-            w.add_uint32(key, value)
-        elif isinstance(value, float):
-            w.add_float32(key, value)
-        elif isinstance(value, str):
-            w.add_string(key, value)
-        else:
-            values = list(value)  # type: ignore[call-overload]
-            if values and isinstance(values[0], bool):
-                w.add_array(key, values)
-            elif values and isinstance(values[0], float):
-                w.add_array(key, [float(v) for v in values])
-            else:
-                w.add_array(key, values)
+        add_any(w, key, value)
     for name, data in tensors.items():
         w.add_tensor(name, data)
     w.write_header_to_file()
@@ -301,14 +284,15 @@ def _write(path: Path, arch: str, kvs: dict[str, object], tensors: dict[str, np.
     os.replace(tmp, path)
 
 
-def layout(arch: str, kvs: dict[str, object], tmp: Path, *, present: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> dict[str, tuple[int, ...]]:
+def layout(arch: str, kvs: dict[str, object], tmp: Path) -> dict[str, tuple[int, ...]]:
     """Every tensor llama.cpp creates for this metadata (MTP layers included), as
-    ``{name: ne}`` (ggml order: ne[0] first). ``present``: tensors the metadata file
-    carries (llama.cpp probes some names to decide what a file holds)."""
+    ``{name: ne}`` (ggml order: ne[0] first). Optional tensors are created too (biases,
+    ``*.scale``/``*.input_scale``, a NextN block's own embedding and output), so the
+    fixtures carry them."""
     L = _llama()
     base = _ggml_base()
     meta = tmp / f"{arch}.meta.gguf"
-    _write(meta, arch, kvs, {n: np.zeros(tuple(reversed(ne)), np.float32) for n, ne in present})
+    _write(meta, arch, kvs, {})
     ctx = base.gguf_init_from_file(str(meta).encode(), _GgufParams(True, None))
     if not ctx:
         raise RuntimeError(f"gguf could not read {meta}")
@@ -364,12 +348,11 @@ def assistant_layout(kvs: dict[str, object]) -> dict[str, tuple[int, ...]]:
 
 # ------------------------------------------------------------------- weights
 def _values(name: str, ne: tuple[int, ...], rng: np.random.Generator, noise: float) -> np.ndarray:
-    shape = tuple(reversed(ne))
-    n_embd_rows = shape[-1] if len(shape) > 1 else shape[0]
+    shape = tuple(reversed(ne))  # numpy order: (rows, columns)
     if name == "token_embd.weight":
         return rng.standard_normal(shape).astype(np.float32)
-    if name == "output.weight":
-        return (rng.standard_normal(shape) / math.sqrt(n_embd_rows)).astype(np.float32) * 8
+    if name == "output.weight":  # logits of spread ~8 over unit-RMS hidden states: a clear successor
+        return (rng.standard_normal(shape) * (8 / math.sqrt(shape[-1]))).astype(np.float32)
     if "norm" in name or "scale" in name or name.startswith("rope_freqs"):
         return np.ones(shape, np.float32)
     if (".nextn.eh_proj." in name or name.startswith("nextn.pre_projection")) and len(shape) == 2:
@@ -379,7 +362,7 @@ def _values(name: str, ne: tuple[int, ...], rng: np.random.Generator, noise: flo
         return w + (rng.standard_normal(shape) * noise).astype(np.float32)
     if "ssm_a" in name:
         return -np.abs(rng.standard_normal(shape)).astype(np.float32)
-    if "ssm_d" in name or "ssm_dt" in name or name.endswith(".bias"):
+    if "ssm_d" in name or name.endswith(".bias"):  # ssm_d and ssm_dt
         return np.zeros(shape, np.float32)
     return (rng.standard_normal(shape) * noise).astype(np.float32)
 
@@ -409,7 +392,7 @@ def _tokenizer() -> dict[str, object]:
         "tokenizer.ggml.eos_token_id": sp["<|im_end|>"],
         "tokenizer.ggml.padding_token_id": sp["<|endoftext|>"],
         "tokenizer.ggml.add_bos_token": False,
-        "tokenizer.chat_template": CHATML,
+        "tokenizer.chat_template": CHATML_TEMPLATE,
     }
 
 
@@ -530,15 +513,14 @@ def _write_gemma4(out: Path, tok: dict, n_vocab: int, noise: float, seed: int) -
     return Fixture("gemma4", arch, akvs["gemma4-assistant.nextn_predict_layers"], {"target": str(target), "head": str(assistant)})  # type: ignore[arg-type]
 
 
-FAMILIES = (*INTEGRATED, "deepseek4", "gemma4")
+FIXTURES = (*INTEGRATED, "deepseek4", "gemma4")
 
 
 #: families whose fixture is also written as a trunk and a separate head (compose tests)
 SPLIT = ("qwen35moe", "glm4moe", "deepseek2", "step35")
-#: where llama.cpp's loader accepts a trunk-only file (engine.gguf.families.MtpFamily.trunk_only)
 
 
-def write_all(out: Path, families: tuple[str, ...] = FAMILIES, *, noise: float = 0.02) -> dict[str, Fixture]:
+def write_all(out: Path, families: tuple[str, ...] = FIXTURES, *, noise: float = 0.02) -> dict[str, Fixture]:
     return {f: write_family(f, out, noise=noise, split=f in SPLIT) for f in families}
 
 
@@ -554,7 +536,7 @@ def write_refusals(out: Path) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     out = Path(args[0])
-    families = tuple(args[1:]) or FAMILIES
+    families = tuple(args[1:]) or FIXTURES
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     fixtures = write_all(out, families)
     index: dict[str, object] = {k: {"arch": v.arch, "n_nextn": v.n_nextn, **v.files} for k, v in fixtures.items()}

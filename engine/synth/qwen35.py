@@ -321,7 +321,7 @@ def write_gguf(
     if nextn:
         w.add_uint32(f"{a}.nextn_predict_layers", nextn)
     for key, value in spec.extra_kv:
-        _add_any(w, key, value)
+        add_any(w, key, value)
 
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "qwen2")
@@ -355,7 +355,8 @@ def write_gguf(
 _QUANTS = {"q8_0": "Q8_0", "q4_0": "Q4_0"}
 
 
-def _add_any(w, key: str, value: object) -> None:
+def add_any(w, key: str, value: object) -> None:
+    """Add one KV to a gguf-py writer by its Python type (int: uint32, float: float32)."""
     if isinstance(value, bool):
         w.add_bool(key, value)
     elif isinstance(value, int):

@@ -106,6 +106,11 @@ class Lag:
         self.tokens.extend(tokens)
         self.hidden.extend(hidden)
 
+    def prepend(self, token: int, hidden: np.ndarray) -> None:
+        """Put an entry back in front (one the MTP context had to drop again)."""
+        self.tokens.insert(0, token)
+        self.hidden.insert(0, hidden)
+
     def keep(self, n: int) -> None:
         """Keep only the oldest ``n`` entries."""
         del self.tokens[max(n, 0) :], self.hidden[max(n, 0) :]

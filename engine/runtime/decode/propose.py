@@ -115,8 +115,7 @@ class MtpDraft:
                 out.tokens.append(d)
         finally:
             s.truncate_draft(pos0)
-            s.lag.tokens.insert(0, tokens[0])
-            s.lag.hidden.insert(0, rows[0])
+            s.lag.prepend(tokens[0], rows[0])
 
     def _pick(self, pos: int, out: Proposal) -> Choose | None:
         sampler = self.sampler

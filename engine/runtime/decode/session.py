@@ -22,7 +22,8 @@ its own state (:meth:`Session.snapshot`, :meth:`Session.restore`) for the prompt
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from engine.runtime.llama.context import Context
 
 
 class Session:
-    def __init__(self, target: Context, draft: Context | None = None):
+    def __init__(self, target: Context, draft: Context | None = None, *, heads: int = 1, holes_ok: bool = True):
         self.target = target
         self.draft = draft
         self.n_embd = target.model.n_embd_out  # the hidden rows' width
@@ -49,11 +50,11 @@ class Session:
         self.repairs = 0
         #: chained heads (step35, mimo2, hy_v3 with several NextN blocks): head i drafts
         #: token i and keeps its own KV, so every MTP entry is decoded once per head
-        self.heads = 1
+        self.heads = heads
         #: the MTP context may skip positions (holes): llama.cpp allows a batch's positions
         #: to jump forward only with M-RoPE (qwen35); every other family's context needs
         #: them consecutive, so entries are caught up instead (engine.gguf.families)
-        self.holes_ok = True
+        self.holes_ok = holes_ok
         #: test seam: called with a phase name at every cancellation point
         self.phase_hook: Callable[[str], None] | None = None
 
@@ -188,12 +189,19 @@ class Session:
         if self.heads == 1:
             self.draft.decode(self.dbatch)
             return
-        try:
-            for head in reversed(range(self.heads)):
-                if head != self.heads - 1:
-                    self.draft.seq_rm(pos, -1)
-                self.draft.set_nextn_layer_offset(head)
+        for head in reversed(range(self.heads)):
+            if head != self.heads - 1:
+                self.draft.seq_rm(pos, -1)
+            with self._head(head):
                 self.draft.decode(self.dbatch)
+
+    @contextmanager
+    def _head(self, head: int) -> Iterator[None]:
+        """Run the MTP context's decodes under NextN block ``head``; head 0 again after."""
+        assert self.draft is not None
+        self.draft.set_nextn_layer_offset(head)
+        try:
+            yield
         finally:
             self.draft.set_nextn_layer_offset(0)
 
@@ -205,11 +213,8 @@ class Session:
         assert self.draft is not None and self.dbatch is not None
         self.truncate_draft(pos0)
         self.dbatch.set(tokens, pos0, LOGITS_LAST, rows)
-        try:
-            self.draft.set_nextn_layer_offset(head)
+        with self._head(head):
             self.draft.decode(self.dbatch)
-        finally:
-            self.draft.set_nextn_layer_offset(0)
         self.draft_tokens.extend(tokens)
         d = self.draft.argmax(-1) if choose is None else choose(self.draft.logits(-1))
         return d, self.draft.hidden_row(0).copy()

@@ -89,18 +89,17 @@ class Context(OwnedPtr):
         self._n_out = 0  # logit rows of the last decode
         self._views: dict[str, tuple[int, np.ndarray]] = {}  # buffer -> (its address, a view)
         self._nextn = False
-        #: an MTP context's hidden rows are its output rows (llama.cpp's ``masked``), as
-        #: llama-server sets it: some families' MTP graphs (qwen3next, step35) keep only
-        #: the output rows, and reading every batch row of them reads out of bounds
-        self._masked = self.is_mtp
         self.set_nextn_embeddings(nextn_embeddings)
 
     # ------------------------------------------------------------------ decode
     def set_nextn_embeddings(self, on: bool) -> None:
         """Make the batch yield hidden states: every row's on a target context (indexed
-        by batch row), the output rows' on an MTP context (indexed by output row)."""
+        by batch row), the output rows' on an MTP context (indexed by output row:
+        llama.cpp's ``masked``, as llama-server sets it; some families' MTP graphs, like
+        qwen3next's, keep only the output rows, and reading every batch row of them
+        reads out of bounds)."""
         if on != self._nextn:
-            ext().llama_set_embeddings_nextn(self.ptr, bool(on), self._masked)
+            ext().llama_set_embeddings_nextn(self.ptr, bool(on), self.is_mtp)
             self._nextn = on
 
     def set_nextn_layer_offset(self, head: int) -> None:

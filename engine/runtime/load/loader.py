@@ -223,9 +223,14 @@ def load(
     if source == MtpSource.EXTERNAL:
         assert head_set is not None and head_facts is not None
         check_pair(Summary.of_set(target_set), Summary.of_set(head_set))
+    # what drafts, and how (engine.gguf.families): single | chain | shared; None with MTP off
     drafter = head_facts if source == MtpSource.EXTERNAL else facts if source == MtpSource.INTEGRATED else None
     fam = family(drafter.architecture) if drafter is not None else None
-    if fam is not None and drafter is not None and fam.drafting_mode(drafter.nextn_layers) == "shared":
+    mode = fam.drafting_mode(drafter.nextn_layers) if fam is not None and drafter is not None else None
+    #: chained heads: one NextN block per draft token, so also the deepest draft
+    heads = drafter.nextn_layers if mode == "chain" and drafter is not None else 1
+    if mode == "shared":
+        assert fam is not None
         raise MtpUnavailableError(
             f"{fam.label}: drafting with a head that reads the target's KV cache (llama.cpp's shared-memory mode) is "
             "not supported by this version of the app yet. Load the model with MTP off (--mtp off)."
@@ -293,16 +298,16 @@ def load(
             )
             if head_model.n_embd_out != model.n_embd_out or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
-        session = _contexts(spec, source, model, head_model, local_kv=placement is not None)
+        session = _contexts(
+            spec, source, model, head_model, local_kv=placement is not None,
+            heads=heads,
+            holes_ok=fam.mrope if fam is not None else True,
+        )  # fmt: skip
     except BaseException:
         if head_model is not None:
             head_model.close()
         model.close()
         raise
-    if fam is not None and drafter is not None:
-        if fam.drafting_mode(drafter.nextn_layers) == "chain":
-            session.heads = drafter.nextn_layers
-        session.holes_ok = fam.mrope
     name = spec.name or Path(spec.path).name.removesuffix(".gguf")
     template = resolve_template(model, spec.chat_template)
     thinking = template.thinking
@@ -319,9 +324,9 @@ def load(
         "nextn_layers": facts.nextn_layers,
         "mtp": source.value,
         #: how the head drafts (engine.gguf.families): single | chain | shared; None with MTP off
-        "drafting": fam.drafting_mode(drafter.nextn_layers) if fam is not None and drafter is not None else None,
+        "drafting": mode,
         #: the deepest draft the drafting mode allows (chained heads: the head count)
-        "depth_limit": fam.depth_limit(drafter.nextn_layers) if fam is not None and drafter is not None else None,
+        "depth_limit": heads if mode == "chain" else None,
         "max_draft_depth": spec.max_draft_depth,
         "quantization": quant,
         "add_bos": model.add_bos,
@@ -398,7 +403,8 @@ def _quant_name(ms: ModelSet) -> str | None:
     return quantization(ms.first, largest_tensor_type(ms))[0]
 
 
-def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None, *, local_kv: bool = False) -> Session:
+def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None, *, local_kv: bool = False,
+              heads: int = 1, holes_ok: bool = True) -> Session:  # fmt: skip
     use_mtp = source != MtpSource.OFF
     n_ctx = limits.effective_ctx(spec.n_ctx, model.n_ctx_train)
     depth = max(1, spec.max_draft_depth)
@@ -436,4 +442,4 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         except BaseException:
             target.close()
             raise
-    return Session(target, draft)
+    return Session(target, draft, heads=heads, holes_ok=holes_ok)

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 
@@ -44,11 +45,24 @@ def _load(path, mtp, head=None, depth=3):
     return load(LoadSpec(path, head=head, mtp=mtp, n_ctx=256, probe=False, fit="off", max_draft_depth=depth))
 
 
+@contextmanager
+def _loaded(path, mtp, head=None, depth=3):
+    lm = _load(path, mtp, head, depth)
+    try:
+        yield lm
+    finally:
+        lm.close()
+
+
+def _plain(lm) -> list[int]:
+    lm.session.reset()
+    return generate(lm.session, lm.model.prompt_tokens(PROMPT), DecodeParams(max_tokens=32, ignore_eog=True)).tokens
+
+
 def _runs(lm, depths=(1, 2, 3)):
     """Plain tokens, then (tokens, drafted, accepted) at each depth and under auto."""
+    plain = _plain(lm)
     prompt = lm.model.prompt_tokens(PROMPT)
-    lm.session.reset()
-    plain = generate(lm.session, prompt, DecodeParams(max_tokens=32, ignore_eog=True)).tokens
     out = {}
     for d in (*depths, "auto"):
         lm.session.reset()
@@ -60,8 +74,7 @@ def _runs(lm, depths=(1, 2, 3)):
 
 @pytest.mark.parametrize("fam", INTEGRATED)
 def test_integrated_family_drafts_and_matches_plain(families, fam):
-    lm = _load(families[fam]["target"], MtpSource.INTEGRATED)
-    try:
+    with _loaded(families[fam]["target"], MtpSource.INTEGRATED) as lm:
         assert lm.source == MtpSource.INTEGRATED
         plain, runs = _runs(lm)
         assert len(plain) == 32
@@ -69,28 +82,18 @@ def test_integrated_family_drafts_and_matches_plain(families, fam):
             assert tokens == plain, f"{fam} depth {depth}"
             if depth != "auto":
                 assert drafted > 0 and accepted > 0, f"{fam} depth {depth}: {accepted}/{drafted}"
-    finally:
-        lm.close()
-    off = _load(families[fam]["target"], MtpSource.OFF)  # MTP off loads every integrated file
-    try:
-        off.session.reset()
-        g = generate(off.session, off.model.prompt_tokens(PROMPT), DecodeParams(max_tokens=32, ignore_eog=True))
-        assert g.tokens == plain
-    finally:
-        off.close()
+    with _loaded(families[fam]["target"], MtpSource.OFF) as off:  # MTP off loads every integrated file
+        assert _plain(off) == plain
 
 
 def test_chained_heads_draft_one_head_per_token(families):
     f = families["step35"]
     assert f["n_nextn"] == 3
-    lm = _load(f["target"], MtpSource.INTEGRATED, depth=4)
-    try:
+    with _loaded(f["target"], MtpSource.INTEGRATED, depth=4) as lm:
         assert lm.info["drafting"] == "chain" and lm.session.heads == 3
         assert lm.max_draft_depth == 3  # capped at the head count
         plain, runs = _runs(lm, depths=(2, 3))
         assert runs[3][0] == plain and runs[3][1] > 0
-    finally:
-        lm.close()
 
 
 @pytest.mark.parametrize("fam", ("qwen35moe", "glm4moe", "deepseek2", "step35"))
@@ -99,44 +102,29 @@ def test_split_head_composes_into_the_integrated_model(families, fam, tmp_path):
     trunk = validate_path(f["trunk"])[1]
     head = validate_path(f["head"])[1]
     assert (trunk.kind, head.kind) == ("none", "head-only")
-    result = compose(f["trunk"], f["head"], tmp_path / "composed.gguf")
-    composed = result.outputs[0]
-    lm = _load(composed, MtpSource.INTEGRATED)
-    ref = _load(f["target"], MtpSource.OFF)
-    try:
+    composed = compose(f["trunk"], f["head"], tmp_path / "composed.gguf").outputs[0]
+    with _loaded(f["target"], MtpSource.OFF) as ref:
+        want = _plain(ref)
+    with _loaded(composed, MtpSource.INTEGRATED) as lm:
         plain, runs = _runs(lm, depths=(2,))
-        ref.session.reset()
-        want = generate(ref.session, ref.model.prompt_tokens(PROMPT), DecodeParams(max_tokens=32, ignore_eog=True)).tokens
         assert plain == want and runs[2][0] == want and runs[2][2] > 0
-    finally:
-        lm.close()
-        ref.close()
     # the same head attached instead of composed drafts the same
-    ext = _load(f["trunk"], MtpSource.EXTERNAL, head=f["head"])
-    try:
+    with _loaded(f["trunk"], MtpSource.EXTERNAL, head=f["head"]) as ext:
         _, ext_runs = _runs(ext, depths=(2,))
         assert ext_runs[2][0] == want and ext_runs[2][2] > 0
-    finally:
-        ext.close()
 
 
 def test_trunk_only_target_loads_and_takes_its_head(families):
     f = families["glm4moe"]  # its loader accepts a trunk that declares NextN layers without them
     facts = validate_path(f["trunk_only"])[1]
     assert facts.kind == "trunk-only"
-    auto = _load(f["trunk_only"], MtpSource.AUTO)
-    try:
+    with _loaded(f["trunk_only"], MtpSource.AUTO) as auto:
         assert auto.source == MtpSource.OFF
-    finally:
-        auto.close()
     with pytest.raises(MtpUnavailableError, match="separate mtp"):
         _load(f["trunk_only"], MtpSource.INTEGRATED)
-    lm = _load(f["trunk_only"], MtpSource.EXTERNAL, head=f["head"])
-    try:
+    with _loaded(f["trunk_only"], MtpSource.EXTERNAL, head=f["head"]) as lm:
         plain, runs = _runs(lm, depths=(1,))
         assert runs[1][0] == plain and runs[1][2] > 0
-    finally:
-        lm.close()
     # qwen35moe's loader does not: refused in words before llama.cpp fails on it
     report = validate_path(families["qwen35moe"]["trunk_only"])[0]
     assert "trunk_only_unsupported" in {e.code for e in report.errors}
@@ -151,15 +139,12 @@ def test_deepseek4_head_attaches_with_its_own_output_tensors(families, tmp_path)
     with pytest.raises(ComposeError, match="Attach the head") as e:
         compose(f["target"], f["head"], tmp_path / "v4.gguf")
     assert e.value.code == "separate_head" and not (tmp_path / "v4.gguf").exists()
-    lm = _load(f["target"], MtpSource.EXTERNAL, head=f["head"])
-    try:
+    with _loaded(f["target"], MtpSource.EXTERNAL, head=f["head"]) as lm:
         assert lm.source == MtpSource.EXTERNAL
         plain, runs = _runs(lm)
         for depth, (tokens, drafted, accepted) in runs.items():
             assert tokens == plain, depth
         assert runs[1][1] > 0 and runs[1][2] > 0
-    finally:
-        lm.close()
 
 
 def test_gemma4_assistant_is_recognised_and_paired(families):
@@ -180,19 +165,16 @@ def test_gemma4_assistant_is_recognised_and_paired(families):
         _load(f["target"], MtpSource.EXTERNAL, head=f["head"])
     with pytest.raises(MtpUnavailableError, match="assistant"):
         _load(f["head"], MtpSource.AUTO)
-    off = _load(f["target"], MtpSource.OFF)
-    off.close()
+    with _loaded(f["target"], MtpSource.OFF) as off:
+        assert off.source == MtpSource.OFF
 
 
 def test_refusals_are_typed_errors_in_words(families):
     glm5 = families["glm5-next"]["target"]
     with pytest.raises(MtpUnavailableError, match="without MTP"):
         _load(glm5, MtpSource.INTEGRATED)
-    lm = _load(glm5, MtpSource.AUTO)  # auto never picks what cannot draft
-    try:
+    with _loaded(glm5, MtpSource.AUTO) as lm:  # auto never picks what cannot draft
         assert lm.source == MtpSource.OFF
-    finally:
-        lm.close()
 
     two = families["refusals"]["two_nextn"]
     report, facts, _ = validate_path(two)
@@ -200,11 +182,8 @@ def test_refusals_are_typed_errors_in_words(families):
     assert "bad_nextn" in {w.code for w in report.warnings}
     with pytest.raises(MtpUnavailableError, match="exactly one NextN layer"):
         _load(two, MtpSource.INTEGRATED)
-    lm = _load(two, MtpSource.AUTO)
-    try:
+    with _loaded(two, MtpSource.AUTO) as lm:
         assert lm.source == MtpSource.OFF
-    finally:
-        lm.close()
 
     flat = families["refusals"]["no_recurrent"]
     report, _, _ = validate_path(flat)

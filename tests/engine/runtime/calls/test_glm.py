@@ -13,34 +13,14 @@ from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, demo_vocab, drive, pairs, render, templates
+from tests.callharness import TRIP_CALLS as CALLS, TRIP_TOOLS as TOOLS, trip_conversation as _conversation
 
-TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan_trip", "parameters": {"type": "object", "properties": {
-        "stops": {"type": "array", "items": {"type": "object"}}, "options": {"type": "object"}}}}},
-])  # fmt: skip
-CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
-         ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"by": "train"}})]
 #: each format and its templates
 #: the templates that write each layout (Spark 2.5 and poolside's Laguna write GLM's markers too)
 FAMILY = {GLM: ["GLM-4.6.jinja", "poolside-Laguna-XS-2.1.jinja", "poolside-Laguna-XS.2.jinja"],
           GLM47: ["GLM-4.7-Flash.jinja", "Spark2.5.jinja", "poolside-Laguna-S-2.1.jinja"],
           LING: ["inclusionai-ling-3.0-flash.jinja"]}  # fmt: skip
 FORMATS = list(FAMILY)
-
-
-def _conversation(calls) -> list[dict]:
-    return [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Weather in SF, then plan a trip."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(calls)]},
-        {"role": "tool", "tool_call_id": "call_0", "content": "sunny, 18 C"},
-        {"role": "tool", "tool_call_id": "call_1", "content": "booked"},
-    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)

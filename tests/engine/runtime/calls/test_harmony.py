@@ -14,19 +14,11 @@ from engine.runtime.prompt.reply import ReplyParser, split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, drive, pairs, render, templates
+from tests.callharness import DESCRIBED_TRIP_TOOLS as TOOLS
 
 FMT = HARMONY
 MINE = ("openai-gpt-oss-120b.jinja",)
 
-TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-                                         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan_trip", "description": "Plan a trip", "parameters": {
-        "type": "object", "properties": {"stops": {"type": "array", "items": {"type": "object"}},
-                                         "options": {"type": "object"}}}}},
-])  # fmt: skip
 WEATHER = ("get_weather", {"city": "San Francisco", "days": 3})
 TRIP = ("plan_trip", {"stops": [{"city": "LA", "nights": [1, 2]}, {"city": "Reno"}], "options": {"budget": 1200.5}})
 

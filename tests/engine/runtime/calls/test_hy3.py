@@ -13,29 +13,13 @@ from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, demo_vocab, drive, pairs, render, templates
+from tests.callharness import TRIP_CALLS as CALLS, TRIP_TOOLS as TOOLS, trip_conversation
 
-TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan_trip", "parameters": {"type": "object", "properties": {
-        "stops": {"type": "array", "items": {"type": "object"}}, "options": {"type": "object"}}}}},
-])  # fmt: skip
-CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
-         ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"by": "train"}})]
 TEMPLATE = "tencent-Hy3.jinja"
 
 
 def test_calls_round_trip_through_the_real_template():
-    messages = [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Weather in SF, then plan a trip."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(CALLS)]},
-        {"role": "tool", "tool_call_id": "call_0", "content": "sunny, 18 C"},
-        {"role": "tool", "tool_call_id": "call_1", "content": "booked"},
-    ]  # fmt: skip
+    messages = trip_conversation(CALLS)
     text = render(templates()[TEMPLATE], messages, tools=[t.to_template() for t in TOOLS], add_generation_prompt=False)
     turn = text[text.index("plan a trip.") :]  # the tools' description shows the syntax too
     i = HY3.find(turn)

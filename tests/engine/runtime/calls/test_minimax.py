@@ -14,6 +14,7 @@ from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.replygrammar import reply_grammar
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, demo_vocab, drive, pairs, render, streamed, templates
+from tests.callharness import trip_conversation as _conversation
 
 TOOLS = parse_tools([
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -29,18 +30,6 @@ CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
 #: each format and its templates
 FAMILY = {MINIMAX: ["MiniMax-M2.jinja"], MINIMAX_M3: ["MiniMax-M3.jinja"]}
 FORMATS = list(FAMILY)
-
-
-def _conversation(calls) -> list[dict]:
-    return [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Weather in SF, then plan a trip."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(calls)]},
-        {"role": "tool", "tool_call_id": "call_0", "content": "sunny, 18 C"},
-        {"role": "tool", "tool_call_id": "call_1", "content": "booked"},
-    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)

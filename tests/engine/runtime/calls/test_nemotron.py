@@ -13,38 +13,9 @@ from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import split
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, drive, pairs, render, streamed, templates
+from tests.callharness import TRAVEL_CALLS as CALLS, TRAVEL_TOOLS as TOOLS, travel_conversation as conversation
 
 MINE = ("NVIDIA-Nemotron-Nano-v2.jinja",)
-
-TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-                                         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan", "description": "A trip.", "parameters": {
-        "type": "object", "properties": {
-            "stops": {"type": "array", "items": {"type": "object", "properties": {
-                "city": {"type": "string"}, "nights": {"type": "integer"}}, "required": ["city"]}},
-            "options": {"type": "object", "properties": {"budget": {"type": "number"}, "rail": {"type": "boolean"}}}},
-        "required": ["stops"]}}},
-    {"type": "function", "function": {"name": "note", "description": "A note.", "parameters": {
-        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}},
-])  # fmt: skip
-
-CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
-         ("plan", {"stops": [{"city": "Paris", "nights": 2}, {"city": "Zürich", "nights": 1}],
-                   "options": {"budget": 1200.5, "rail": True}})]  # fmt: skip
-
-
-def conversation(calls) -> list[dict]:
-    return [
-        {"role": "system", "content": "You are a travel agent."},
-        {"role": "user", "content": "Weather in San Francisco, then plan my trip."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-            for i, (n, a) in enumerate(calls)]},
-        *({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}"} for i in range(len(calls))),
-    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MINE)
