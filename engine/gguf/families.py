@@ -53,6 +53,10 @@ class MtpFamily:
     #: M-RoPE: llama.cpp lets an MTP batch's positions jump forward (skipped entries);
     #: every other family's MTP context needs consecutive positions
     mrope: bool = False
+    #: tensors every NextN block must hold because llama.cpp's MTP graph asserts on them
+    #: (a process abort) where loading lets them be absent (mimo2: the fused attn_qkv,
+    #: where a trunk block may have attn_q/k/v instead)
+    nextn_requires: tuple[str, ...] = ()
     #: what the family is, for the docs and messages
     label: str = ""
 
@@ -80,6 +84,10 @@ class MtpFamily:
         return None
 
 
+#: a MoE block with shared experts (GLM-4.7-Flash's MTP graph asserts each)
+_MOE_SHEXP = ("ffn_gate_inp.weight", "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+              "ffn_down_shexp.weight")  # fmt: skip
+
 _NO_GRAPH = "llama.cpp loads its NextN layers but builds no MTP draft graph for it"
 
 FAMILIES: dict[str, MtpFamily] = {
@@ -89,8 +97,8 @@ FAMILIES: dict[str, MtpFamily] = {
         MtpFamily("qwen35moe", hybrid=True, mrope=True, label="Qwen3.5 MoE / Qwen3.6"),
         MtpFamily("qwen3next", hybrid=True, label="Qwen3-Next"),
         MtpFamily("glm4moe", trunk_only=True, label="GLM-4.5 / 4.6 / 4.7"),
-        MtpFamily("deepseek2", trunk_only=True, label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)"),
-        MtpFamily("deepseek32", trunk_only=True, label="DeepSeek V3.2"),
+        MtpFamily("deepseek2", trunk_only=True, nextn_requires=_MOE_SHEXP, label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)"),
+        MtpFamily("deepseek32", trunk_only=True, nextn_requires=("ffn_gate_inp.weight",), label="DeepSeek V3.2"),
         MtpFamily("deepseek4", ships="separate", label="DeepSeek V4"),
         MtpFamily("glm-dsa", trunk_only=True, label="GLM-5"),
         MtpFamily(
@@ -99,11 +107,11 @@ FAMILIES: dict[str, MtpFamily] = {
             no_graph="llama.cpp has no GLM5-Next NextN graph yet (it throws when asked to draft)",
             label="GLM-5-Next",
         ),
-        MtpFamily("mimo2", trunk_only=True, mode="chain", label="MiMo-V2"),
+        MtpFamily("mimo2", trunk_only=True, mode="chain", nextn_requires=("attn_qkv.weight",), label="MiMo-V2"),
         MtpFamily("step35", trunk_only=True, mode="chain", label="Step-3.5"),
         MtpFamily("hy_v3", trunk_only=True, mode="chain", label="Hunyuan V3"),
         MtpFamily("bailingmoe3", trunk_only=True, label="Ling 3"),
-        MtpFamily("cohere2moe", trunk_only=True, label="Cohere2 MoE"),
+        MtpFamily("cohere2moe", trunk_only=True, nextn_requires=("ffn_gate_inp.weight",), label="Cohere2 MoE"),
         MtpFamily("nemotron_h_moe", hybrid=True, label="Nemotron-H MoE"),
         MtpFamily(
             "gemma4-assistant",

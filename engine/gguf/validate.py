@@ -81,6 +81,9 @@ class MtpFacts:
     trunk_layers: int | None = None
     kind: str = "none"
     arch_supported: bool = False
+    #: tensors of its NextN blocks that llama.cpp's MTP graph needs and this file lacks
+    #: (the family table's ``nextn_requires``): it loads, but must never draft
+    nextn_missing: tuple[str, ...] = ()
 
     @property
     def has_mtp(self) -> bool:
@@ -312,7 +315,9 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
     trunk = facts.trunk_layers or 0
     blocks_with_nextn: set[int] = set()
     blocks: set[int] = set()
+    names: set[str] = set()
     for h, t in ms.all_tensors():
+        names.add(t.name)
         b = block_index(t.name)
         if b is None:
             if "nextn." in t.name and not is_head_root_tensor(facts.architecture, t.name):
@@ -373,12 +378,28 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
         if problem:
             # it loads with MTP off; the loader refuses MTP on it, in these words
             report.warn("bad_nextn", problem, f)
+        if fam is not None and fam.graph:
+            facts.nextn_missing = tuple(
+                f"blk.{b}.{suffix}" for b in range(trunk, facts.block_count) for suffix in fam.nextn_requires
+                if f"blk.{b}.{suffix}" not in names
+            )  # fmt: skip
+            if facts.nextn_missing:
+                report.warn("nextn_incomplete", nextn_missing_problem(facts), f)
     elif blocks_with_nextn:
         report.error(
             "undeclared_nextn",
             f"NextN tensors found in block(s) {sorted(blocks_with_nextn)} but nextn_predict_layers is 0/absent",
             f,
         )
+
+
+def nextn_missing_problem(facts: MtpFacts) -> str:
+    """Why a file whose NextN blocks lack what the MTP graph asserts on cannot draft."""
+    shown = ", ".join(facts.nextn_missing[:3]) + (" ..." if len(facts.nextn_missing) > 3 else "")
+    return (
+        f"llama.cpp's {facts.architecture} MTP graph needs {shown}, which this file's NextN block(s) lack; drafting "
+        "would abort the process. Load it with MTP off, or use a file converted with its full MTP layers."
+    )
 
 
 # -------------------------------------------------------------------- shard set

@@ -179,7 +179,7 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     think: Thinking | None = None
     grammar = job.grammar
     points: tuple[int, ...] = ()
-    snapshots = lm.snapshots is not None and lm.snapshots.snapshots_in_prefill(model.is_recurrent)
+    snapshots = lm.snapshots is not None and lm.snapshots.snapshots_in_prefill(model.restores_cut_back)
     if job.messages is not None:
         template = lm.template
         prompt_text, plan, think, offsets = _render_chat(job, template, model, points=snapshots)

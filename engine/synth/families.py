@@ -409,9 +409,31 @@ INTEGRATED = {
     "cohere2moe": ("cohere2moe", 1),
     "nemotron_h_moe": ("nemotron_h_moe", 1),
     "step35": ("step35", 3),  # chained heads
-    "mimo2": ("mimo2", 2),  # chained heads
+    "mimo2": ("mimo2", 2),  # chained heads (fused attn_qkv)
+    "hy_v3": ("hy_v3", 2),  # chained heads
     "glm5-next": ("glm5-next", 1),  # loads; no MTP graph
 }
+
+
+#: architectures whose converter writes attention as one fused attn_qkv (and whose MTP
+#: graph needs it: a layout from metadata lays out attn_q/k/v instead)
+FUSED_QKV = ("mimo2",)
+
+
+def _fuse_qkv(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Every block's attn_q/k/v weights as one ``attn_qkv.weight`` (their rows stacked),
+    their scales dropped (llama.cpp reads none for a fused weight); biases stay apart, as
+    ``create_tensor_qkv`` allows."""
+    out = dict(shapes)
+    for name, ne in shapes.items():
+        if name.endswith(".attn_q.weight"):
+            b = name.removesuffix(".attn_q.weight")
+            parts = [out.pop(f"{b}.attn_{x}.weight") for x in "qkv"]
+            out[f"{b}.attn_qkv.weight"] = (ne[0], sum(p[1] for p in parts))
+            for x in "qkv":
+                for kind in ("scale", "input_scale"):
+                    out.pop(f"{b}.attn_{x}.{kind}", None)
+    return out
 
 
 def _split(shapes: dict[str, tuple[int, ...]], n_layer: int) -> tuple[set[str], set[str]]:
@@ -429,9 +451,10 @@ def _split(shapes: dict[str, tuple[int, ...]], n_layer: int) -> tuple[set[str], 
 
 
 def write_family(family: str, out: Path, *, noise: float = 0.02, seed: int = 0, split: bool = False,
-                 nextn: int | None = None, extra: dict[str, object] | None = None) -> Fixture:  # fmt: skip
+                 nextn: int | None = None, extra: dict[str, object] | None = None, fuse: bool = True) -> Fixture:  # fmt: skip
     """Write one family's fixture into ``out``. ``split``: also as a trunk and an
-    ``mtp-`` head; ``nextn`` / ``extra``: other NextN counts or keys (for refusals)."""
+    ``mtp-`` head; ``nextn`` / ``extra``: other NextN counts or keys, ``fuse=False``:
+    mimo2 with separate attn_q/k/v (for refusals)."""
     tok = _tokenizer()
     n_vocab = len(tok["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     out.mkdir(parents=True, exist_ok=True)
@@ -443,6 +466,8 @@ def write_family(family: str, out: Path, *, noise: float = 0.02, seed: int = 0, 
     nextn = default_nextn if nextn is None else nextn
     kvs = arch_kvs(arch, n_vocab, nextn=nextn) | {"general.name": f"synthetic {family}"} | tok | (extra or {})
     shapes = layout(arch, kvs, out)
+    if arch in FUSED_QKV and fuse:
+        shapes = _fuse_qkv(shapes)
     weights = _weights(shapes, seed, noise)
     target = out / f"{family}.gguf"
     _write(target, arch, kvs, weights)
@@ -501,13 +526,18 @@ def _write_gemma4(out: Path, tok: dict, n_vocab: int, noise: float, seed: int) -
     kvs = arch_kvs(arch, n_vocab, nextn=0, moe=False) | tok | {"general.name": "synthetic gemma4"}
     shapes = layout(arch, kvs, out)
     weights = _weights(shapes, seed, noise)
-    target = out / "gemma4.gguf"
-    _write(target, arch, kvs, weights)
     akvs = assistant_kvs(_dims(arch)[0], n_vocab) | tok | {"general.name": "synthetic gemma4 assistant"}
     ashapes = assistant_layout(akvs)
     aw = _weights(ashapes, seed + 1, noise)
-    # the assistant's (tied) output ranks tokens as the target's does on its first dimensions
-    aw["token_embd.weight"] = np.ascontiguousarray(weights["token_embd.weight"][:, : ashapes["token_embd.weight"][0]])
+    # The assistant's pre-projection passes on the first n_embd dimensions of the target's
+    # embedding of the token, and its tied output is the target's output on those
+    # dimensions: the target's output reads only them, so the assistant ranks successors
+    # as the (bigram) target does.
+    n_embd = ashapes["token_embd.weight"][0]
+    weights["output.weight"][:, n_embd:] = 0.0
+    aw["token_embd.weight"] = np.ascontiguousarray(weights["output.weight"][:, :n_embd])
+    target = out / "gemma4.gguf"
+    _write(target, arch, kvs, weights)
     assistant = out / "gemma4-assistant.gguf"
     _write(assistant, "gemma4-assistant", akvs, aw)
     return Fixture("gemma4", arch, akvs["gemma4-assistant.nextn_predict_layers"], {"target": str(target), "head": str(assistant)})  # type: ignore[arg-type]
@@ -526,11 +556,13 @@ def write_all(out: Path, families: tuple[str, ...] = FIXTURES, *, noise: float =
 
 def write_refusals(out: Path) -> dict[str, str]:
     """Files llama.cpp would abort on, for the refusal tests: two NextN layers where the
-    MTP graph asserts one, and a hybrid with no recurrent block."""
+    MTP graph asserts one, a hybrid with no recurrent block, and mimo2 NextN blocks
+    without the fused attn_qkv its MTP graph asserts on."""
     bad = out / "refusals"
     two = write_family("qwen35moe", bad / "two", nextn=2).files["target"]
     flat = write_family("qwen35moe", bad / "flat", extra={"qwen35moe.full_attention_interval": 1}).files["target"]
-    return {"two_nextn": two, "no_recurrent": flat}
+    unfused = write_family("mimo2", bad / "unfused", fuse=False).files["target"]
+    return {"two_nextn": two, "no_recurrent": flat, "unfused_qkv": unfused}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,13 +64,16 @@ def prefill(
     if n >= s.n_ctx:
         raise PromptTooLongError(n, s.n_ctx)
     use_mtp = speculative and s.draft is not None
+    #: MTP entries go into an MTP context of its own; a head sharing the target's memory
+    #: needs only the hidden state of the prompt's last token
+    entries = use_mtp and not s.shared
     s.target.set_nextn_embeddings(use_mtp)
     restored = 0
     if cache is not None:
         restored = resume(s, cache, prompt, n - 1)
         if restored:
             s.phase("restore", cancel)
-    if use_mtp and s.lag.tokens:
+    if entries and s.lag.tokens:
         # MTP entries left unfed by the last generation: feed those the new prompt
         # still starts with, in one batch with no extra target work.
         s.lag.keep(common_prefix_entries(s.draft_tokens + s.lag.tokens, prompt) - len(s.draft_tokens))
@@ -79,7 +82,7 @@ def prefill(
 
     # At least the last prompt token is decoded: its logits give the first token.
     c = min(common_prefix(s.target_tokens, prompt), n - 1)
-    if use_mtp:
+    if entries:
         m = min(common_prefix_entries(s.draft_tokens, prompt), n)
         # MTP entry p needs the target's hidden state of position p-1. We will know
         # it for p-1 >= c (and p-1 == c-1 when nothing is removed and the last hidden
@@ -103,8 +106,7 @@ def prefill(
         c = len(s.target_tokens)
 
     step = s.target.n_batch
-    recurrent = s.target.model.is_recurrent
-    marks = cache.marks(recurrent, c, n, points) if cache is not None else []
+    marks = cache.marks(s.target.model.restores_cut_back, c, n, points) if cache is not None else []
     i = c
     while i < n:
         if i > c:
@@ -115,7 +117,7 @@ def prefill(
             end = marks.pop(0)
         prev = s.last_hidden
         rows = s.decode_target(prompt[i:end], logits=LOGITS_LAST, hidden=use_mtp)
-        if use_mtp:
+        if entries:
             assert rows is not None
             s.feed_prompt_entries(prompt, i, prev, rows, defer=defer_mtp)
         if marked:
@@ -135,7 +137,7 @@ def resume(s: Session, cache: SnapshotCache, prompt: list[int], limit: int) -> i
     restore the snapshot the cache plans on, saving the live state first when the plan
     would lose it. Returns the tokens restored (0: the live contexts go on, or nothing is
     reused)."""
-    plan = cache.plan(s.target_tokens, prompt, limit, cut=not s.target.model.is_recurrent)
+    plan = cache.plan(s.target_tokens, prompt, limit, cut=s.target.model.restores_cut_back)
     if plan.save_live:
         cache.save(s.target_tokens, s.snapshot)
     if plan.snap is None:

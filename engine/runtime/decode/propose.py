@@ -77,6 +77,9 @@ class MtpDraft:
         out = Proposal(q=[] if self.sampler is not None else None)
         if k < 1:
             return out
+        if s.shared:
+            self._shared(id_last, pos0, k, out)
+            return out
         t0 = time.perf_counter()
         s.phase("draft", self.cancel)
         out.sync_rows = len(s.lag.tokens)
@@ -117,6 +120,20 @@ class MtpDraft:
             s.truncate_draft(pos0)
             s.lag.prepend(tokens[0], rows[0])
 
+    def _shared(self, id_last: int, pos0: int, k: int, out: Proposal) -> None:
+        """A head that reads the target's KV cache (Gemma 4 assistants): nothing to catch
+        up; every draft goes in at ``pos0``, from the token before it and the hidden row
+        the previous step returned (the first: the target's, of the token before
+        ``id_last``), as llama.cpp's draft-mtp does in its shared-memory mode."""
+        s = self.s
+        assert s.lag.tokens and s.lag.tokens[-1] == id_last, "the entry of the last token is not in the lag"
+        token, h = id_last, s.lag.hidden[-1]
+        s.lag.clear()
+        for j in range(k):
+            s.phase("draft", self.cancel)
+            token, h = s.shared_step(token, pos0, h, self._pick(pos0 + 1 + j, out))
+            out.tokens.append(token)
+
     def _pick(self, pos: int, out: Proposal) -> Choose | None:
         sampler = self.sampler
         if sampler is None:
@@ -132,5 +149,10 @@ class MtpDraft:
 
     def accept(self, tokens: list[int], hidden: np.ndarray) -> None:
         """Queue the MTP entries of the tokens the target kept (the last one is the
-        target's own next token), each with the target's hidden row before it."""
-        self.s.lag.extend(tokens, hidden)
+        target's own next token), each with the target's hidden row before it. A head
+        sharing the target's memory needs only the newest."""
+        s = self.s
+        if s.shared:
+            s.lag.clear()
+            tokens, hidden = tokens[-1:], hidden[-1:]
+        s.lag.extend(tokens, hidden)

@@ -9,6 +9,9 @@ Bookkeeping invariants (engine thread only):
 * ``draft_tokens``: the MTP context holds entry ``p`` for token ``draft_tokens[p]`` paired
   with the target's hidden state of position ``p - 1``. An entry depends only on tokens
   ``0..p``, so the entries along the common prefix with a new prompt stay valid.
+* A head that shares the target's memory (:attr:`Session.shared`: Gemma 4 assistants)
+  has no entries: it attends over the target's own KV cache, so ``draft_tokens`` stays
+  empty and only the newest entry of the lag is ever used, for the next draft.
 
 A rollback that llama.cpp refuses (``seq_rm`` returns False: recurrent state rolls back
 only within ``n_rs_seq`` tokens of the last decode, once) is repaired by clearing the
@@ -48,6 +51,10 @@ class Session:
         #: the newest entries decoded into the MTP context, for re-feeding (sync_draft's width)
         self.fed = FedTail()
         self.repairs = 0
+        #: the target cannot be cut back below this position: after restoring a snapshot of
+        #: a sliding-window model it holds only the window's cells before the snapshot's
+        #: end, and a decode cut back further would attend over cells that are gone
+        self.floor = 0
         #: chained heads (step35, mimo2, hy_v3 with several NextN blocks): head i drafts
         #: token i and keeps its own KV, so every MTP entry is decoded once per head
         self.heads = heads
@@ -55,6 +62,10 @@ class Session:
         #: to jump forward only with M-RoPE (qwen35); every other family's context needs
         #: them consecutive, so entries are caught up instead (engine.gguf.families)
         self.holes_ok = holes_ok
+        #: the MTP context reads the target's KV cache (llama.cpp's shared-memory mode):
+        #: nothing is ever fed into it, and every draft token of a round sits at the same
+        #: position, the one after the target's last (common_speculative's is_mem_shared)
+        self.shared = draft is not None and draft.shares_memory
         #: test seam: called with a phase name at every cancellation point
         self.phase_hook: Callable[[str], None] | None = None
 
@@ -68,9 +79,7 @@ class Session:
         return self.target.n_ctx
 
     def reset(self) -> None:
-        self.target.clear()
-        self.target_tokens = []
-        self.last_hidden = None
+        self._clear_target()
         self.lag.clear()
         if self.draft is not None:
             self.draft.clear()
@@ -104,9 +113,7 @@ class Session:
         # llama.cpp cannot roll this state back: rebuild it from the tokens.
         self.repairs += 1
         tokens = self.target_tokens[:keep]
-        self.target.clear()
-        self.target_tokens = []
-        self.last_hidden = None
+        self._clear_target()
         self._decode_chunks(tokens, hidden=hidden, cancel=None, want_logits=False)
 
     def _rewind_target(self, keep: int) -> bool:
@@ -114,7 +121,7 @@ class Session:
         that far; False (nothing changed) if it cannot."""
         if keep >= len(self.target_tokens):
             return True
-        if not self.target.seq_rm(keep, -1):
+        if keep < self.floor or not self.target.seq_rm(keep, -1):
             return False
         del self.target_tokens[keep:]
         self.last_hidden = None  # the caller sets it when it holds the row
@@ -126,9 +133,13 @@ class Session:
         tokens), start from empty. Rebuilding the prefix would decode the same tokens in
         one more call, which costs more than it saves (a whole forward for a short one)."""
         if not self._rewind_target(keep):
-            self.target.clear()
-            self.target_tokens = []
-            self.last_hidden = None
+            self._clear_target()
+
+    def _clear_target(self) -> None:
+        self.target.clear()
+        self.target_tokens = []
+        self.last_hidden = None
+        self.floor = 0
 
     def decode_tokens(self, tokens: list[int], *, want_logits: bool, fresh: bool = False) -> None:
         """Decode ``tokens`` after ``target_tokens`` (``fresh``: into an emptied context,
@@ -231,6 +242,16 @@ class Session:
         d = self.draft.argmax(0) if choose is None else choose(self.draft.logits(0))
         return d, self.draft.hidden_row(0).copy()
 
+    def shared_step(self, token: int, pos0: int, hidden: np.ndarray, choose: Choose | None = None) -> tuple[int, np.ndarray]:
+        """Shared memory: the draft after ``token``, given the hidden row before it, at
+        ``pos0`` (the position after the target's last, whatever the draft's index: the
+        head attends over the target's cache and writes nothing). Nothing to remove after."""
+        assert self.shared and self.draft is not None and self.dbatch is not None
+        self.dbatch.set([token], pos0, LOGITS_ALL, hidden[None, :])
+        self.draft.decode(self.dbatch)
+        d = self.draft.argmax(0) if choose is None else choose(self.draft.logits(0))
+        return d, self.draft.hidden_row(0).copy()
+
     def draft_head(self, choose: Choose | None = None) -> tuple[int, np.ndarray]:
         """Draft token and hidden state of the last MTP entry fed with logits on."""
         assert self.draft is not None and self.dbatch is not None
@@ -313,7 +334,7 @@ class Session:
         return Snapshot(
             tokens=tokens,
             target=self.target.state_get(),
-            draft=self.draft.state_get() if self.draft is not None else None,
+            draft=self.draft.state_get() if self.draft is not None and not self.shared else None,
             draft_tokens=tuple(self.draft_tokens) if self.draft is not None else (),
             last_hidden=None if self.last_hidden is None else self.last_hidden.copy(),
             lag_tokens=tuple(lag.tokens),
@@ -326,7 +347,7 @@ class Session:
         empty contexts) when llama.cpp refuses the bytes."""
         try:
             self.target.state_set(snap.target)
-            if self.draft is not None:
+            if self.draft is not None and not self.shared:
                 if snap.draft is not None:
                     self.draft.state_set(snap.draft)
                     self.draft_tokens = list(snap.draft_tokens)
@@ -340,6 +361,10 @@ class Session:
             self.reset()
             raise
         self.target_tokens = snap.tokens.tolist()
+        n_swa = self.target.model.n_swa
+        # decoding at position p reads the cells after p - n_swa; the snapshot kept those
+        # after its last position - n_swa (every one while it was shorter than the window)
+        self.floor = snap.n - 1 if n_swa and snap.n > n_swa else 0
         self.last_hidden = None if snap.last_hidden is None else snap.last_hidden.copy()
         self.lag.clear()
         self.fed.clear()

@@ -85,6 +85,11 @@ class Context(OwnedPtr):
         self.n_rs_seq = int(L.llama_n_rs_seq(ptr))
         self.n_outputs = min(n_outputs, self.n_batch) if n_outputs > 0 else self.n_batch
         self.is_mtp = mtp_target is not None
+        #: an MTP context that reads the target's KV cache instead of keeping its own
+        #: (Gemma 4 assistants: llama.cpp honours ``ctx_other`` only there, and its draft-mtp
+        #: tells this mode apart the same way). Its memory calls are the target's
+        #: bookkeeping: clearing it would clear the target's cells.
+        self.shares_memory = self.is_mtp and bool(ext().llama_get_ctx_other(ptr))
         self._mem = L.llama_get_memory(ptr)
         self._n_out = 0  # logit rows of the last decode
         self._views: dict[str, tuple[int, np.ndarray]] = {}  # buffer -> (its address, a view)
@@ -175,6 +180,8 @@ class Context(OwnedPtr):
         return bool(llama().llama_memory_seq_rm(self._mem, 0, p0, p1))
 
     def clear(self) -> None:
+        if self.shares_memory:
+            return  # it holds nothing of its own (and its cells are the target's)
         llama().llama_memory_clear(self._mem, True)
 
     # ------------------------------------------------------------------- state

@@ -43,6 +43,9 @@ class Model(OwnedPtr):
         self.n_layer = int(L.llama_model_n_layer(ptr))
         self.n_layer_nextn = int(L.llama_model_n_layer_nextn(ptr))
         self.is_recurrent = bool(L.llama_model_is_recurrent(ptr) or L.llama_model_is_hybrid(ptr))
+        #: sliding-window attention's window (0: none). A saved state of such a model holds
+        #: only the window's cells (llama.cpp's state_write drops the masked ones)
+        self.n_swa = int(L.llama_model_n_swa(ptr))
         self.eos = int(L.llama_vocab_eos(self._vocab))
         self.bos = int(L.llama_vocab_bos(self._vocab))
         self.add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
@@ -51,6 +54,13 @@ class Model(OwnedPtr):
         self._piece_buf = ctypes.create_string_buffer(256)
         #: llguidance tokenizers by end-token set (engine.runtime.llama.vocab)
         self.grammar_tokenizers: dict = {}
+
+    @property
+    def restores_cut_back(self) -> bool:
+        """A state restored from a snapshot can be cut back to any earlier position: not
+        with recurrent state (it keeps no history), nor with sliding-window attention (a
+        snapshot holds only the window's cells). The prompt cache plans by it."""
+        return not self.is_recurrent and self.n_swa == 0
 
     # ----------------------------------------------------------------- loading
     @classmethod

@@ -30,7 +30,7 @@ from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
 from engine.gguf.families import family, no_mtp_reason
-from engine.gguf.validate import MtpFacts, validate_path
+from engine.gguf.validate import MtpFacts, nextn_missing_problem, validate_path
 from engine.rpc.endpoints import parse_endpoints
 from engine.runtime.llama import exact as exact_mod
 from engine.runtime import limits
@@ -149,6 +149,8 @@ def mtp_problem(facts: MtpFacts) -> str | None:
     fam = family(facts.architecture)
     if fam is None or not fam.graph:
         return no_mtp_reason(facts.architecture)
+    if facts.nextn_missing:
+        return nextn_missing_problem(facts)
     return fam.nextn_problem(facts.nextn_layers)
 
 
@@ -223,18 +225,14 @@ def load(
     if source == MtpSource.EXTERNAL:
         assert head_set is not None and head_facts is not None
         check_pair(Summary.of_set(target_set), Summary.of_set(head_set))
+        if head_facts.nextn_missing:
+            raise MtpUnavailableError(nextn_missing_problem(head_facts))
     # what drafts, and how (engine.gguf.families): single | chain | shared; None with MTP off
     drafter = head_facts if source == MtpSource.EXTERNAL else facts if source == MtpSource.INTEGRATED else None
     fam = family(drafter.architecture) if drafter is not None else None
     mode = fam.drafting_mode(drafter.nextn_layers) if fam is not None and drafter is not None else None
     #: chained heads: one NextN block per draft token, so also the deepest draft
     heads = drafter.nextn_layers if mode == "chain" and drafter is not None else 1
-    if mode == "shared":
-        assert fam is not None
-        raise MtpUnavailableError(
-            f"{fam.label}: drafting with a head that reads the target's KV cache (llama.cpp's shared-memory mode) is "
-            "not supported by this version of the app yet. Load the model with MTP off (--mtp off)."
-        )
 
     def report(fraction: float, what: str) -> None:
         if progress is not None:
@@ -303,6 +301,16 @@ def load(
             heads=heads,
             holes_ok=fam.mrope if fam is not None else True,
         )  # fmt: skip
+        if (mode == "shared") != session.shared:  # the table and llama.cpp disagree: never draft on a guess
+            session.close()
+            if session.draft is not None:
+                session.draft.close()
+            session.target.close()
+            raise MtpUnavailableError(
+                f"{fam.label if fam is not None else facts.architecture}: llama.cpp "
+                + ("did not link this head to the target's KV cache" if mode == "shared" else "linked this head to the target's KV cache")
+                + ", which this app does not expect for this architecture. Load the model with MTP off (--mtp off)."
+            )
     except BaseException:
         if head_model is not None:
             head_model.close()

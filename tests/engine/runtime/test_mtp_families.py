@@ -18,6 +18,7 @@ from engine.gguf.compose import compose
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import open_set
 from engine.gguf.validate import validate_path
+from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
@@ -26,7 +27,7 @@ from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
 #: families whose MTP layers ship inside the model file (and draft)
 INTEGRATED = ("qwen35moe", "qwen3next", "glm4moe", "deepseek2", "deepseek32", "glm-dsa", "bailingmoe3",
-              "cohere2moe", "nemotron_h_moe", "step35")  # fmt: skip
+              "cohere2moe", "nemotron_h_moe", "step35", "mimo2", "hy_v3")  # fmt: skip
 PROMPT = "Hello! How are you today? Tell me a story about a cat."
 
 
@@ -86,14 +87,19 @@ def test_integrated_family_drafts_and_matches_plain(families, fam):
         assert _plain(off) == plain
 
 
-def test_chained_heads_draft_one_head_per_token(families):
-    f = families["step35"]
-    assert f["n_nextn"] == 3
+@pytest.mark.parametrize("fam", ("step35", "mimo2", "hy_v3"))
+def test_chained_heads_draft_one_head_per_token(families, fam):
+    f = families[fam]
+    heads = f["n_nextn"]
+    assert heads > 1
     with _loaded(f["target"], MtpSource.INTEGRATED, depth=4) as lm:
-        assert lm.info["drafting"] == "chain" and lm.session.heads == 3
-        assert lm.max_draft_depth == 3  # capped at the head count
-        plain, runs = _runs(lm, depths=(2, 3))
-        assert runs[3][0] == plain and runs[3][1] > 0
+        assert lm.info["drafting"] == "chain" and lm.session.heads == heads
+        assert lm.max_draft_depth == heads  # capped at the head count
+        plain, runs = _runs(lm, depths=(heads,))
+        tokens, drafted, accepted = runs[heads]
+        assert tokens == plain and accepted > 0
+        # drafts come in rounds of at most `heads` tokens
+        assert drafted <= heads * len(plain)
 
 
 @pytest.mark.parametrize("fam", ("qwen35moe", "glm4moe", "deepseek2", "step35"))
@@ -160,13 +166,54 @@ def test_gemma4_assistant_is_recognised_and_paired(families):
     assert e.value.code == "architecture_mismatch"
     with pytest.raises(PairingError, match="assistant"):  # and a gemma4 target pairs with nothing else
         check_pair(target, Summary.of_set(open_set(families["qwen35moe"]["head"])))
-    # drafting in llama.cpp's shared-memory mode is not built yet: refused in words, before llama.cpp runs
-    with pytest.raises(MtpUnavailableError, match="MTP off"):
-        _load(f["target"], MtpSource.EXTERNAL, head=f["head"])
     with pytest.raises(MtpUnavailableError, match="assistant"):
         _load(f["head"], MtpSource.AUTO)
     with _loaded(f["target"], MtpSource.OFF) as off:
         assert off.source == MtpSource.OFF
+
+
+def test_gemma4_assistant_drafts_over_the_targets_kv_cache(families):
+    """llama.cpp's shared-memory mode: the assistant keeps no KV cache of its own, nothing
+    is fed into it, and every draft of a round sits at the position after the target's."""
+    f = families["gemma4"]
+    with _loaded(f["target"], MtpSource.AUTO, head=f["head"]) as lm:
+        assert lm.source == MtpSource.EXTERNAL and lm.info["drafting"] == "shared" and lm.session.shared
+        plain, runs = _runs(lm)
+        for depth, (tokens, drafted, accepted) in runs.items():
+            assert tokens == plain, depth
+            if depth != "auto":
+                assert drafted > 0 and accepted > 0, (depth, accepted, drafted)
+        assert lm.session.draft_tokens == []  # no entries: the head reads the target's cache
+        assert runs[3][1] > runs[1][1]  # deeper rounds draft more
+
+        # the prompt cache restores the target; the assistant, holding nothing, follows it
+        s = lm.session
+        prompt = lm.model.prompt_tokens(PROMPT)
+        cache = SnapshotCache(64 << 20, interval=8)
+        s.reset()
+        params = DecodeParams(max_tokens=16, ignore_eog=True, depth=FixedDepth(2))
+        first = generate(s, prompt, params, cache=cache).tokens
+        generate(s, lm.model.prompt_tokens("Something else entirely, and longer than that."), params, cache=cache)
+        again = generate(s, prompt, params, cache=cache)
+        assert again.tokens == first == plain[:16]
+        assert cache.stats.hits > 0
+
+
+def test_a_restored_sliding_window_state_is_never_cut_back_past_its_window(families):
+    """llama.cpp saves only the window's cells of a sliding-window cache: a snapshot longer
+    than the window, restored and cut back, would attend over cells that are gone."""
+    with _loaded(families["gemma4"]["target"], MtpSource.OFF) as lm:
+        s, model = lm.session, lm.model
+        assert model.n_swa > 0 and not model.restores_cut_back
+        prompt = model.prompt_tokens(PROMPT)
+        params = DecodeParams(max_tokens=24, ignore_eog=True)
+        want = generate(s, prompt, params).tokens
+        assert len(s.target_tokens) > model.n_swa + len(prompt) // 2
+        snap = s.snapshot()
+        generate(s, model.prompt_tokens("Something else entirely."), params)
+        s.restore(snap)
+        assert s.floor == snap.n - 1
+        assert generate(s, prompt, params).tokens == want  # decoded again, not cut back
 
 
 def test_refusals_are_typed_errors_in_words(families):
@@ -190,3 +237,36 @@ def test_refusals_are_typed_errors_in_words(families):
     assert "no_recurrent_blocks" in {e.code for e in report.errors}
     with pytest.raises(GGUFError, match="none is recurrent"):
         _load(flat, MtpSource.OFF)
+
+    unfused = families["refusals"]["unfused_qkv"]  # mimo2's MTP graph asserts a fused attn_qkv
+    report, facts, _ = validate_path(unfused)
+    assert report.valid and "nextn_incomplete" in {w.code for w in report.warnings}
+    assert facts.nextn_missing
+    with pytest.raises(MtpUnavailableError, match="attn_qkv"):
+        _load(unfused, MtpSource.INTEGRATED)
+    with _loaded(unfused, MtpSource.AUTO) as lm:
+        assert lm.source == MtpSource.OFF
+
+
+def test_exact_mode_is_bit_exact_on_every_family(families, tmp_path):
+    """Exact mode (a child process: it switches process-wide kernels) on each family
+    quantized to Q8_0: every verify width gives the one-at-a-time logits bit for bit and
+    MTP at depths 1-3 emits plain greedy decoding's tokens; a family whose heads exact
+    mode's KV cache cannot hold is refused in words."""
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps({k: v for k, v in families.items() if k not in ("refusals", "glm5-next")}))
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.exact_families_child", str(index), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {r["family"]: r for r in map(json.loads, done.stdout.strip().splitlines())}
+    assert set(results) == set(json.loads(index.read_text()))
+    refused = {k: r["refused"] for k, r in results.items() if "refused" in r}
+    assert all("multiple of 32" in why for why in refused.values()), refused
+    measured = {k: r for k, r in results.items() if "refused" not in r}
+    assert len(measured) >= 10, sorted(refused)
+    for fam, r in measured.items():
+        assert r["identity"].startswith("bit-exact"), (fam, r["identity"])
+        assert r["noise"] == 0.0 and r["prefill_split_diff"] == 0.0, fam
+        assert all(w["flips"] == 0 and w["max_abs_diff"] == 0.0 for w in r["widths"]), fam
+        assert r["mtp"] != "off" and [m["identical"] for m in r["runs"]] == [True, True, True], fam

@@ -13,11 +13,12 @@ and plans; the prefill (:mod:`engine.runtime.decode.prefill`) carries the plan o
 a prefill (:meth:`SnapshotCache.plan`) the session starts from whichever is longer: what the live
 contexts already share with the prompt, or the snapshot sharing the most with it — on a
 model that can be cut back, any snapshot (cut to the common prefix after restoring); on a
-hybrid or recurrent model, only one lying wholly inside the prompt. When that is about
+hybrid or recurrent model, or one with sliding-window attention (a snapshot of it holds
+only the window's cells), only one lying wholly inside the prompt. When that is about
 to throw away a live state with a real tail, the live state is saved first, so the
 conversation it belonged to resumes where it was.
 
-On hybrid and recurrent models snapshots are also taken during prefill, at the marks
+On models whose restored state cannot be cut back snapshots are also taken during prefill, at the marks
 (:meth:`SnapshotCache.marks`): the points the request gives (a chat prompt's message
 boundaries: after the system prompt, at the start of the reply; the token before the
 end of a prompt that is not a chat) and every :attr:`~SnapshotCache.interval` tokens
@@ -211,17 +212,17 @@ class SnapshotCache:
         with self._lock:
             self.stats.misses += 1
 
-    def snapshots_in_prefill(self, recurrent: bool) -> bool:
-        """Whether prefills snapshot at marks: only where the model's memory cannot be
-        cut back (``recurrent``; on other models any snapshot serves every shorter
-        prefix)."""
-        return self.enabled and recurrent
+    def snapshots_in_prefill(self, cut: bool) -> bool:
+        """Whether prefills snapshot at marks: only where a restored state cannot be cut
+        back (not ``cut``: recurrent state, sliding-window attention; on other models any
+        snapshot serves every shorter prefix)."""
+        return self.enabled and not cut
 
-    def marks(self, recurrent: bool, start: int, n: int, points: tuple[int, ...]) -> list[int]:
+    def marks(self, cut: bool, start: int, n: int, points: tuple[int, ...]) -> list[int]:
         """Positions in ``(start, n)`` to snapshot at while prefilling a prompt of ``n``
         tokens from ``start``: the request's ``points`` and every :attr:`interval`
         tokens, where :meth:`snapshots_in_prefill`."""
-        if not self.snapshots_in_prefill(recurrent):
+        if not self.snapshots_in_prefill(cut):
             return []
         out = set(points)
         out.update(range(self.interval, n, self.interval))
