@@ -20,7 +20,7 @@ from app.pages.downloads import PullRequest, hub_config
 from app.pages.modelsfit import FitBadges, show_badge
 from app.tasks import Task
 from engine.gguf.inspect import human_size
-from engine.hub.files import FileGroup
+from engine.hub.files import FileGroup, head_for
 
 
 class HubBrowser(QWidget):
@@ -192,14 +192,17 @@ class HubBrowser(QWidget):
     def _update_buttons(self) -> None:
         g = self._current_group()
         self.pull_btn.setEnabled(g is not None and not g.head and g.complete)
-        self.pull_head_btn.setEnabled(g is not None and not g.head and g.complete and any(x.head for x in self._groups))
+        head = head_for(self._groups, g) if g is not None and not g.head else None
+        self.pull_head_btn.setEnabled(g is not None and g.complete and head is not None)
+        self.pull_head_btn.setToolTip(f"Also downloads {head.name}" if head is not None else "")
 
     def pull_request(self, *, with_head: bool) -> PullRequest | None:
-        """The picked file (with the repo's MTP head) to download; None: none picked."""
+        """The picked file (with the repo's MTP head or drafter made for it: by name, and
+        checked on both headers before the download) to download; None: none picked."""
         g = self._current_group()
         if g is None:
             return None
-        head = next((x for x in self._groups if x.head), None) if with_head else None
+        head = head_for(self._groups, g) if with_head else None
         return PullRequest(self._repo, g, head, self._revision)
 
     def _ask_download(self, *, with_head: bool) -> None:

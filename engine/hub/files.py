@@ -24,9 +24,17 @@ def quant_of(filename: str) -> str | None:
     return m.group(1).upper() if m else None
 
 
+#: "assistant" as a word of a file name: Gemma 4's drafters (``gemma-4-E2B-it-assistant-Q8_0.gguf``)
+_ASSISTANT = re.compile(r"(?<![a-z0-9])assistant(?![a-z0-9])")
+
+
 def is_head_name(filename: str) -> bool:
-    """``mtp-*.gguf``: the converter's name for a head-only MTP file."""
-    return filename.rsplit("/", 1)[-1].lower().startswith("mtp-")
+    """A head or drafter file by its name: ``mtp-*.gguf`` (the converter's name for a
+    head-only MTP file, the one llama.cpp's downloader pairs), any file in an ``MTP/``
+    folder (where repos keep a target's drafters), or a Gemma 4 assistant. ``-MTP-`` inside
+    a root file's name is not one: repos name integrated targets so (Qwen3.6-27B-MTP)."""
+    *folders, name = filename.lower().split("/")
+    return name.startswith("mtp-") or "mtp" in folders or bool(_ASSISTANT.search(name))
 
 
 @dataclass
@@ -76,3 +84,34 @@ def group_gguf_files(files: list[RemoteFile]) -> list[FileGroup]:
         groups.append(FileGroup(members[0].path, members, quant_of(prefix), is_head_name(prefix), count))
     groups.sort(key=lambda g: (g.head, g.quant or "~", g.name))
     return groups
+
+
+def _stem(name: str) -> str:
+    """A file name reduced to what names its model: no folder, no ``mtp-`` prefix, no
+    quantization, shard suffix or head words, lower case."""
+    base = name.rsplit("/", 1)[-1].lower().removesuffix(".gguf")
+    base = base.removeprefix("mtp-")
+    base = _QUANT.sub("", base)
+    base = re.sub(r"-\d{5}-of-\d{5}$", "", base)
+    base = re.sub(r"(?<![a-z0-9])(?:mtp|assistant|draft(?:er)?)(?![a-z0-9])", "", base)
+    return re.sub(r"[-_. ]+", "-", base).strip("-")
+
+
+def head_for(groups: list[FileGroup], target: FileGroup) -> FileGroup | None:
+    """The repo's head or drafter most likely made for ``target``: the one whose name
+    shares the most with the target's (a repo may hold the drafters of several sizes),
+    then the smallest (a drafter's quantization matters least). A hint only: pairing
+    reads both headers before anything is downloaded."""
+    heads = [g for g in groups if g.head and g.complete]
+    if not heads:
+        return None
+    want = _stem(target.name)
+
+    def shared(g: FileGroup) -> int:
+        have = _stem(g.name)
+        n = 0
+        while n < min(len(want), len(have)) and want[n] == have[n]:
+            n += 1
+        return n
+
+    return max(heads, key=lambda g: (shared(g), -g.size))

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.errors import HeadMismatchError
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.validate import validate_path
 from engine.hub.download import FileProgress, Target, check_space, check_target, download, partial_size
-from engine.hub.files import FileGroup
+from engine.hub.files import FileGroup, head_for
 from engine.hub.library import Entry, EntryKind, Library
 from engine.hub.remote import HubConfig, HubError, OfflineError, list_gguf, read_remote_header
 
@@ -69,6 +70,27 @@ def choose_group(groups: list[FileGroup], *, file: str | None, quant: str | None
     raise HubError(f"This repo has several {what} files; pick one with --file or --quant: " + ", ".join(g.name for g in pool))
 
 
+def _pairing_head(cfg: HubConfig, model: tuple[str, str, FileGroup], repo: str, rev: str,
+                  groups: list[FileGroup]) -> FileGroup:  # fmt: skip
+    """Of a repo's several heads or drafters, the one made for ``model``: those whose
+    remote headers pair with the model's, and of those the one :func:`head_for` picks by
+    name (several sizes' drafters, each in several quantizations, often share a repo)."""
+    pairing, why = [], []
+    for g in groups:
+        if not g.head or not g.complete:
+            continue
+        try:
+            _check_pair(cfg, model, (repo, rev, g))
+        except HeadMismatchError as e:
+            why.append(f"{g.name}: {e}")
+            continue
+        pairing.append(g)
+    chosen = head_for(pairing, model[2])
+    if chosen is None:
+        raise HeadMismatchError(f"None of the MTP heads in {repo} is made for {model[2].name}: " + "; ".join(why))
+    return chosen
+
+
 def _targets(repo: str, rev: str, group: FileGroup) -> list[Target]:
     if not group.complete:
         have = ", ".join(f.path for f in group.files)
@@ -112,8 +134,11 @@ def pull(
     if head is not None:
         head_repo, _, head_file = head.partition(":")
         hrev, hgroups = (rev, groups) if head_repo == repo_id else list_gguf(cfg, head_repo, None)
-        hgroup = choose_group(hgroups, file=head_file or None, quant=None, head=True)
-        _check_pair(cfg, plan[0], (head_repo, hrev, hgroup))
+        if head_file or sum(g.head for g in hgroups) <= 1:
+            hgroup = choose_group(hgroups, file=head_file or None, quant=None, head=True)
+            _check_pair(cfg, plan[0], (head_repo, hrev, hgroup))
+        else:
+            hgroup = _pairing_head(cfg, plan[0], head_repo, hrev, hgroups)
         plan.append((head_repo, hrev, hgroup))
 
     sets = [(r, v, g, _targets(r, v, g)) for r, v, g in plan]
