@@ -107,6 +107,7 @@ class ModelController(QObject):
             rpc=rpc,
             tensor_split=split,
             fit=fit,
+            parallel=max(1, min(s.parallel, 16)),
         )
         self.path, self.head = str(path), str(head) if head else None
         job = self._job = self.ctx.bridge.run(J.LoadModel(spec))

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 2
 #: host memory for prompt-cache snapshots unless set (MB; engine.runtime.decode.cache.snapshotcache)
 DEFAULT_PROMPT_CACHE_MB = 4096
+#: requests one loaded model decodes together in the app and ``serve`` (llama-server's
+#: and LM Studio's default): engine.runtime.slots
+DEFAULT_PARALLEL = 4
 #: the context a load asks for unless told (lowered to what fits memory)
 DEFAULT_CTX = 4096
 
@@ -103,6 +106,9 @@ class Settings:
     exact: bool = False
     #: host memory for prompt-cache snapshots, shared by the chats and the endpoint (0: off)
     prompt_cache_mb: int = DEFAULT_PROMPT_CACHE_MB
+    #: requests decoded together (the window's chat and the endpoint's clients): the next
+    #: load's slots (engine.runtime.slots)
+    parallel: int = DEFAULT_PARALLEL
 
     def __repr__(self) -> str:  # never print the token or API key
         return f"Settings(version={self.schema_version}, last_model={self.last_model!r}, ...)"
@@ -163,6 +169,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "rpc.serve_port": (1, 65535),
     "library_limit_gb": (0.0, None),
     "prompt_cache_mb": (0, 1 << 20),
+    "parallel": (1, 16),
 }
 #: settings that may be None besides their default's type
 OPTIONAL = {"last_model", "last_head"}

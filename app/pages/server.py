@@ -116,6 +116,7 @@ class ServerPage(QWidget):
         self.api_counts.setObjectName("Figures")
         lay.addWidget(self.api_counts)
         lay.addWidget(self._cache_box())
+        lay.addWidget(self._slots_box())
         self.table = QTableWidget(0, 5)
         self.table.setHorizontalHeaderLabels(["Time", "Method", "Path", "Status", "ms"])
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
@@ -157,6 +158,52 @@ class ServerPage(QWidget):
         self._cache_timer.start(1000)
         self.refresh_cache()
         return box
+
+    def _slots_box(self) -> QGroupBox:
+        """Requests decoded together: how many (the next load's), and what each slot of the
+        loaded model is doing now."""
+        box = QGroupBox("Parallel requests")
+        box.setMaximumWidth(720)
+        form = QFormLayout(box)
+        self.parallel = QSpinBox()
+        self.parallel.setRange(1, 16)
+        self.parallel.setValue(self.ctx.settings.parallel)
+        self.parallel.setToolTip(
+            "Requests one model decodes together, each with MTP (the window's chat and every client of the endpoint). "
+            "Each has a KV cache of the context length; fewer are used when they do not fit. Applies from the next load."
+        )
+        self.parallel.valueChanged.connect(lambda n: setattr(self.ctx.settings, "parallel", int(n)))
+        self.slot_table = QTableWidget(0, 6)
+        self.slot_table.setHorizontalHeaderLabels(["Slot", "State", "Tokens", "tok/s", "Depth", "Acceptance"])
+        self.slot_table.verticalHeader().setVisible(False)
+        self.slot_table.setMaximumHeight(150)
+        self.slot_figures = QLabel()
+        self.slot_figures.setObjectName("Figures")
+        form.addRow("Slots", self.parallel)
+        form.addRow(self.slot_table)
+        form.addRow("Now", self.slot_figures)
+        self._slot_timer = QTimer(self)
+        self._slot_timer.timeout.connect(self.refresh_slots)
+        self._slot_timer.start(500)
+        self.refresh_slots()
+        return box
+
+    def refresh_slots(self) -> None:
+        slots = [s for per_model in self.ctx.bridge.engine.slots().values() for s in per_model]
+        self.slot_table.setRowCount(len(slots))
+        for r, s in enumerate(slots):
+            acc = s["acceptance"]
+            cells = [str(s["slot"]), s["state"], str(s["tokens"]), f"{s['tokens_per_second']:.1f}",
+                     str(s["depth"]) if s["state"] == "busy" else "–", "–" if acc is None else f"{acc:.0%}"]  # fmt: skip
+            for c, text in enumerate(cells):
+                self.slot_table.setItem(r, c, QTableWidgetItem(text))
+        busy = [s for s in slots if s["state"] == "busy"]
+        if not slots:
+            self.slot_figures.setText("one request at a time (the loaded model has no slots)" if
+                                      self.ctx.bridge.engine.models() else "no model loaded")  # fmt: skip
+        else:
+            total = sum(s["tokens_per_second"] for s in busy)
+            self.slot_figures.setText(f"{len(busy)} of {len(slots)} busy · {total:.1f} tok/s together")
 
     def _set_cache_mb(self, mb: int) -> None:
         self.ctx.settings.prompt_cache_mb = mb

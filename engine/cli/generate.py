@@ -139,6 +139,7 @@ def load_spec(args, max_draft_depth: int = 4):
         rpc=rpc,
         tensor_split=split,
         chat_template=template,
+        parallel=getattr(args, "parallel", 1),
     )
 
 

@@ -9,6 +9,7 @@ import threading
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, context_line, depth_arg, load_spec
+from engine.settings import DEFAULT_PARALLEL
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
@@ -34,6 +35,9 @@ def register(sub) -> None:
     )
     p.add_argument("--draft-depth", type=depth_arg, default=None, help="default draft depth, or 'auto'")
     p.add_argument("--max-pending", type=int, default=16, help="requests queued or running before 429")
+    p.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
+                   help=f"requests decoded together, each with MTP (default {DEFAULT_PARALLEL}; each has a KV cache of "
+                        "--ctx tokens, and fewer are used when they do not fit; 1: one at a time)")  # fmt: skip
     p.add_argument("--ollama-port", type=int, nargs="?", const=11434, default=None, metavar="PORT",
                    help="also listen where Ollama clients look (default 11434), for VS Code Copilot, Open WebUI, "
                         "Continue, Cline, aider's ollama_chat/")  # fmt: skip
@@ -91,6 +95,9 @@ def run(args) -> int:
         print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
         print(f"chat template: {info.get('chat_template')}", flush=True)
         print(context_line(info), flush=True)
+        if info.get("parallel", 1) < info.get("parallel_requested", 1):
+            print(f"parallel: {info['parallel']} of {info['parallel_requested']} requested (what fits this machine's memory)",
+                  flush=True)  # fmt: skip
         print(f"APIs: OpenAI {server.url}/v1 (chat, completions, responses) · Anthropic {server.url} (messages) · "
               f"Ollama {server.url}" + (f" and port {server.ollama_port}" if server.ollama_port else ""), flush=True)
         for note in info.get("fallbacks", []):

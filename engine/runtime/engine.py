@@ -1,9 +1,13 @@
 """The engine thread: the one owner of every llama.cpp model and context.
 
 The GUI and the HTTP server never touch llama.cpp; they :meth:`Engine.submit` jobs and
-receive events. Jobs run one at a time in submission order (FIFO is the fairness rule:
-a request never waits behind one submitted later). A bounded queue rejects work with
-:class:`QueueFullError` instead of growing without limit.
+receive events. Jobs are taken in submission order (FIFO is the fairness rule: a request
+never waits behind one submitted later). A model loaded with several slots
+(``LoadSpec.parallel``) decodes that many generations together: the engine thread hands
+each to a free slot, which runs it on a thread of its own
+(:mod:`engine.runtime.slots`), and waits for one when all are busy; any other job waits
+until the slots are idle. A bounded queue rejects work with :class:`QueueFullError`
+instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
 pass ``on_event`` to be called on the engine thread — keep that callback quick) and
@@ -39,6 +43,7 @@ from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.modelstate import EngineState, Published
 from engine.runtime.request import resolve
+from engine.runtime.slots.pool import STEP_WAIT
 from engine.runtime.worker import WorkerModel
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
@@ -71,6 +76,8 @@ class Engine:
         self._state = EngineState()
         self._stopping = False
         self._current: JobHandle | None = None
+        #: generations running in slots (their own threads)
+        self._in_slots: set[JobHandle] = set()
         self._lock = threading.Lock()
         #: the loaded models and prompt-cache figures as other threads see them
         self._published = Published(self.defaults.prompt_cache_mb << 20)
@@ -99,9 +106,10 @@ class Engine:
         """Cancel the running job, drop queued ones, unload everything, join."""
         with self._lock:
             self._stopping = True
-            current = self._current
-        if current is not None:
-            current.cancel()
+            running = [self._current, *self._in_slots]
+        for h in running:
+            if h is not None:
+                h.cancel()
         while True:
             try:
                 h = self._queue.get_nowait()
@@ -136,7 +144,16 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
-        return self._queue.qsize() + (1 if self._current is not None else 0)
+        """Jobs waiting or running (those in slots included)."""
+        with self._lock:
+            running = len(self._in_slots) + (1 if self._current is not None and self._current not in self._in_slots else 0)
+        return self._queue.qsize() + running
+
+    def slots(self) -> dict[str, list[dict]]:
+        """Each loaded model's slots now (model name -> one dict per slot), safe to call
+        from any thread; a model without slots has none."""
+        return {name: lm.slots.info() for name, lm in list(self._state.models.items())
+                if isinstance(lm, LoadedModel) and lm.slots is not None}  # fmt: skip
 
     def models(self) -> dict[str, dict]:
         """Loaded models (name -> info), safe to call from any thread."""
@@ -152,7 +169,7 @@ class Engine:
     # ------------------------------------------------------------------ thread
     def _run(self) -> None:
         while True:
-            handle = self._queue.get()
+            handle = self._take()
             if handle is None:
                 break
             with self._lock:
@@ -163,6 +180,7 @@ class Engine:
                 with self._lock:
                     self._current = None
                 owned.reap()  # llama.cpp objects collected unclosed on other threads
+        self._drain()
         for lm in self._state.models.values():
             lm.close()
         self._state.models.clear()
@@ -182,12 +200,22 @@ class Engine:
                 handle.job = self.resolve(handle.job)
             except MtpStudioError as e:
                 refused = e
+        pool_model = self._slotted(handle.job) if refused is None else None
+        if pool_model is None:
+            self._drain()  # anything but a generation in a slot has the models to itself
         handle._emit(J.Started(handle.id))
         if refused is not None:
             handle._emit(J.Failed(refused, refused.code, str(refused)))
             return
+        if pool_model is not None:
+            self._start_in_slot(handle, pool_model)
+            return
+        self._finish(handle, lambda: self._handlers[type(handle.job)](handle.job, handle))
+
+    def _finish(self, handle: JobHandle, run: Callable[[], Any]) -> None:
+        """Run a job's body and end its event stream: Done (cancelled too) or Failed."""
         try:
-            result = self._handlers[type(handle.job)](handle.job, handle)
+            result = run()
         except Cancelled:
             handle._emit(J.Done(None, cancelled=True))
         except MtpStudioError as e:
@@ -197,6 +225,66 @@ class Engine:
             handle._emit(J.Failed(e, "internal_error", f"Internal error: {e}"))
         else:
             handle._emit(J.Done(result, cancelled=handle.cancelled))
+
+    # ------------------------------------------------------------------ slots
+    def _take(self) -> JobHandle | None:
+        """The next job; while slots are busy this thread runs their steps meanwhile
+        (decodes run on the thread that owns the model: engine.runtime.slots.batcher)."""
+        while True:
+            pools = [lm.slots for lm in list(self._state.models.values())
+                     if isinstance(lm, LoadedModel) and lm.slots is not None and lm.slots.busy]  # fmt: skip
+            if not pools:
+                return self._queue.get()
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            for pool in pools:
+                pool.batcher.step_once(STEP_WAIT / len(pools))
+
+    def _slotted(self, job: J.Job) -> LoadedModel | None:
+        """The model whose slots run ``job``: a generation on a model loaded with several."""
+        if not isinstance(job, J.Generate):
+            return None
+        try:
+            lm = self._state.get(job.model)
+        except MtpStudioError:
+            return None  # failed in words by the ordinary path
+        return lm if isinstance(lm, LoadedModel) and lm.slots is not None else None
+
+    def _start_in_slot(self, handle: JobHandle, lm: LoadedModel) -> None:
+        """Hand ``handle`` to a free slot of ``lm`` (waiting for one: FIFO) and run it on
+        the slot's own thread."""
+        assert lm.slots is not None
+        pool = lm.slots
+        slot = pool.acquire(handle.id, handle.cancel_event)
+        if slot is None:
+            handle._emit(J.Done(None, cancelled=True))
+            return
+        self._published.give_cache(lm)
+        with self._lock:
+            self._in_slots.add(handle)
+
+        def run() -> None:
+            try:
+                self._finish(handle, lambda: self._run_in_slot(handle, lm, slot))
+            finally:
+                pool.release(slot)
+                with self._lock:
+                    self._in_slots.discard(handle)
+
+        threading.Thread(target=run, name=f"mtp-slot-{slot.index}", daemon=True).start()
+
+    def _run_in_slot(self, handle: JobHandle, lm: LoadedModel, slot) -> J.GenerateResult:
+        result = run_generate(handle.job, lm, self._state.texts_of(lm.name), handle, slot=slot, pool=lm.slots)
+        self._count(result, result.prompt_tokens)
+        return result
+
+    def _drain(self) -> None:
+        """Until no slot of any model is busy."""
+        for lm in list(self._state.models.values()):
+            if isinstance(lm, LoadedModel) and lm.slots is not None:
+                lm.slots.wait_idle()
 
     def _publish_models(self) -> None:
         self._published.publish(self._state)
@@ -279,7 +367,8 @@ class Engine:
         return result
 
     def _count(self, r: J.GenerateResult, prompt_tokens: int) -> None:
-        self.counters["generated_tokens"] += len(r.tokens)
-        self.counters["drafted"] += r.stats.drafted
-        self.counters["accepted"] += r.stats.accepted
-        self.counters["prompt_tokens"] += prompt_tokens
+        with self._lock:  # slots finish on their own threads
+            self.counters["generated_tokens"] += len(r.tokens)
+            self.counters["drafted"] += r.stats.drafted
+            self.counters["accepted"] += r.stats.accepted
+            self.counters["prompt_tokens"] += prompt_tokens

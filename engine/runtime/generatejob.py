@@ -5,6 +5,8 @@ conversation's tokens, what auto learned). Engine thread only.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from engine.runtime import jobs as J
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.policy.store import save_policy
@@ -13,28 +15,39 @@ from engine.runtime.handle import JobHandle
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts
 from engine.runtime.request import prepare
+from engine.runtime.slots.pool import Slot, SlotPool
 
 
-def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle) -> J.GenerateResult:
+def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle, slot: Slot | None = None,
+                 pool: SlotPool | None = None) -> J.GenerateResult:  # fmt: skip
     """Run the resolved ``job`` on ``lm``, emitting its tokens (split into the reply's parts
-    when it has them) and rounds to ``h``."""
+    when it has them) and rounds to ``h``; in ``slot`` of ``pool`` when the model decodes
+    several sequences together (its depth then by goodput: engine.runtime.slots.goodput)."""
     prep = prepare(job, lm, texts)
-    lm.session.phase_hook = job.phase_hook
+    session = slot.session if slot is not None else lm.session
+    if slot is not None and pool is not None and prep.params.depth is not None:
+        prep = replace(prep, params=replace(prep.params, depth=pool.depth_policy(slot, prep.params.depth)))
+    session.phase_hook = job.phase_hook
     parser = prep.reply.parser() if prep.reply is not None else None
 
     def emit(toks: list[int], text: str, lps, parts) -> None:
         h._emit(J.Tokens(tuple(toks), text, None if lps is None else tuple(lps), None if parts is None else tuple(parts)))
 
+    def on_round(r) -> None:
+        if slot is not None:
+            slot.record(r)
+        h._emit(J.Round(r))
+
     try:
-        g = generate(lm.session, prep.prompt, prep.params, cancel=h.cancel_event, on_emit=emit,
-                     on_round=lambda r: h._emit(J.Round(r)), cache=lm.snapshots, splitter=parser)  # fmt: skip
+        g = generate(session, prep.prompt, prep.params, cancel=h.cancel_event, on_emit=emit,
+                     on_round=on_round, cache=lm.snapshots, splitter=parser)  # fmt: skip
         if parser is not None:
             # only a reply cut by its length leaves a call's arguments as they were written
             rest = parser.finish(cut=g.stop_reason in (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL))
             if rest:
                 h._emit(J.Tokens((), "", None, tuple(rest)))
     finally:
-        lm.session.phase_hook = None
+        session.phase_hook = None
         if prep.learns:
             save_policy(lm.auto_policy_path, lm.auto_policy)
     if prep.prompt_text is not None:

@@ -43,8 +43,14 @@ def check_int(
     return value
 
 
-def check_load_settings(*, n_ctx: object, n_batch: object, max_draft_depth: object, n_threads: object = None) -> None:
+#: most sequences one loaded model decodes at once (engine.runtime.slots)
+MAX_PARALLEL = 16
+
+
+def check_load_settings(*, n_ctx: object, n_batch: object, max_draft_depth: object, n_threads: object = None,
+                        parallel: object = 1) -> None:  # fmt: skip
     """Raise :class:`InvalidSettingError` for settings llama.cpp would abort on."""
+    check_int("The number of parallel slots", parallel, 1, MAX_PARALLEL)
     check_int("The context length", n_ctx, MIN_CTX, hint=f" MTP Studio needs a context of at least {MIN_CTX} tokens.")
     check_int("The batch size", n_batch, 1, MAX_BATCH)
     check_int(

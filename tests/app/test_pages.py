@@ -404,3 +404,27 @@ def test_server_page_prompt_cache_budget_and_figures(qtbot, window, fixtures):
     assert info["entries"] > 0 and info["hits"] >= 2
     shown = page.cache_figures.text()
     assert f"{info['entries']} snapshots" in shown and "of 16 MB" in shown and f"{info['hits']} hits" in shown
+
+
+def test_server_page_shows_each_slot_while_requests_decode_together(qtbot, window, fixtures):
+    """The slots box: the setting for the next load, and one row per slot of the loaded
+    model, busy while its request decodes and idle after."""
+    page = window.pages["server"]
+    page.parallel.setValue(3)
+    assert window.ctx.settings.parallel == 3
+    load(qtbot, window, fixtures["partial"].path, "integrated")
+    eng = window.ctx.bridge.engine
+    assert window.models.current["parallel"] == 3
+    handles = [eng.submit(J.Generate(prompt=p, max_tokens=400, ignore_eog=True)) for p in ("one", "two")]
+    qtbot.waitUntil(lambda: sum(s["state"] == "busy" for s in next(iter(eng.slots().values()))) == 2, timeout=30000)
+    page.refresh_slots()
+    assert page.slot_table.rowCount() == 3
+    states = [page.slot_table.item(r, 1).text() for r in range(3)]
+    assert states.count("busy") == 2 and states.count("idle") == 1
+    assert page.slot_figures.text().startswith("2 of 3 busy")
+    for h in handles:
+        h.cancel()
+    qtbot.waitUntil(lambda: all(s["state"] == "idle" for s in next(iter(eng.slots().values()))), timeout=30000)
+    page.refresh_slots()
+    assert [page.slot_table.item(r, 1).text() for r in range(3)] == ["idle"] * 3
+    assert page.slot_figures.text().startswith("0 of 3 busy")

@@ -19,7 +19,8 @@ LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = "none", "last", "all"
 
 
 class Batch(Owned):
-    """A reusable batch of up to ``capacity`` tokens for sequence 0."""
+    """A reusable batch of up to ``capacity`` tokens: of sequence 0 (:meth:`set`), or of
+    several (:meth:`append`)."""
 
     def __init__(self, capacity: int, n_embd: int = 0):
         self._own()
@@ -41,6 +42,8 @@ class Batch(Owned):
         n_seq[:] = 1
         for i in range(capacity):
             self._batch.seq_id[i][0] = 0
+        self._seqs = [0] * capacity  # each row's sequence id as last written
+        self._mixed = False
         self.n = 0
         self.n_logits = 0  # rows that ask for logits
 
@@ -50,11 +53,16 @@ class Batch(Owned):
         return self._batch
 
     def set(self, tokens, pos0: int, logits: str = LOGITS_LAST, hidden: np.ndarray | None = None) -> None:
-        """Fill the batch with ``tokens`` at positions ``pos0..``; ``hidden`` gives one row
-        per token (MTP batches only)."""
+        """Fill the batch with ``tokens`` of sequence 0 at positions ``pos0..``; ``hidden``
+        gives one row per token (MTP batches only)."""
         n = len(tokens)
         if n > self.capacity:
             raise ValueError(f"batch of {n} tokens exceeds capacity {self.capacity}")
+        if self._mixed:  # rows of other sequences were appended here before
+            for j in range(self.capacity):
+                self._batch.seq_id[j][0] = 0
+            self._seqs = [0] * self.capacity
+            self._mixed = False
         self.tokens[:n] = tokens
         self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
         if logits == LOGITS_ALL:
@@ -69,6 +77,33 @@ class Batch(Owned):
             assert self.embd is not None, "this batch carries no hidden rows"
             self.embd[:n] = hidden
         self.n = n
+
+    def clear(self) -> None:
+        self.n = 0
+        self.n_logits = 0
+
+    def append(self, tokens: np.ndarray, pos: np.ndarray, logits: np.ndarray, seq: int,
+               hidden: np.ndarray | None = None) -> None:  # fmt: skip
+        """Add rows of sequence ``seq`` after those already here (a step of several
+        sequences: engine.runtime.slots): tokens, positions, logit flags, hidden rows."""
+        n, i = len(tokens), self.n
+        if i + n > self.capacity:
+            raise ValueError(f"batch of {i + n} tokens exceeds capacity {self.capacity}")
+        self.tokens[i : i + n] = tokens
+        self.pos[i : i + n] = pos
+        self.logits[i : i + n] = logits
+        if hidden is not None:
+            assert self.embd is not None, "this batch carries no hidden rows"
+            self.embd[i : i + n] = hidden
+        seq_ids = self._batch.seq_id
+        seen = self._seqs
+        self._mixed = True
+        for j in range(i, i + n):
+            if seen[j] != seq:
+                seq_ids[j][0] = seq
+                seen[j] = seq
+        self.n = i + n
+        self.n_logits += int(logits.sum())
 
     def close(self) -> None:
         free = self._closer()

@@ -46,6 +46,7 @@ class Context(OwnedPtr):
         exact: bool = False,
         offload_kqv: bool = True,
         n_outputs: int = 0,
+        n_seq: int = 1,
     ):
         self._own()
         L = llama()
@@ -55,10 +56,13 @@ class Context(OwnedPtr):
             # quantized KV cache so one-token decodes never take the split-KV reduction
             p.flash_attn_type = EXACT_FLASH_ATTN
             p.type_k = p.type_v = EXACT_KV_TYPE
-        p.n_ctx = n_ctx
+        # several sequences (engine.runtime.slots): a KV stream of n_ctx cells each, so one
+        # never takes another's cells and attends over its own only
+        p.n_ctx = n_ctx * n_seq
         p.n_batch = n_batch
         p.n_ubatch = n_batch  # >= max(K+1, n_rs_seq+2), or every decode asserts
-        p.n_seq_max = 1
+        p.n_seq_max = n_seq
+        p.kv_unified = n_seq == 1
         # logit rows one decode may ask for (0: n_batch, llama.cpp's default). Each context
         # reserves n_vocab x n_outputs floats in its compute buffer: 1 GiB for nothing
         # on a 248k vocabulary at 512 when a decode reads at most depth + 1 rows
@@ -79,6 +83,9 @@ class Context(OwnedPtr):
         self._ptr = ptr
         self.model = model
         self.n_ctx = int(L.llama_n_ctx(ptr))
+        self.n_seq = n_seq
+        #: the positions one sequence may hold (n_ctx with one sequence)
+        self.n_ctx_seq = int(L.llama_n_ctx_seq(ptr)) if n_seq > 1 else self.n_ctx
         # what llama.cpp really uses: it clamps the batch to the context
         self.n_batch = int(L.llama_n_batch(ptr))
         self.n_ubatch = int(L.llama_n_ubatch(ptr))
@@ -137,6 +144,15 @@ class Context(OwnedPtr):
             raise DecodeError("no logits: the last decode asked for none")
         return self._view("logits", ptr, (self.n_outputs, self.model.n_vocab))
 
+    def logit_rows_view(self) -> np.ndarray:
+        """Every logit row of the last decode (output rows in batch order), as a view."""
+        return self._logit_rows()
+
+    def hidden_view(self) -> np.ndarray:
+        """Every hidden row of the last decode (a target's by batch row, an MTP context's
+        by output row), as a view."""
+        return self.hidden_rows(self.n_batch)
+
     def _view(self, name: str, ptr, shape: tuple[int, int]) -> np.ndarray:
         """A numpy view of llama.cpp's buffer ``name`` at ``ptr``, made again only when the
         buffer has moved."""
@@ -174,44 +190,54 @@ class Context(OwnedPtr):
         return self.hidden_rows(i + 1)[i]
 
     # ------------------------------------------------------------------ memory
-    def seq_rm(self, p0: int, p1: int = -1) -> bool:
-        """Remove positions ``[p0, p1)``. False when llama.cpp cannot (recurrent state
-        rolls back only within ``n_rs_seq`` tokens of the last decode, once)."""
-        return bool(llama().llama_memory_seq_rm(self._mem, 0, p0, p1))
+    def seq_rm(self, p0: int, p1: int = -1, *, seq: int = 0) -> bool:
+        """Remove positions ``[p0, p1)`` of sequence ``seq``. False when llama.cpp cannot
+        (recurrent state rolls back only within ``n_rs_seq`` tokens of the last decode, once)."""
+        return bool(llama().llama_memory_seq_rm(self._mem, seq, p0, p1))
 
     def clear(self) -> None:
         if self.shares_memory:
             return  # it holds nothing of its own (and its cells are the target's)
         llama().llama_memory_clear(self._mem, True)
 
-    # ------------------------------------------------------------------- state
-    def state_size(self) -> int:
-        """Bytes :meth:`state_get` would return now (sequence 0: KV cells, recurrent state)."""
-        return int(llama().llama_state_seq_get_size(self.ptr, 0))
+    def clear_seq(self, seq: int) -> None:
+        """Empty one sequence (every sequence, with only one)."""
+        if self.shares_memory:
+            return
+        if self.n_seq == 1:
+            self.clear()
+        else:
+            llama().llama_memory_seq_rm(self._mem, seq, -1, -1)
 
-    def state_get(self) -> bytearray:
-        """A copy of sequence 0's whole memory state: the KV cells with their positions,
-        and on a hybrid or recurrent model its recurrent state. Raises MemoryError when
-        host memory cannot hold it."""
+    # ------------------------------------------------------------------- state
+    def state_size(self, seq: int = 0) -> int:
+        """Bytes :meth:`state_get` would return now (a sequence's KV cells, recurrent state)."""
+        return int(llama().llama_state_seq_get_size(self.ptr, seq))
+
+    def state_get(self, seq: int = 0) -> bytearray:
+        """A copy of sequence ``seq``'s whole memory state: the KV cells with their
+        positions, and on a hybrid or recurrent model its recurrent state. Raises
+        MemoryError when host memory cannot hold it."""
         L = llama()
-        n = self.state_size()
+        n = self.state_size(seq)
         buf = bytearray(n)
         view = (ctypes.c_uint8 * n).from_buffer(buf)
-        written = int(L.llama_state_seq_get_data(self.ptr, view, n, 0))
+        written = int(L.llama_state_seq_get_data(self.ptr, view, n, seq))
         del view  # release the export so the buffer stays resizable
         if written != n:
             raise ContextError(f"llama.cpp wrote {written} of {n} state bytes")
         return buf
 
-    def state_set(self, data: bytearray) -> None:
-        """Replace sequence 0's memory with ``data`` from :meth:`state_get` of a context of
-        the same model and settings. On failure the sequence is left empty."""
+    def state_set(self, data: bytearray, seq: int = 0) -> None:
+        """Replace sequence ``seq``'s memory with ``data`` from :meth:`state_get` of a
+        context of the same model and settings (any sequence of it). On failure the
+        sequence is left empty."""
         L = llama()
-        self.clear()
+        self.clear_seq(seq)
         n = len(data)
         view = (ctypes.c_uint8 * n).from_buffer(data)
-        read = int(L.llama_state_seq_set_data(self.ptr, view, n, 0))
+        read = int(L.llama_state_seq_set_data(self.ptr, view, n, seq))
         del view
         if read != n:
-            self.clear()
+            self.clear_seq(seq)
             raise ContextError(f"llama.cpp could not restore a state snapshot ({read} of {n} bytes read)")

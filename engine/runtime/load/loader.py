@@ -42,6 +42,9 @@ from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
+from engine.runtime.slots.batcher import Batcher
+from engine.runtime.slots.pool import SlotPool
+from engine.runtime.slots.seqcontext import SeqContext
 from engine.runtime.prompt.calls import GENERIC
 from engine.runtime.prompt.templates import ChatTemplate, resolve_template
 
@@ -93,6 +96,9 @@ class LoadSpec:
     #: logit rows one target decode may read (llama.cpp's n_outputs_max); None: what
     #: decoding reads (engine.gguf.memory.logit_rows). Tools that read a whole batch's logits raise it.
     logit_rows: int | None = None
+    #: sequences decoded together (engine.runtime.slots): each has a KV stream of
+    #: ``n_ctx`` cells; 1: one at a time. The memory check lowers it to what fits.
+    parallel: int = 1
 
 
 @dataclass
@@ -115,6 +121,9 @@ class LoadedModel:
     auto_policy_path: Path | None = None
     #: the prompt cache: snapshots of this model's prompt prefixes (set by the engine)
     snapshots: SnapshotCache | None = None
+    #: with ``parallel`` > 1: the slots (``session`` is slot 0's), and the shared contexts
+    slots: SlotPool | None = None
+    shared: tuple[Context, ...] = ()
 
     @property
     def max_draft_depth(self) -> int:
@@ -125,10 +134,16 @@ class LoadedModel:
     def close(self) -> None:
         if self.snapshots is not None:
             self.snapshots.clear()
-        self.session.close()
-        if self.session.draft is not None:
-            self.session.draft.close()
-        self.session.target.close()
+        if self.slots is not None:
+            self.slots.close()
+        sessions = [s.session for s in self.slots.slots] if self.slots is not None else [self.session]
+        for session in sessions:
+            session.close()
+            if session.draft is not None:
+                session.draft.close()
+            session.target.close()
+        for ctx in self.shared:  # the MTP context before the target it may read
+            ctx.close()
         if self.head_model is not None:
             self.head_model.close()
         self.model.close()
@@ -200,7 +215,8 @@ def load(
     """Validate, probe and load. Raises typed errors (never aborts the process on a
     file that failed validation)."""
     limits.check_load_settings(
-        n_ctx=spec.n_ctx, n_batch=spec.n_batch, max_draft_depth=spec.max_draft_depth, n_threads=spec.n_threads
+        n_ctx=spec.n_ctx, n_batch=spec.n_batch, max_draft_depth=spec.max_draft_depth, n_threads=spec.n_threads,
+        parallel=spec.parallel,
     )
     if spec.exact and not exact_mod.tiled_off():
         raise InvalidSettingError(
@@ -215,6 +231,8 @@ def load(
         )
     if spec.tensor_split is not None and not endpoints:
         raise InvalidSettingError("A tensor split only applies with RPC devices (--rpc).")
+    if endpoints and spec.parallel > 1:
+        spec = replace(spec, parallel=1)  # a model over RPC runs in a worker process, one sequence at a time
     target_set, facts = _checked(spec.path, "The model")
     if spec.exact and (problem := exact_mod.head_dims_problem(target_set.first)):
         raise InvalidSettingError(problem)
@@ -238,7 +256,7 @@ def load(
         if progress is not None:
             progress(fraction, what)
 
-    requested_ctx = spec.n_ctx
+    requested_ctx, requested_parallel = spec.n_ctx, spec.parallel
     fit_report = None
     if spec.fit != "off" and not endpoints:
         spec, fit_report = _check_fit(spec, target_set, head_set if source == MtpSource.EXTERNAL else None, source)
@@ -296,16 +314,14 @@ def load(
             )
             if head_model.n_embd_out != model.n_embd_out or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
-        session = _contexts(
+        session, pool, shared = _contexts(
             spec, source, model, head_model, local_kv=placement is not None,
             heads=heads,
             holes_ok=fam.mrope if fam is not None else True,
         )  # fmt: skip
         if (mode == "shared") != session.shared:  # the table and llama.cpp disagree: never draft on a guess
-            session.close()
-            if session.draft is not None:
-                session.draft.close()
-            session.target.close()
+            for ctx in shared or tuple(c for c in (session.draft, session.target) if c is not None):
+                ctx.close()
             raise MtpUnavailableError(
                 f"{fam.label if fam is not None else facts.architecture}: llama.cpp "
                 + ("did not link this head to the target's KV cache" if mode == "shared" else "linked this head to the target's KV cache")
@@ -326,6 +342,9 @@ def load(
         "architecture": facts.architecture,
         "description": model.description,
         "n_ctx": session.n_ctx,
+        #: sequences decoded together (1: one at a time)
+        "parallel": len(pool) if pool is not None else 1,
+        "parallel_requested": requested_parallel,
         "n_ctx_train": model.n_ctx_train,
         "n_vocab": model.n_vocab,
         "n_embd": model.n_embd,
@@ -357,7 +376,7 @@ def load(
         "fit": fit_report.to_json() if fit_report is not None else None,
         "memory": fit_report.estimate.to_json() if fit_report is not None else None,
     }
-    return LoadedModel(spec, name, source, model, head_model, session, facts, info, template)
+    return LoadedModel(spec, name, source, model, head_model, session, facts, info, template, slots=pool, shared=shared)
 
 
 FIT_CHECKS = ("check", "shrink", "off")
@@ -373,12 +392,18 @@ def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: 
     head_shape = ModelShape.of_set(head) if head is not None else None
     devices = fit.machine_devices()
 
-    def assess(n_ctx: int) -> fit.Fit:
-        return fit.assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train), devices, mtp=source != MtpSource.OFF,
-                          head=head_shape, depth=max(1, spec.max_draft_depth), n_batch=spec.n_batch,
-                          n_gpu_layers=spec.n_gpu_layers)  # fmt: skip
+    def assess(n_ctx: int, parallel: int = 1) -> fit.Fit:
+        # each slot has a KV stream of n_ctx cells: the cache is that many contexts' worth
+        return fit.assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train) * parallel, devices,
+                          mtp=source != MtpSource.OFF, head=head_shape, depth=max(1, spec.max_draft_depth),
+                          n_batch=spec.n_batch, n_gpu_layers=spec.n_gpu_layers)  # fmt: skip
 
-    f = assess(spec.n_ctx)
+    parallel = spec.parallel
+    f = assess(spec.n_ctx, parallel)
+    while not f.fits and parallel > 1:  # fewer slots before a smaller context or a refusal
+        parallel = max(1, parallel // 2)
+        f = assess(spec.n_ctx, parallel)
+    spec = replace(spec, parallel=parallel)
     if not f.fits and spec.fit == "shrink" and f.max_ctx >= limits.MIN_CTX:
         spec = replace(spec, n_ctx=f.max_ctx)
         f = assess(spec.n_ctx)
@@ -412,8 +437,12 @@ def _quant_name(ms: ModelSet) -> str | None:
 
 
 def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None, *, local_kv: bool = False,
-              heads: int = 1, holes_ok: bool = True) -> Session:  # fmt: skip
+              heads: int = 1, holes_ok: bool = True) -> tuple[Session, SlotPool | None, tuple[Context, ...]]:  # fmt: skip
+    """The target and MTP contexts and the session over them; with ``spec.parallel`` > 1,
+    contexts of that many sequences, a session per slot over views of them
+    (:mod:`engine.runtime.slots`), and the shared contexts (the MTP one first)."""
     use_mtp = source != MtpSource.OFF
+    n_seq = spec.parallel
     n_ctx = limits.effective_ctx(spec.n_ctx, model.n_ctx_train)
     depth = max(1, spec.max_draft_depth)
     n_batch = limits.batch_for(spec.n_batch, depth, n_ctx)
@@ -425,7 +454,8 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         nextn_embeddings=use_mtp,
         n_threads=spec.n_threads,
         exact=spec.exact,
-        n_outputs=spec.logit_rows or logit_rows(depth),
+        n_outputs=(spec.logit_rows or logit_rows(depth)) * n_seq,
+        n_seq=n_seq,
     )
     try:
         limits.check_context_sizes(
@@ -445,9 +475,19 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
                 nextn_embeddings=True,
                 n_threads=spec.n_threads,
                 offload_kqv=not local_kv,  # with RPC devices: the draft's KV cache stays on this machine
-                n_outputs=1,
+                n_outputs=n_seq,
+                n_seq=n_seq,
             )
         except BaseException:
             target.close()
             raise
-    return Session(target, draft, heads=heads, holes_ok=holes_ok)
+    if n_seq == 1:
+        return Session(target, draft, heads=heads, holes_ok=holes_ok), None, ()
+    batcher = Batcher(target, draft)
+    sessions = [
+        Session(SeqContext(target, i, batcher), SeqContext(draft, i, batcher) if draft is not None else None,
+                heads=heads, holes_ok=holes_ok)  # fmt: skip
+        for i in range(n_seq)
+    ]
+    shared = (draft, target) if draft is not None else (target,)
+    return sessions[0], SlotPool(batcher, sessions), shared

@@ -45,6 +45,23 @@ async def metrics(request: Request):
     lines += _line("mtp_prompt_cache_budget_bytes", "gauge", "The snapshots' memory budget (0: off).",
                    [("", pc["budget_bytes"])])  # fmt: skip
     lines += _line("mtp_queue_depth", "gauge", "Engine jobs running or waiting.", [("", st.engine.queue_depth)])
+    slots = [(m, x) for m, per in st.engine.slots().items() for x in per]
+
+    def per_slot(key: str) -> list[tuple[str, float]]:
+        return [(f'{{model="{m}",slot="{x["slot"]}"}}', float(x[key] or 0)) for m, x in slots] or [("", 0)]
+
+    lines += _line("mtp_slots", "gauge", "Slots of the loaded models (requests decoded together).", [("", len(slots))])
+    lines += _line("mtp_slots_busy", "gauge", "Slots decoding a request now.",
+                   [("", sum(x["state"] == "busy" for _, x in slots))])  # fmt: skip
+    lines += _line("mtp_slots_tokens_per_second", "gauge", "Tokens per second of every busy slot together.",
+                   [("", sum(x["tokens_per_second"] for _, x in slots))])  # fmt: skip
+    lines += _line("mtp_slot_busy", "gauge", "1 while the slot decodes a request.",
+                   [(f'{{model="{m}",slot="{x["slot"]}"}}', float(x["state"] == "busy")) for m, x in slots] or [("", 0)])
+    lines += _line("mtp_slot_tokens_per_second", "gauge", "The slot's request: tokens per second so far.",
+                   per_slot("tokens_per_second"))  # fmt: skip
+    lines += _line("mtp_slot_draft_depth", "gauge", "The slot's draft depth in its last round.", per_slot("depth"))
+    lines += _line("mtp_slot_requests_total", "counter", "Requests the slot has decoded.", per_slot("requests"))
+    lines += _line("mtp_slot_tokens_total", "counter", "Tokens the slot has generated.", per_slot("tokens_total"))
     lines += _line("mtp_requests_in_flight", "gauge", "Endpoint requests admitted and not finished.", [("", st.pending)])
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 

@@ -93,7 +93,9 @@ class SnapshotCache:
         self._entries: OrderedDict[bytes, Snapshot] = OrderedDict()  # least recently used first
         self._bytes = 0
         self.stats = CacheStats()
-        self._lock = threading.Lock()  # guards the figures :meth:`info` reads
+        #: guards the entries and figures: sequences decoding together (engine.runtime.slots)
+        #: share one cache, and the Server page reads its figures
+        self._lock = threading.RLock()
 
     # ---------------------------------------------------------------- entries
     def __len__(self) -> int:
@@ -108,7 +110,8 @@ class SnapshotCache:
         return self.budget > 0
 
     def entries(self) -> list[Snapshot]:
-        return list(self._entries.values())
+        with self._lock:
+            return list(self._entries.values())
 
     def add(self, snap: Snapshot) -> bool:
         """Keep ``snap``, evicting the least recently used entries to fit the budget.
@@ -154,9 +157,10 @@ class SnapshotCache:
     def find(self, tokens: list[int] | np.ndarray) -> Snapshot | None:
         """The entry holding exactly ``tokens`` (marked as just used)."""
         key = token_key(np.asarray(tokens, np.int32))
-        snap = self._entries.get(key)
-        if snap is not None:
-            self._entries.move_to_end(key)
+        with self._lock:
+            snap = self._entries.get(key)
+            if snap is not None:
+                self._entries.move_to_end(key)
         return snap
 
     def best(self, prompt: np.ndarray, limit: int, *, cut: bool) -> tuple[Snapshot | None, int]:
@@ -164,7 +168,7 @@ class SnapshotCache:
         most ``limit``). With ``cut`` (the model's memory can be cut back) an entry counts
         for its common prefix with the prompt; without, only an entry wholly inside it."""
         best, best_n = None, 0
-        for snap in self._entries.values():  # oldest first: a later one wins a tie
+        for snap in self.entries():  # oldest first: a later one wins a tie
             n = min(snap.n, len(prompt))
             diff = np.flatnonzero(snap.tokens[:n] != prompt[:n])
             shared = int(diff[0]) if diff.size else n
@@ -200,9 +204,9 @@ class SnapshotCache:
 
     def note_restored(self, snap: Snapshot, n: int) -> None:
         """A prefill resumed from ``snap`` (``n`` of its tokens used)."""
-        if snap.key in self._entries:
-            self._entries.move_to_end(snap.key)
         with self._lock:
+            if snap.key in self._entries:
+                self._entries.move_to_end(snap.key)
             self.stats.hits += 1
             self.stats.restored_tokens += n
 

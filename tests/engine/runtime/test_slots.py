@@ -1,0 +1,190 @@
+"""Several sequences of one model decoding together (engine.runtime.slots), through the
+real engine on fixtures: a hybrid (qwen35, recurrent state per sequence) and an
+attention-only MoE (glm4moe). Each sequence's output equals its output alone, whatever
+decodes beside it and whenever it joins or leaves; cancelling one never disturbs another."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.errors import QueueFullError
+from engine.runtime import jobs as J
+from engine.runtime.decode.grammar import GrammarSpec
+from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.load.loader import LoadSpec
+
+PROMPTS = ["Hello there, how are you today?", "The quick brown fox jumps over", "Once upon a time in a land far away",
+           "Numbers: one two three four five", "A list of colours: red, green,", "Dear friend, I write to you"]  # fmt: skip
+
+#: what each of several concurrent requests asks for: MTP auto, off, a fixed depth,
+#: seeded sampling, penalties and a grammar
+ASKS = [
+    dict(draft_depth="auto"),
+    dict(mtp=J.Mtp.OFF),
+    dict(draft_depth=2),
+    dict(temperature=0.9, top_k=40, seed=7, draft_depth=2),
+    dict(repeat_penalty=1.3, frequency_penalty=0.4, draft_depth="auto"),
+    dict(grammar=None, draft_depth=3),
+]
+
+
+@pytest.fixture(scope="module")
+def attention_only(tmp_path_factory) -> Path:
+    """glm4moe: attention-only, its MTP layer inside (written in a child process)."""
+    out = tmp_path_factory.mktemp("slotfam")
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    done = subprocess.run([sys.executable, "-m", "engine.synth.families", str(out), "glm4moe"], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return Path(json.loads(done.stdout.strip().splitlines()[-1])["glm4moe"]["target"])
+
+
+@pytest.fixture(params=["hybrid", "attention"])
+def model_path(request, fixtures, attention_only) -> Path:
+    return fixtures["partial"].path if request.param == "hybrid" else attention_only
+
+
+def _engine(path: Path, parallel: int, **defaults) -> Engine:
+    e = Engine(EngineDefaults(**defaults)).start()
+    e.submit(J.LoadModel(LoadSpec(path, n_ctx=512, probe=False, fit="off", parallel=parallel))).result()
+    return e
+
+
+def _job(i: int, max_tokens: int = 32, **kw) -> J.Generate:
+    ask = dict(ASKS[i % len(ASKS)])
+    if "grammar" in ask:  # the output must follow a grammar (its forced tokens ride along)
+        ask["grammar"] = GrammarSpec("regex", r"(the |a |an )?[a-z]{2,12}( [a-z]{2,12}){2,30}")
+    return J.Generate(prompt=PROMPTS[i % len(PROMPTS)], max_tokens=max_tokens, ignore_eog=True, **{**ask, **kw})
+
+
+def _alone(path: Path, jobs: list[J.Generate]) -> list[list[int]]:
+    with _engine(path, 1) as e:
+        return [e.submit(j).result().tokens for j in jobs]
+
+
+@pytest.mark.parametrize("parallel", [1, 2, 4])
+def test_each_sequence_equals_its_output_alone(model_path, parallel):
+    jobs = [_job(i) for i in range(max(parallel, 2) + 2)]  # more requests than slots: some wait
+    want = _alone(model_path, jobs)
+    with _engine(model_path, parallel) as e:
+        handles = [e.submit(j) for j in jobs]
+        got = [h.result() for h in handles]
+        slots = e.slots()
+    assert [g.tokens for g in got] == want
+    assert all(len(t) == 32 for t in want)
+    if parallel > 1:
+        (info,) = slots.values()
+        assert len(info) == parallel and sum(s["requests"] for s in info) == len(jobs)
+        assert all(s["state"] == "idle" for s in info)
+    drafted = [g.stats.drafted for g, j in zip(got, jobs) if j.mtp != J.Mtp.OFF]
+    assert sum(drafted) > 0
+
+
+def test_join_and_leave_mid_stream(fixtures):
+    path = fixtures["partial"].path
+    long, short = _job(0, max_tokens=96), _job(2, max_tokens=12)
+    want = _alone(path, [long, short])
+    with _engine(path, 2) as e:
+        seen = threading.Event()
+        count = [0]
+
+        def on(ev):
+            if isinstance(ev, J.Tokens):
+                count[0] += len(ev.tokens)
+                if count[0] >= 16:
+                    seen.set()
+
+        a = e.submit(long, on_event=on)
+        assert seen.wait(60)
+        b = e.submit(short)  # joins while the first streams, and leaves before it ends
+        rb, ra = b.result(), a.result()
+    assert [ra.tokens, rb.tokens] == want
+
+
+def test_cancelling_one_sequence_leaves_the_other_untouched(fixtures):
+    path = fixtures["partial"].path
+    keep, drop = _job(0, max_tokens=64), _job(1, max_tokens=200)
+    want = _alone(path, [keep])[0]
+    with _engine(path, 2) as e:
+        started, ended = threading.Event(), []
+
+        def on(ev):
+            if isinstance(ev, J.Tokens):
+                started.set()
+            elif isinstance(ev, (J.Done, J.Failed)):
+                ended.append(ev)
+
+        b = e.submit(drop, on_event=on)
+        a = e.submit(keep)
+        assert started.wait(60)
+        b.cancel()
+        ra = a.result()
+        assert ra.tokens == want
+        for _ in range(600):
+            if ended:
+                break
+            threading.Event().wait(0.1)
+        assert isinstance(ended[-1], J.Done) and ended[-1].cancelled
+        # the cancelled slot is free at once: a new request runs beside nothing and matches
+        assert e.submit(keep).result().tokens == want
+
+
+def test_prompt_cache_restores_into_a_busy_engine(fixtures):
+    path = fixtures["partial"].path
+    system = {"role": "system", "content": "You are a careful assistant. " * 6}
+    first = J.Generate(messages=[system, {"role": "user", "content": "Tell me about cats."}], max_tokens=16,
+                       ignore_eog=True)  # fmt: skip
+    second = J.Generate(messages=[system, {"role": "user", "content": "Tell me about dogs."}], max_tokens=16,
+                        ignore_eog=True)  # fmt: skip
+    busy = _job(0, max_tokens=160)
+    want = _alone(path, [first, second])
+    with _engine(path, 2) as e:
+        b = e.submit(busy)
+        r1 = e.submit(first).result()
+        r2 = e.submit(second).result()  # its prefix comes from the cache, into whichever slot is free
+        b.result()
+        info = e.prompt_cache_info()
+    assert [r1.tokens, r2.tokens] == want
+    # the system prompt's snapshot (a message boundary) is restored for the second
+    assert info["hits"] >= 1 and r2.stats.prompt_tokens_restored > 0
+
+
+def test_a_full_queue_refuses_work_while_every_slot_is_busy(fixtures):
+    path = fixtures["partial"].path
+    e = Engine(EngineDefaults(max_queue=2)).start()
+    try:
+        e.submit(J.LoadModel(LoadSpec(path, n_ctx=512, probe=False, fit="off", parallel=2))).result()
+        handles, refused = [], None
+        for i in range(12):
+            try:
+                handles.append(e.submit(_job(i, max_tokens=200)))
+            except QueueFullError as err:
+                refused = err
+                break
+        assert refused is not None and "queue is full" in str(refused)
+        for h in handles:
+            h.cancel()
+        ends = [[ev for ev in h.events(timeout=60) if isinstance(ev, (J.Done, J.Failed))][-1] for h in handles]
+        assert all(isinstance(ev, J.Done) for ev in ends)
+    finally:
+        e.stop()
+
+
+def test_exact_mode_is_bit_exact_with_four_sequences(fixtures, tmp_path):
+    """Exact mode (a child process: it switches process-wide kernels) on the hybrid
+    fixture quantized to Q8_0: four sequences decoded together give the tokens each gives
+    alone, bit for bit, and every logit row of a batched step equals the row alone."""
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.exact_slots_child", str(fixtures["partial"].path),
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r["identity"].startswith("bit-exact")
+    assert r["same_tokens"] == [True] * 4 and r["max_logit_diff"] == 0.0

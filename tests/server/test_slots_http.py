@@ -1,0 +1,78 @@
+"""Several clients of the endpoint at once, decoded together (engine.runtime.slots), over
+real HTTP with the official ``openai`` client: each stream equals its reply alone, /metrics
+shows every slot, and a client that disconnects frees its slot at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import httpx2 as httpx
+from engine.runtime import jobs as J
+from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.load.loader import LoadSpec
+from engine.server.runner import ServerThread
+from engine.server.settings import ServerSettings
+
+PROMPTS = ["Hello there, how are you today?", "The quick brown fox jumps over", "Once upon a time in a land far away"]
+
+
+@pytest.fixture(scope="module")
+def served(fixtures):
+    eng = Engine(EngineDefaults(prompt_cache_mb=0)).start()
+    eng.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=512, probe=False, fit="off", parallel=2,
+                                    name="tiny"))).result(60)  # fmt: skip
+    srv = ServerThread(eng, ServerSettings(port=0)).start()
+    srv.wait_ready()
+    yield srv, eng
+    srv.stop()
+    eng.stop()
+
+
+def _values(url: str) -> dict[str, float]:
+    text = httpx.get(url + "/metrics").text
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and line[0] != "#"}
+
+
+def test_concurrent_streams_equal_their_replies_alone_and_metrics_show_the_slots(served):
+    from openai import OpenAI
+
+    srv, _ = served
+    with OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
+        def ask(prompt: str) -> str:
+            stream = client.completions.create(model="tiny", prompt=prompt, max_tokens=40, temperature=0, stream=True,
+                                               extra_body={"ignore_eos": True})  # fmt: skip
+            return "".join(c.choices[0].text for c in stream if c.choices)
+
+        alone = [ask(p) for p in PROMPTS]
+        together: list[str | None] = [None] * len(PROMPTS)
+        threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, ask(PROMPTS[i]))) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert together == alone and all(alone)
+    v = _values(srv.url)
+    assert v["mtp_slots"] == 2
+    assert v['mtp_slot_requests_total{model="tiny",slot="0"}'] + v['mtp_slot_requests_total{model="tiny",slot="1"}'] == 6
+    assert v['mtp_slot_requests_total{model="tiny",slot="1"}'] >= 1  # the second slot took part
+    assert v["mtp_slots_busy"] == 0
+
+
+def test_a_client_that_disconnects_frees_its_slot(served):
+    srv, eng = served
+    body = {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 400, "stream": True, "ignore_eos": True}
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", srv.url + "/v1/completions", json=body) as r:
+            for n, _ in enumerate(r.iter_lines()):
+                if n >= 3:
+                    break  # leave mid-stream
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all(s["state"] == "idle" for s in eng.slots()["tiny"]):
+            break
+        time.sleep(0.05)
+    assert all(s["state"] == "idle" for s in eng.slots()["tiny"])
+    assert _values(srv.url)["mtp_slots_busy"] == 0
