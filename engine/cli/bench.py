@@ -24,10 +24,11 @@ def register(sub) -> None:
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=lambda a: _compose(a))
     _register_make_model(bsub)
-    from engine.cli import benchcache, benchmemory
+    from engine.cli import benchcache, benchmemory, benchslots
 
     benchcache.register(bsub)
     benchmemory.register(bsub)
+    benchslots.register(bsub)
 
     sv = bsub.add_parser("server", help="HTTP endpoint overhead vs in-process, and concurrent throughput")
     sv.add_argument("--model", type=Path, required=True)

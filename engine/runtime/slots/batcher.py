@@ -24,6 +24,7 @@ contexts (rolling back, snapshots) holds :attr:`Batcher.lock`, as a step does.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ import numpy as np
 from engine.errors import DecodeError
 from engine.runtime.llama.batch import Batch
 from engine.runtime.llama.context import Context
+
+
+#: seconds between the interpreter's thread switches while sequences decode together
+SWITCH_INTERVAL = 0.0005
 
 
 @dataclass(eq=False)
@@ -103,6 +108,11 @@ class Batcher:
         #: per context, the requests whose rows are views of its output buffers
         self._holders: dict[int, list[Request]] = {}
         self.figures = StepFigures()
+        # a step starts only when every sequence's thread has handed over its rows, and
+        # the threads serving the endpoint run Python too: with the interpreter's default
+        # 5 ms between thread switches, each handover could wait that long (a step
+        # decodes in 15-35 ms on this machine)
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
 
     # ------------------------------------------------------------ taking part
     def join(self) -> None:

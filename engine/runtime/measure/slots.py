@@ -1,0 +1,179 @@
+"""Concurrent clients against an OpenAI-compatible endpoint: aggregate throughput and what
+each client sees (``mtp-studio bench slots``).
+
+N clients each send one streamed greedy completion at the same moment; the figures are
+the tokens of all of them per second of wall time, and per client the time per token
+after its first (its generation time over its tokens) and the time to its first token.
+The same measurement runs against this app's endpoint (arms: request values such as MTP
+off or a draft depth) and against llama-server processes started on the same file (arms:
+their command lines), in alternating rounds: this machine's speed drifts between
+launches, so every arm's round r runs between the others' rounds r.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx2 as httpx
+
+PROMPTS = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a refrigerator works to a ten-year-old.",
+    "List the steps to bake a loaf of bread at home.",
+    "Describe a walk through a forest in autumn.",
+    "Summarise the rules of chess for a beginner.",
+    "Give advice to someone starting their first job.",
+    "Describe the water cycle in simple terms.",
+    "Tell a story about a robot learning to paint.",
+]
+
+
+@dataclass
+class Run:
+    clients: int
+    wall_s: float
+    tokens: int
+    per_token_ms: list[float] = field(default_factory=list)  # one per client
+    first_token_ms: list[float] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _one(url: str, model: str, prompt: str, max_tokens: int, extra: dict, out: list, i: int, start: threading.Event) -> None:
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}, **extra}  # fmt: skip
+    start.wait()
+    t0 = time.perf_counter()
+    first = last = None
+    tokens = 0
+    with httpx.Client(timeout=600) as c, c.stream("POST", url + "/v1/completions", json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"].get("completion_tokens", tokens)
+            if any(ch.get("text") for ch in chunk.get("choices") or []):
+                now = time.perf_counter()
+                first = first if first is not None else now
+                last = now
+    out[i] = (tokens, (first or t0) - t0, (last or t0) - (first or t0))
+
+
+def measure(url: str, model: str, clients: int, max_tokens: int, extra: dict | None = None) -> Run:
+    out: list = [None] * clients
+    start = threading.Event()
+    threads = [threading.Thread(target=_one, args=(url, model, PROMPTS[i % len(PROMPTS)], max_tokens, extra or {}, out, i,
+                                                   start)) for i in range(clients)]  # fmt: skip
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    start.set()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if any(o is None for o in out):
+        raise RuntimeError("a client got no reply")
+    run = Run(clients, wall, sum(o[0] for o in out))
+    for tokens, ttft, gen in out:
+        run.first_token_ms.append(ttft * 1000)
+        run.per_token_ms.append(gen * 1000 / max(tokens - 1, 1))
+    return run
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    v = sorted(values)
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+
+
+# ------------------------------------------------------------------ llama-server
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """A llama-server process on ``model`` with ``args``, until :meth:`stop`."""
+
+    def __init__(self, binary: str, model: Path, args: list[str], threads: int):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, GGML_NO_BACKTRACE="1")
+        self.proc = subprocess.Popen([binary, "-m", str(model), "--port", str(self.port), "--host", "127.0.0.1", "-t",
+                                      str(threads), "--no-webui", *args], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+        self._wait()
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.proc.args[0]} exited with {self.proc.returncode}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("llama-server did not become ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class OurServer(LlamaServer):
+    """This app's endpoint (``mtp-studio serve``) in a process of its own, as llama-server
+    runs: clients in the benchmark's process must not share an interpreter with it."""
+
+    def __init__(self, model: Path, parallel: int, ctx: int):  # noqa: D107 - same readiness wait
+        import sys
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, GGML_NO_BACKTRACE="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "app.launcher", "serve", "--model", str(model), "--port",
+                                      str(self.port), "--parallel", str(parallel), "--ctx", str(ctx), "--cache-ram", "0",
+                                      "--max-pending", "256", "--no-fit-check"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+        self._wait()
+
+    def model_name(self) -> str:
+        return httpx.get(self.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+
+
+def find_llama_server(given: str | None) -> str | None:
+    return given or shutil.which("llama-server")
+
+
+def summarise(runs: list[Run]) -> dict:
+    """Medians over rounds: aggregate tok/s; p50/p95 over every client of every round."""
+    per_tok = [x for r in runs for x in r.per_token_ms]
+    ttft = [x for r in runs for x in r.first_token_ms]
+    return {
+        "tokens_per_second": round(statistics.median(r.tokens_per_second for r in runs), 1),
+        "rounds": [round(r.tokens_per_second, 1) for r in runs],
+        "per_token_ms_p50": round(pct(per_tok, 0.5), 2),
+        "per_token_ms_p95": round(pct(per_tok, 0.95), 2),
+        "first_token_ms_p50": round(pct(ttft, 0.5), 1),
+    }
