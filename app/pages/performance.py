@@ -159,7 +159,10 @@ class PerformancePage(QWidget):
 
     # ------------------------------------------------------------------ draw
     def _redraw(self) -> None:
-        if not self._dirty or not self.isVisible():
+        if not self.isVisible():
+            return
+        streams = self.streams()
+        if not self._dirty and len(streams) < 2:
             return
         self._dirty = False
         self.tps_chart.set_points(self.tps_points)
@@ -180,7 +183,13 @@ class PerformancePage(QWidget):
             text += f" · MTP speedup {ratio:.2f}x"
             if ratio < 1.0:
                 text += " — drafting costs more than it saves on this model here (Benchmark tells why)"
+        if len(streams) >= 2:  # several requests decoding together (engine.runtime.slots)
+            text += f" · {len(streams)} streams: {sum(x['tokens_per_second'] for x in streams):.1f} tok/s together"
         self.summary.setText(text)
+
+    def streams(self) -> list[dict]:
+        """The slots decoding a request now, over every loaded model."""
+        return [x for per in self.ctx.bridge.engine.slots().values() for x in per if x["state"] == "busy"]
 
     def showEvent(self, event) -> None:
         self._dirty = True

@@ -422,6 +422,10 @@ def test_server_page_shows_each_slot_while_requests_decode_together(qtbot, windo
     states = [page.slot_table.item(r, 1).text() for r in range(3)]
     assert states.count("busy") == 2 and states.count("idle") == 1
     assert page.slot_figures.text().startswith("2 of 3 busy")
+    perf = window.pages["performance"]  # the Performance page's aggregate while both stream
+    window.show_page("performance")
+    perf._redraw()
+    assert "2 streams:" in perf.summary.text() and "tok/s together" in perf.summary.text()
     for h in handles:
         h.cancel()
     qtbot.waitUntil(lambda: all(s["state"] == "idle" for s in next(iter(eng.slots().values()))), timeout=30000)

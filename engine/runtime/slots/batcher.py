@@ -8,8 +8,9 @@ spinning, 1.65x slower on this machine's two cores. The owner steps in
 :meth:`Batcher.step_once` between its other work, and inline when it decodes itself
 (tools using slot 0 while no slot is busy). The rows of all of
 them go to llama.cpp in as few decodes as the context's batch and logit-row limits
-allow — one for the target, one for the MTP context (one per head with chained heads,
-whose decodes select a head for the whole batch). Each request then reads its own rows
+allow: the MTP context's (one per head with chained heads, whose decodes select a head
+for the whole batch) while any sequence is drafting, else the target's — so every target
+decode carries every sequence's rows, however out of step they arrived. Each request then reads its own rows
 of the output buffers in place. A later decode of the same context overwrites them: a
 sequence that submitted to the other context since (its prompt's MTP entries, before it
 reads the prompt's last logits) may still need them, so before a context decodes again
@@ -177,15 +178,22 @@ class Batcher:
             return True
 
     def _step(self) -> None:
-        """Run every pending request (the condition's lock is held)."""
-        pending, self._pending = self._pending, []
+        """Run the pending MTP decodes, or when there are none, the target decodes (the
+        condition's lock is held). Target rows wait while any sequence is drafting: its
+        verify rows come soon, and one target decode with everyone's rows costs about what
+        one with a single sequence's does. So sequences that arrived at different moments
+        fall into step: every target decode carries every sequence's rows."""
+        drafting = [r for r in self._pending if r.ctx.is_mtp]
+        if drafting:
+            pending, self._pending = drafting, [r for r in self._pending if not r.ctx.is_mtp]
+        else:
+            pending, self._pending = self._pending, []
         try:
             with self.lock:
                 groups: dict[tuple[int, int], list[Request]] = {}
                 for r in pending:
                     groups.setdefault((id(r.ctx), r.head), []).append(r)
-                # MTP decodes first: a sequence waiting on its draft is not also verifying
-                for (_, head), reqs in sorted(groups.items(), key=lambda kv: not kv[1][0].ctx.is_mtp):
+                for (_, head), reqs in groups.items():
                     self._run(reqs, head)
             self.figures.steps += 1
         finally:

@@ -10,9 +10,9 @@ one row or four on a memory-bound machine, and a deeper draft makes every sequen
 So each slot keeps one adaptive policy per number of sequences decoding (2, 3, …): the
 same rule as auto — the depth (0 allowed) with the most expected tokens per millisecond,
 from the acceptance it measures and the round wall times it measures — where those wall
-times are steps of that many sequences. A policy for a batch size starts from the
-acceptance the slot's sequences have shown (the head is the same) and measures its own
-costs; where no depth beats plain decoding for that batch size it stops drafting and
+times are steps of that many sequences. A policy for a batch size starts from what the
+model's own policy has learned (acceptance, whether drafting pays, its costs alone) and
+re-measures the costs in steps of its size; where no depth beats plain decoding for that batch size it stops drafting and
 probes, as auto does alone. Each sequence maximises its tokens per millisecond of the
 steps it shares; with every sequence doing so on the same steps, that is the steps'
 goodput when their acceptance is alike (a sequence whose deep drafts slow others more
@@ -49,9 +49,10 @@ class BatchDepth:
             return self.inner
         p = self.by_n.get(n)
         if p is None:
-            p = self.by_n[n] = AdaptiveDepth(self.max_depth)
-            if isinstance(self.inner, AdaptiveDepth):  # the head's acceptance is the same
-                p.reach, p.acc, p.prior_n = list(self.inner.reach), list(self.inner.acc), list(self.inner.prior_n)
+            # it starts from what the model's policy knows (the head's acceptance, whether
+            # drafting pays, the costs alone) and measures its own round times from there
+            state = self.inner.state() if isinstance(self.inner, AdaptiveDepth) else None
+            p = self.by_n[n] = AdaptiveDepth.from_state(self.max_depth, state)
         return p
 
     @property
