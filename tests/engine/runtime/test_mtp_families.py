@@ -270,3 +270,43 @@ def test_exact_mode_is_bit_exact_on_every_family(families, tmp_path):
         assert r["noise"] == 0.0 and r["prefill_split_diff"] == 0.0, fam
         assert all(w["flips"] == 0 and w["max_abs_diff"] == 0.0 for w in r["widths"]), fam
         assert r["mtp"] != "off" and [m["identical"] for m in r["runs"]] == [True, True, True], fam
+
+
+@pytest.mark.parametrize("fam", ("step35", "gemma4"))
+def test_two_sequences_together_on_chained_heads_and_a_shared_memory_assistant(families, fam):
+    """Slots (engine.runtime.slots) on the two drafting modes whose MTP decodes are
+    special: chained heads (a decode per head) and an assistant reading the target's KV
+    cache (its streams mirror the target's). Each sequence equals its output alone."""
+    import threading
+
+    f = families[fam]
+    head = f["head"] if fam == "gemma4" else None
+    mtp = MtpSource.EXTERNAL if head else MtpSource.INTEGRATED
+    prompts = [PROMPT, "Once upon a time in a land far away"]
+    params = DecodeParams(max_tokens=24, ignore_eog=True, depth=FixedDepth(2))
+    with _loaded(f["target"], mtp, head) as solo:
+        want = []
+        for p in prompts:
+            solo.session.reset()
+            want.append(generate(solo.session, solo.model.prompt_tokens(p), params).tokens)
+    lm = load(LoadSpec(f["target"], head=head, mtp=mtp, n_ctx=256, probe=False, fit="off", max_draft_depth=3,
+                       parallel=2))  # fmt: skip
+    try:
+        got: list = [None, None]
+
+        def run(i: int) -> None:
+            slot = lm.slots.acquire(i)
+            try:
+                got[i] = generate(slot.session, lm.model.prompt_tokens(prompts[i]), params)
+            finally:
+                lm.slots.release(slot)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):  # this thread owns the model: it runs the steps
+            lm.slots.batcher.step_once(0.005)
+        assert [g.tokens for g in got] == want
+        assert all(g.stats.accepted > 0 for g in got)
+    finally:
+        lm.close()
