@@ -18,6 +18,11 @@ from engine.runtime.llama.context import Context
 from engine.runtime.slots.batcher import Batcher, Request
 
 
+#: most prompt rows a sequence decodes in one step while others decode too (a step of
+#: 128 prompt rows costs the 200 MB bench model about as much as 4 sequences' verify rows)
+PROMPT_ROWS_BESIDE_OTHERS = 128
+
+
 class SeqContext:
     def __init__(self, ctx: Context, seq: int, batcher: Batcher):
         self.ctx = ctx
@@ -26,7 +31,6 @@ class SeqContext:
         self.model = ctx.model
         #: the positions this sequence may hold (each sequence has a stream of its own)
         self.n_ctx = ctx.n_ctx_seq
-        self.n_batch = ctx.n_batch
         self.n_ubatch = ctx.n_ubatch
         self.n_rs_seq = ctx.n_rs_seq
         #: logit rows one of this sequence's decodes may read (its share of the context's)
@@ -35,6 +39,15 @@ class SeqContext:
         self.shares_memory = ctx.shares_memory
         self._head = 0
         self._req: Request | None = None
+
+    @property
+    def n_batch(self) -> int:
+        """Rows one decode of this sequence may carry: the context's batch alone; beside
+        other sequences a prompt goes in chunks of :data:`PROMPT_ROWS_BESIDE_OTHERS`, so a
+        request that joins stalls the running streams' steps by that much at most."""
+        if self.batcher.active > 1:
+            return min(self.ctx.n_batch, PROMPT_ROWS_BESIDE_OTHERS)
+        return self.ctx.n_batch
 
     # ------------------------------------------------------------------ decode
     def set_nextn_embeddings(self, on: bool) -> None:

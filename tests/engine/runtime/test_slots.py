@@ -188,3 +188,58 @@ def test_exact_mode_is_bit_exact_with_four_sequences(fixtures, tmp_path):
     r = json.loads(done.stdout.strip().splitlines()[-1])
     assert r["identity"].startswith("bit-exact")
     assert r["same_tokens"] == [True] * 4 and r["max_logit_diff"] == 0.0
+
+
+def test_a_joining_prompt_goes_in_bounded_chunks_beside_a_running_stream(fixtures):
+    """A request that joins with a long prompt decodes it 128 rows a step beside the running
+    stream (which keeps flowing), and both outputs equal their outputs alone."""
+    from engine.runtime.decode.loop import generate
+    from engine.runtime.decode.params import DecodeParams
+    from engine.runtime.decode.policy.base import FixedDepth
+    from engine.runtime.load.loader import load
+    from engine.runtime.slots.seqcontext import PROMPT_ROWS_BESIDE_OTHERS
+
+    path = fixtures["partial"].path
+    spec = LoadSpec(path, n_ctx=1024, probe=False, fit="off")
+    params = DecodeParams(max_tokens=48, ignore_eog=True, depth=FixedDepth(3))
+    long_prompt = " ".join(["the cat sat on the mat and looked at the dog"] * 30)
+    solo = load(spec)
+    try:
+        prompts = [solo.model.prompt_tokens(PROMPTS[0]), solo.model.prompt_tokens(long_prompt)]
+        assert len(prompts[1]) > 4 * PROMPT_ROWS_BESIDE_OTHERS
+        want = []
+        for p in prompts:
+            solo.session.reset()
+            want.append(generate(solo.session, p, params).tokens)
+    finally:
+        solo.close()
+    from dataclasses import replace
+
+    lm = load(replace(spec, parallel=2))
+    try:
+        got: list = [None, None]
+        streaming = threading.Event()
+
+        def run(i: int) -> None:
+            slot = lm.slots.acquire(i)
+            try:
+                got[i] = generate(slot.session, prompts[i], params,
+                                  on_emit=(lambda *a: streaming.set()) if i == 0 else None)  # fmt: skip
+            finally:
+                lm.slots.release(slot)
+
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        while not streaming.is_set():
+            lm.slots.batcher.step_once(0.005)
+        lm.slots.batcher.figures.target.clear()
+        second = threading.Thread(target=run, args=(1,))
+        second.start()
+        while first.is_alive() or second.is_alive():
+            lm.slots.batcher.step_once(0.005)
+        rows = [r for r, _ in lm.slots.batcher.figures.target]
+        assert [g.tokens for g in got] == want
+        assert max(rows) <= PROMPT_ROWS_BESIDE_OTHERS + 4  # a prompt chunk beside one verify of depth 3
+        assert sum(r >= PROMPT_ROWS_BESIDE_OTHERS for r in rows) >= 4  # the prompt took several steps
+    finally:
+        lm.close()
