@@ -47,6 +47,8 @@ class Defaults:
     mtp: Mtp | None = None
     draft_depth: DraftDepth | int | str | None = None
     sampled_draft: bool | None = None
+    #: also draft from the conversation itself (engine.runtime.decode.suffix)
+    suffix_drafts: bool | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repeat_penalty: float | None = None
@@ -81,6 +83,9 @@ class Generate:
     #: while sampling, draft by sampling the MTP head (rejection sampling; exact in
     #: distribution, not seed-for-seed equal to plain sampling)
     sampled_draft: bool | None = None
+    #: each round, also consider the continuation of the longest earlier match in the
+    #: prompt and output as the draft (engine.runtime.decode.suffix)
+    suffix_drafts: bool | None = None
     #: draft depth K >= 1, or "auto" (adaptive), parsed by DraftDepth.parse
     draft_depth: DraftDepth | int | str | None = None
     ignore_eog: bool = False

@@ -76,6 +76,10 @@ def timings(res: J.GenerateResult) -> dict:
                      "draft_n_accepted": s.thinking_accepted},
         "answer": {"predicted_n": s.generated - s.thinking_tokens, "draft_n": s.drafted - s.thinking_drafted,
                    "draft_n_accepted": s.accepted - s.thinking_accepted},
+        # drafts by source: the MTP head's, and the conversation's own (suffix drafts)
+        "sources": {"mtp": {"draft_n": s.drafted - s.suffix_drafted, "draft_n_accepted": s.accepted - s.suffix_accepted},
+                    "suffix": {"rounds": s.suffix_rounds, "draft_n": s.suffix_drafted,
+                               "draft_n_accepted": s.suffix_accepted}},
     }  # fmt: skip
 
 

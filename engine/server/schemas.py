@@ -79,6 +79,7 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
         "include_usage": include_usage,
         "ignore_eog": bool(get(body, "ignore_eos", (bool,), False)),  # llama-server's extension
         "sampled_draft": get(body, "sampled_draft", (bool,), None),  # MTP Studio's extension
+        "suffix_drafts": get(body, "suffix_drafts", (bool,), None),  # MTP Studio's extension
         "grammar": _grammar(body),
         "presence_penalty": get(body, "presence_penalty", (int, float), None),
         "frequency_penalty": get(body, "frequency_penalty", (int, float), None),
@@ -199,7 +200,7 @@ def _grammar(body: dict) -> GrammarSpec | None:
 
 
 _JOB_FIELDS = ("model", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "mtp", "draft_depth",
-               "ignore_eog", "sampled_draft", "grammar", "presence_penalty", "frequency_penalty",
+               "ignore_eog", "sampled_draft", "suffix_drafts", "grammar", "presence_penalty", "frequency_penalty",
                "repeat_penalty", "logprobs")  # fmt: skip
 
 

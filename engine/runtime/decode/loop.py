@@ -39,6 +39,7 @@ from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import Pushed, StopChecker, StopReason
+from engine.runtime.decode.suffix import SuffixOrMtp
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST
 
 
@@ -98,7 +99,11 @@ def generate(
     run = _Run(session, params, checker, stats, cancel, Emitter(on_emit, splitter, piece), on_round)
     if not greedy:
         stats.seed = run.sampler.seed
-    source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel) if policy is not None else None
+    source: DraftSource | None = None
+    if policy is not None:
+        source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel)
+        if params.suffix_drafts and not stats.sampled_draft:  # its drafts are argmax-style: no q to sample by
+            source = SuffixOrMtp(source, policy, cancel)
     c = params.constraint
     if c is not None:
         first = lambda logits: c.choose(logits, len(prompt), run.sampler.sample)  # noqa: E731
@@ -283,7 +288,7 @@ class _Run:
         if forced:  # the grammar's forced tokens are the draft: no head call, all accepted
             proposal = Proposal(list(forced))
         else:
-            proposal = source.draft(id_last, pos0, k)  # propose
+            proposal = source.draft(id_last, pos0, k, min(room, s.target.n_outputs - 1))  # propose
             if c is not None and proposal.tokens:  # only what the grammar allows is worth verifying
                 n = c.valid_prefix(proposal.tokens)
                 del proposal.tokens[n:]
@@ -313,6 +318,7 @@ class _Run:
         self._settle(source, pos0, kept, accepted, hv)
         t3 = time.perf_counter()
         r = RoundStats(
+            source=getattr(source, "source", "mtp") if not forced else "mtp",
             index=index,
             depth=0 if forced else len(drafts),
             drafted=0 if forced else len(drafts),
@@ -327,9 +333,10 @@ class _Run:
             sync_ms=proposal.sync_ms,
         )
         self._round(r)
-        if c is None:
+        if c is None and r.source == "mtp":
             # a constrained round's costs include the grammar's masks and its drafts were cut
-            # to what the grammar allows: it would teach auto about the grammar, not the model
+            # to what the grammar allows: it would teach auto about the grammar, not the
+            # model (nor would a suffix draft's round teach it about the MTP head)
             policy.observe(r)
         return stop, nxt
 

@@ -27,6 +27,9 @@ class DecodeParams:
     #: (exact in distribution; not token-for-token equal to plain sampling with the same
     #: seed). Off: argmax drafts accepted while the sampled target token equals them.
     sampled_draft: bool = False
+    #: each round take the suffix draft (the continuation of the longest earlier match in
+    #: the prompt and output) instead of the MTP chain when it pays more (argmax drafts only)
+    suffix_drafts: bool = False
     ignore_eog: bool = False
     #: tokens that end the reply like end-of-generation (a chat template's turn markers)
     end_tokens: frozenset[int] = frozenset()

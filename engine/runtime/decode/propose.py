@@ -44,7 +44,7 @@ class DraftSource(Protocol):
     def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
               idle: bool, points: tuple[int, ...] = (), cache: SnapshotCache | None = None) -> Prefill: ...  # fmt: skip
 
-    def draft(self, id_last: int, pos0: int, k: int) -> Proposal: ...
+    def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal: ...
 
     def accept(self, tokens: list[int], hidden: np.ndarray) -> None: ...
 
@@ -70,9 +70,10 @@ class MtpDraft:
         return prefill(self.s, prompt, speculative=True, cancel=cancel, choose_first=choose_first,
                        defer_mtp=CATCH_UP_LIMIT if idle else None, points=points, cache=cache)  # fmt: skip
 
-    def draft(self, id_last: int, pos0: int, k: int) -> Proposal:
+    def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal:
         """Up to ``k`` chained drafts after ``id_last`` (at ``pos0``). The chain's entries
-        are removed from the MTP context before returning, whatever happens."""
+        are removed from the MTP context before returning, whatever happens. (``room``:
+        the widest verify this round allows; the chain never exceeds ``k``.)"""
         s = self.s
         out = Proposal(q=[] if self.sampler is not None else None)
         if k < 1:

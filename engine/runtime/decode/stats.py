@@ -31,6 +31,8 @@ class RoundStats:
     forced: int = 0
     #: the round ended inside the reply's think block
     thinking: bool = False
+    #: where the drafts came from: "mtp" or "suffix" (engine.runtime.decode.suffix)
+    source: str = "mtp"
 
     @property
     def rejected(self) -> int:
@@ -71,6 +73,11 @@ class GenerationStats:
     thinking_tokens: int = 0
     thinking_drafted: int = 0
     thinking_accepted: int = 0
+    #: of the drafts, those from the conversation itself (engine.runtime.decode.suffix),
+    #: and the rounds that drafted so
+    suffix_rounds: int = 0
+    suffix_drafted: int = 0
+    suffix_accepted: int = 0
 
     @property
     def rejected(self) -> int:
@@ -106,6 +113,10 @@ class GenerationStats:
         if r.thinking:
             self.thinking_drafted += r.drafted
             self.thinking_accepted += r.accepted
+        if r.source == "suffix":
+            self.suffix_rounds += 1
+            self.suffix_drafted += r.drafted
+            self.suffix_accepted += r.accepted
         if r.drafted:
             _grow(self.drafted_at, r.drafted)
             _grow(self.accepted_at, r.drafted)
