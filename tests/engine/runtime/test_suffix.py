@@ -154,3 +154,18 @@ def test_the_endpoint_field_reaches_the_decoder(fixtures):
         on = e.submit(J.Generate(prompt=prompt, max_tokens=64, ignore_eog=True, draft_depth=2, suffix_drafts=True)).result()
     assert on.tokens == off.tokens
     assert on.stats.suffix_rounds > 0 and off.stats.suffix_rounds == 0
+
+
+def test_suffix_drafts_are_bit_exact_in_exact_mode(fixtures, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.exact_suffix_child", str(fixtures["full"].path),
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r["identity"].startswith("bit-exact") and r["same"]
+    assert r["suffix_accepted"] > 0
