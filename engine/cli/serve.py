@@ -109,7 +109,8 @@ def run(args) -> int:
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        stop.wait()
+        while not stop.wait(0.5):  # the main thread stays in Python, so the handlers run
+            pass
         print("stopping", file=sys.stderr)
         server.stop()
     return 0
