@@ -46,10 +46,10 @@ def run(args) -> int:
         return die(f"--clients / --arms: {e}", EXIT_USAGE)
     binary = S.find_llama_server(args.llama_server)
     threads = default_threads()
-    servers: dict[str, S.LlamaServer] = {}
+    servers: dict[str, S.ServerProcess] = {}
     results: dict[str, dict[int, list]] = {}
     try:
-        ours = servers["ours"] = S.OurServer(args.model, args.parallel, args.ctx)
+        ours = servers["ours"] = S.ServerProcess.ours(args.model, args.parallel, args.ctx)
         ours_model = ours.model_name()
         targets: dict[str, tuple[str, str, dict]] = {}
         for a in arms:
@@ -60,7 +60,7 @@ def run(args) -> int:
             spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(args.llama_mtp_depth)]
             for name, extra_args in ((f"llama-server draft-mtp {args.llama_mtp_depth}", spec),
                                      ("llama-server no speculation", [])):  # fmt: skip
-                servers[name] = S.LlamaServer(binary, args.model, common + extra_args, threads)
+                servers[name] = S.ServerProcess.llama_server(binary, args.model, common + extra_args, threads)
                 targets[name] = (servers[name].url, "bench", {})
         for name, (url, model, extra) in targets.items():  # warm-up
             S.measure(url, model, 1, 16, extra)
@@ -73,9 +73,8 @@ def run(args) -> int:
     finally:
         for s in servers.values():
             s.stop()
-    info = {"parallel": args.parallel}
     body = {
-        "model": args.model.name, "parallel": info.get("parallel"), "tokens": args.tokens, "rounds": args.rounds,
+        "model": args.model.name, "parallel": args.parallel, "tokens": args.tokens, "rounds": args.rounds,
         "threads": threads, "llama_server": binary,
         "arms": {name: {str(n): S.summarise(runs) for n, runs in per.items()} for name, per in results.items()},
     }  # fmt: skip

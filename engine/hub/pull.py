@@ -76,11 +76,12 @@ def _pairing_head(cfg: HubConfig, model: tuple[str, str, FileGroup], repo: str, 
     remote headers pair with the model's, and of those the one :func:`head_for` picks by
     name (several sizes' drafters, each in several quantizations, often share a repo)."""
     pairing, why = [], []
+    target = _remote_summary(cfg, model)  # read once, checked against every head
     for g in groups:
         if not g.head or not g.complete:
             continue
         try:
-            _check_pair(cfg, model, (repo, rev, g))
+            _check_pair(cfg, target, (repo, rev, g))
         except HeadMismatchError as e:
             why.append(f"{g.name}: {e}")
             continue
@@ -104,11 +105,16 @@ def _targets(repo: str, rev: str, group: FileGroup) -> list[Target]:
     return targets
 
 
-def _check_pair(cfg: HubConfig, model: tuple[str, str, FileGroup], head: tuple[str, str, FileGroup]) -> None:
-    """The pairing rule on the remote headers, before anything is downloaded."""
-    m = read_remote_header(cfg, model[0], model[2].files[0].path, model[1])
-    h = read_remote_header(cfg, head[0], head[2].files[0].path, head[1])
-    check_pair(Summary.of_remote(model[2].name, m), Summary.of_remote(head[2].name, h))
+def _remote_summary(cfg: HubConfig, where: tuple[str, str, FileGroup]) -> Summary:
+    repo, rev, group = where
+    return Summary.of_remote(group.name, read_remote_header(cfg, repo, group.files[0].path, rev))
+
+
+def _check_pair(cfg: HubConfig, model: tuple[str, str, FileGroup] | Summary, head: tuple[str, str, FileGroup]) -> None:
+    """The pairing rule on the remote headers (``model``'s, or its summary already read),
+    before anything is downloaded."""
+    m = model if isinstance(model, Summary) else _remote_summary(cfg, model)
+    check_pair(m, _remote_summary(cfg, head))
 
 
 def pull(

@@ -22,7 +22,7 @@ def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: Job
                  pool: SlotPool | None = None) -> J.GenerateResult:  # fmt: skip
     """Run the resolved ``job`` on ``lm``, emitting its tokens (split into the reply's parts
     when it has them) and rounds to ``h``; in ``slot`` of ``pool`` when the model decodes
-    several sequences together (its depth then by goodput: engine.runtime.slots.goodput)."""
+    several sequences together (its depth then per batch size: engine.runtime.slots.batchdepth)."""
     prep = prepare(job, lm, texts)
     session = slot.session if slot is not None else lm.session
     if slot is not None and pool is not None and prep.params.depth is not None:

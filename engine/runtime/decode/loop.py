@@ -103,7 +103,7 @@ def generate(
     if policy is not None:
         source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel)
         if params.suffix_drafts and not stats.sampled_draft:  # its drafts are argmax-style: no q to sample by
-            source = SuffixOrMtp(source, policy, cancel)
+            source = SuffixOrMtp(source, policy)
     c = params.constraint
     if c is not None:
         first = lambda logits: c.choose(logits, len(prompt), run.sampler.sample)  # noqa: E731

@@ -18,8 +18,6 @@ depth policy's. Output never changes: every draft is verified.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from engine.runtime.decode.entries import Choose
@@ -27,10 +25,9 @@ from engine.runtime.decode.prefill import Prefill
 from engine.runtime.decode.propose import MtpDraft, Proposal
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 
-#: n-gram lengths matched, longest first
-LENGTHS = (16, 8, 4, 3, 2)
-#: the shortest match worth a draft
-MIN_MATCH = 3
+#: n-gram lengths matched, longest first; the shortest is the shortest match worth a draft
+LENGTHS = (16, 8, 4, 3)
+MIN_MATCH = LENGTHS[-1]
 #: most tokens one suffix draft proposes
 MAX_DRAFT = 16
 #: acceptance prior per token of a suffix draft, by match length (16 or 8, 4, 3: a long
@@ -65,14 +62,11 @@ class SuffixIndex:
                 ends[key] = i
             self._match = match
 
-    def match(self) -> tuple[int, int] | None:
-        return self._match
-
     def propose(self, k: int) -> tuple[list[int], int]:
         """Up to ``k`` tokens that followed the longest earlier match of the newest
         tokens, and the match's length (0: no draft)."""
         m = self._match
-        if m is None or k < 1 or m[1] < MIN_MATCH:
+        if m is None or k < 1:
             return [], 0
         end, n = m
         out = self.tokens[end + 1 : min(end + 1 + k, len(self.tokens))]
@@ -83,20 +77,25 @@ def _bucket(n: int) -> int:
     return 0 if n >= 8 else 1 if n >= 4 else 2
 
 
+def _expected(p: float, n: int) -> float:
+    """Expected tokens of a round whose ``n`` drafts are each accepted with ``p`` given the
+    ones before (the target's own token included)."""
+    return sum(p**i for i in range(n + 1))
+
+
 class SuffixOrMtp:
     """A draft source: the suffix draft or the MTP chain, each round whichever pays more."""
 
-    def __init__(self, mtp: MtpDraft, policy, cancel: threading.Event | None):
+    def __init__(self, mtp: MtpDraft, policy):
         self.mtp = mtp
         self.policy = policy
-        self.cancel = cancel
         self.index = SuffixIndex()
         self.acc = [0.0, 0.0, 0.0]  # decayed accepted / reached tokens per match-length bucket
         self.reach = [0.0, 0.0, 0.0]
         self.mtp_acc = self.mtp_reach = 0.0  # the MTP chain's, for a fixed depth
         self._last: tuple[int, int] | None = None  # (bucket, drafted) of the last suffix round
         self._mtp_k = 0  # drafts of the last MTP round
-        #: rounds and tokens by source, for the statistics
+        #: where this round's drafts come from (the round's statistics read it)
         self.source = "mtp"
 
     # --------------------------------------------------------------- protocol
@@ -138,19 +137,11 @@ class SuffixOrMtp:
         return (self.acc[bucket] + PRIORS[bucket] * PRIOR_N) / (self.reach[bucket] + PRIOR_N)
 
     def _suffix_pays(self, width: int, bucket: int, k: int) -> bool:
-        p = self.acceptance(bucket)
-        e_suffix, chain = 1.0, 1.0
-        for _ in range(width):
-            chain *= p
-            e_suffix += chain
+        e_suffix = _expected(self.acceptance(bucket), width)
         costs = getattr(self.policy, "costs", None)
         rates = self.policy.rates() if hasattr(self.policy, "rates") else None
         if costs is None or rates is None:  # a fixed depth: more expected tokens wins
             q = (self.mtp_acc + MTP_PRIOR * PRIOR_N) / (self.mtp_reach + PRIOR_N)
-            e_mtp, chain = 1.0, 1.0
-            for _ in range(k):
-                chain *= q
-                e_mtp += chain
-            return e_suffix > e_mtp
+            return e_suffix > _expected(q, k)
         mtp_rate = rates[min(k, len(rates) - 1)]
         return e_suffix / max(costs.verify_ms(width + 1), 1e-6) > mtp_rate

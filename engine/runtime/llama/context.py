@@ -137,16 +137,12 @@ class Context(OwnedPtr):
             raise DecodeError(f"llama_decode failed: {what}")
         self._n_out = batch.n_logits
 
-    def _logit_rows(self) -> np.ndarray:
-        """The last decode's logit rows, in batch order (a view)."""
+    def logit_rows_view(self) -> np.ndarray:
+        """The last decode's logit rows (output rows in batch order), as a view."""
         ptr = llama().llama_get_logits(self.ptr)
         if not ptr:
             raise DecodeError("no logits: the last decode asked for none")
         return self._view("logits", ptr, (self.n_outputs, self.model.n_vocab))
-
-    def logit_rows_view(self) -> np.ndarray:
-        """Every logit row of the last decode (output rows in batch order), as a view."""
-        return self._logit_rows()
 
     def hidden_view(self) -> np.ndarray:
         """Every hidden row of the last decode (a target's by batch row, an MTP context's
@@ -167,7 +163,7 @@ class Context(OwnedPtr):
         n = self._n_out
         if not -n <= i < n:
             raise DecodeError(f"no logits for row {i}")
-        return self._logit_rows()[i if i >= 0 else n + i]
+        return self.logit_rows_view()[i if i >= 0 else n + i]
 
     def argmax(self, i: int) -> int:
         return int(self.logits(i).argmax())
@@ -176,7 +172,7 @@ class Context(OwnedPtr):
         """Greedy token of each of the first ``n`` output rows, in one call."""
         if n > self._n_out:
             raise DecodeError(f"no logits for row {n - 1}")
-        return self._logit_rows()[:n].argmax(axis=1).tolist()
+        return self.logit_rows_view()[:n].argmax(axis=1).tolist()
 
     def hidden_rows(self, n: int) -> np.ndarray:
         """Hidden state (after ``output_norm``) of each of the last batch's ``n`` rows

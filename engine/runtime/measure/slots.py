@@ -18,6 +18,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -107,23 +108,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LlamaServer:
-    """A llama-server process on ``model`` with ``args``, until :meth:`stop`."""
+class ServerProcess:
+    """An endpoint in a process of its own on a free port — llama-server, or this app's
+    ``serve`` (clients in the benchmark's process must not share an interpreter with the
+    server they measure) — ready when it answers ``/health``; :meth:`stop` ends it."""
 
-    def __init__(self, binary: str, model: Path, args: list[str], threads: int):
+    def __init__(self, argv: list[str]):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, GGML_NO_BACKTRACE="1")
-        self.proc = subprocess.Popen([binary, "-m", str(model), "--port", str(self.port), "--host", "127.0.0.1", "-t",
-                                      str(threads), "--no-webui", *args], stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([*argv, "--port", str(self.port)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, env=env)  # fmt: skip
-        self._wait()
-
-    def _wait(self) -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.proc.args[0]} exited with {self.proc.returncode}")
+                raise RuntimeError(f"{argv[0]} exited with {self.proc.returncode}")
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return
@@ -131,7 +130,19 @@ class LlamaServer:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError("llama-server did not become ready")
+        raise RuntimeError(f"{argv[0]} did not become ready")
+
+    @classmethod
+    def llama_server(cls, binary: str, model: Path, args: list[str], threads: int) -> ServerProcess:
+        return cls([binary, "-m", str(model), "--host", "127.0.0.1", "-t", str(threads), "--no-webui", *args])
+
+    @classmethod
+    def ours(cls, model: Path, parallel: int, ctx: int) -> ServerProcess:
+        return cls([sys.executable, "-m", "app.launcher", "serve", "--model", str(model), "--parallel", str(parallel),
+                    "--ctx", str(ctx), "--cache-ram", "0", "--max-pending", "256", "--no-fit-check"])  # fmt: skip
+
+    def model_name(self) -> str:
+        return httpx.get(self.url + "/v1/models", timeout=10).json()["data"][0]["id"]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -140,26 +151,6 @@ class LlamaServer:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-
-class OurServer(LlamaServer):
-    """This app's endpoint (``mtp-studio serve``) in a process of its own, as llama-server
-    runs: clients in the benchmark's process must not share an interpreter with it."""
-
-    def __init__(self, model: Path, parallel: int, ctx: int):  # noqa: D107 - same readiness wait
-        import sys
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, GGML_NO_BACKTRACE="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.launcher", "serve", "--model", str(model), "--port",
-                                      str(self.port), "--parallel", str(parallel), "--ctx", str(ctx), "--cache-ram", "0",
-                                      "--max-pending", "256", "--no-fit-check"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env=env)  # fmt: skip
-        self._wait()
-
-    def model_name(self) -> str:
-        return httpx.get(self.url + "/v1/models", timeout=10).json()["data"][0]["id"]
 
 
 def find_llama_server(given: str | None) -> str | None:

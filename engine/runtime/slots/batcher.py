@@ -25,20 +25,16 @@ contexts (rolling back, snapshots) holds :attr:`Batcher.lock`, as a step does.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
 from engine.errors import DecodeError
 from engine.runtime.llama.batch import Batch
 from engine.runtime.llama.context import Context
-
-
-#: seconds between the interpreter's thread switches while sequences decode together
-SWITCH_INTERVAL = 0.0005
 
 
 @dataclass(eq=False)
@@ -74,23 +70,6 @@ class Request:
         return int(self.logits.sum())
 
 
-@dataclass
-class StepFigures:
-    """What the steps cost, for the depth choice (engine.runtime.slots.goodput) and the
-    Server page: per context, recent (rows, milliseconds) of each decode."""
-
-    target: list[tuple[int, float]] = field(default_factory=list)
-    draft: list[tuple[int, float]] = field(default_factory=list)
-    steps: int = 0
-    KEEP = 256
-
-    def add(self, is_mtp: bool, rows: int, ms: float) -> None:
-        seen = self.draft if is_mtp else self.target
-        seen.append((rows, ms))
-        if len(seen) > self.KEEP:
-            del seen[: len(seen) - self.KEEP]
-
-
 class Batcher:
     """Steps for the sequences of one loaded model (its target and MTP contexts)."""
 
@@ -108,12 +87,8 @@ class Batcher:
         self._closed = False
         #: per context, the requests whose rows are views of its output buffers
         self._holders: dict[int, list[Request]] = {}
-        self.figures = StepFigures()
-        # a step starts only when every sequence's thread has handed over its rows, and
-        # the threads serving the endpoint run Python too: with the interpreter's default
-        # 5 ms between thread switches, each handover could wait that long (a step
-        # decodes in 15-35 ms on this machine)
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
+        #: (rows, milliseconds) of the recent target decodes (benchmarks and tests)
+        self.target_decodes: deque[tuple[int, float]] = deque(maxlen=256)
 
     # ------------------------------------------------------------ taking part
     def join(self) -> None:
@@ -195,7 +170,6 @@ class Batcher:
                     groups.setdefault((id(r.ctx), r.head), []).append(r)
                 for (_, head), reqs in groups.items():
                     self._run(reqs, head)
-            self.figures.steps += 1
         finally:
             for r in pending:
                 r.done = True
@@ -248,7 +222,8 @@ class Batcher:
         finally:
             if ctx.is_mtp and head:
                 ctx.set_nextn_layer_offset(0)
-        self.figures.add(ctx.is_mtp, b.n, (time.perf_counter() - t0) * 1000)
+        if not ctx.is_mtp:
+            self.target_decodes.append((b.n, (time.perf_counter() - t0) * 1000))
         self._hand_out(ctx, call, copy)
 
     def _hand_out(self, ctx: Context, call: list[Request], copy: bool) -> None:

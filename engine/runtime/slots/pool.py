@@ -17,7 +17,7 @@ from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.stats import RoundStats
 from engine.runtime.slots.batcher import Batcher
-from engine.runtime.slots.goodput import BatchDepth
+from engine.runtime.slots.batchdepth import BatchDepth
 
 
 #: most seconds the owner thread waits for a step before it looks at its other work
@@ -38,9 +38,8 @@ class Slot:
     #: over the slot's life
     requests: int = 0
     tokens_total: int = 0
-    #: the depth policy of its generation now (engine.runtime.slots.goodput), and what
-    #: the slot learned of each batch size across its generations
-    policy: BatchDepth | None = None
+    #: what the slot's auto policy learned of each batch size, across its generations
+    #: (engine.runtime.slots.batchdepth)
     by_n: dict = field(default_factory=dict)
 
     def record(self, r: RoundStats) -> None:
@@ -100,7 +99,7 @@ class SlotPool:
         """The slot's generation ended (finished, failed or cancelled)."""
         self.batcher.leave()
         with self._cv:
-            slot.busy, slot.job_id, slot.policy = False, None, None
+            slot.busy, slot.job_id = False, None
             self._cv.notify_all()
 
     def depth_policy(self, slot: Slot, policy: DepthPolicy) -> DepthPolicy:
@@ -109,8 +108,7 @@ class SlotPool:
         and the slot's policy for the batch size while others decode with it."""
         if not policy.learns:
             return policy
-        slot.policy = BatchDepth(policy, slot.by_n, lambda: self.batcher.active)
-        return slot.policy
+        return BatchDepth(policy, slot.by_n, lambda: self.batcher.active)
 
     def wait_idle(self) -> None:
         """Step until no slot is busy (owner thread; before a job that needs the model

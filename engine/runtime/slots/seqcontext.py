@@ -120,10 +120,6 @@ class SeqContext:
         with self.batcher.lock:
             self.ctx.clear_seq(self.seq)
 
-    def state_size(self) -> int:
-        with self.batcher.lock:
-            return self.ctx.state_size(self.seq)
-
     def state_get(self) -> bytearray:
         with self.batcher.lock:
             return self.ctx.state_get(self.seq)

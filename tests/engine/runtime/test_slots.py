@@ -232,12 +232,12 @@ def test_a_joining_prompt_goes_in_bounded_chunks_beside_a_running_stream(fixture
         first.start()
         while not streaming.is_set():
             lm.slots.batcher.step_once(0.005)
-        lm.slots.batcher.figures.target.clear()
+        lm.slots.batcher.target_decodes.clear()
         second = threading.Thread(target=run, args=(1,))
         second.start()
         while first.is_alive() or second.is_alive():
             lm.slots.batcher.step_once(0.005)
-        rows = [r for r, _ in lm.slots.batcher.figures.target]
+        rows = [r for r, _ in lm.slots.batcher.target_decodes]
         assert [g.tokens for g in got] == want
         assert max(rows) <= PROMPT_ROWS_BESIDE_OTHERS + 4  # a prompt chunk beside one verify of depth 3
         assert sum(r >= PROMPT_ROWS_BESIDE_OTHERS for r in rows) >= 4  # the prompt took several steps

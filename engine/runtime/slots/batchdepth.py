@@ -40,7 +40,6 @@ class BatchDepth:
         self.draft_depth = inner.draft_depth
         self.max_depth = inner.max_depth
         self.learns = inner.learns
-        self.depth = 0  # the depth chosen last (Server page)
         self._used: DepthPolicy | None = None  # the policy that chose the last round
 
     def _policy(self) -> DepthPolicy:
@@ -64,13 +63,8 @@ class BatchDepth:
         if p is not self._used and isinstance(p, AdaptiveDepth):
             p._prev = None  # its last round was not the one before this: no wall time across
         self._used = p
-        self.depth = p.next_depth()
-        return self.depth
+        return p.next_depth()
 
     def observe(self, r: RoundStats) -> None:
         if self._used is not None:
             self._used.observe(r)
-
-    def acceptances(self) -> list[float]:
-        p = self._used or self.inner
-        return p.acceptances() if hasattr(p, "acceptances") else []
