@@ -24,11 +24,12 @@ def register(sub) -> None:
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=lambda a: _compose(a))
     _register_make_model(bsub)
-    from engine.cli import benchcache, benchmemory, benchslots
+    from engine.cli import benchagent, benchcache, benchmemory, benchslots
 
     benchcache.register(bsub)
     benchmemory.register(bsub)
     benchslots.register(bsub)
+    benchagent.register(bsub)
 
     sv = bsub.add_parser("server", help="HTTP endpoint overhead vs in-process, and concurrent throughput")
     sv.add_argument("--model", type=Path, required=True)

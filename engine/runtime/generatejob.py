@@ -40,7 +40,7 @@ def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: Job
 
     try:
         g = generate(session, prep.prompt, prep.params, cancel=h.cancel_event, on_emit=emit,
-                     on_round=on_round, cache=lm.snapshots, splitter=parser)  # fmt: skip
+                     on_round=on_round, cache=lm.snapshots, splitter=parser, outputs=lm.outputs)  # fmt: skip
         if parser is not None:
             # only a reply cut by its length leaves a call's arguments as they were written
             rest = parser.finish(cut=g.stop_reason in (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL))

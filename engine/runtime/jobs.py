@@ -213,6 +213,7 @@ class GenerateResult:
                 "prompt_tokens_reused": s.prompt_tokens_reused,
                 "generated": s.generated,
                 "rollback_repairs": s.rollback_repairs,
+                "rollback_replays": s.rollback_replays,
                 "acceptance_by_position": s.acceptance_by_position,
                 "stop_reason": s.stop_reason,
                 "sampled": s.sampled,

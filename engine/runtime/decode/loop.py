@@ -39,7 +39,7 @@ from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import Pushed, StopChecker, StopReason
-from engine.runtime.decode.suffix import SuffixOrMtp
+from engine.runtime.decode.suffix import NO_MTP, OutputStore, SuffixOrMtp
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST
 
 
@@ -66,13 +66,16 @@ def generate(
     on_round: RoundFn | None = None,
     cache: SnapshotCache | None = None,
     splitter: Splitter | None = None,
+    outputs: OutputStore | None = None,
 ) -> Generation:
     """Generate after ``prompt``. Speculation is used when ``params.depth`` is set and
     the session has an MTP context, greedy or sampling. With a prompt ``cache`` (the
     loaded model's), the prefill resumes from and saves snapshots of prompt prefixes.
     With a ``splitter`` (a chat reply's parser) every emitted piece is split by it, its
     parts go to ``on_emit`` with the text, and the tokens and rounds of the reply's think
-    block are counted as thinking (:mod:`engine.runtime.decode.emitter`)."""
+    block are counted as thinking (:mod:`engine.runtime.decode.emitter`). With an
+    ``outputs`` store (the loaded model's), suffix drafts also come from earlier outputs,
+    and this one's tokens are added to it."""
     model = session.target.model
     policy = params.depth if session.draft is not None else None
     greedy = params.sampling.greedy
@@ -94,7 +97,7 @@ def generate(
         shown = {t: model.token_text(t).encode("utf-8") for t in params.shown_tokens}
         piece = lambda t: shown.get(t) or model.piece(t)  # noqa: E731
     checker = StopChecker(piece, is_end, max_tokens=params.max_tokens, stop=params.stop, ignore_eog=ignore_eog)
-    repairs0 = session.repairs
+    repairs0, replays0 = session.repairs, session.replays
     t0 = time.perf_counter()
     run = _Run(session, params, checker, stats, cancel, Emitter(on_emit, splitter, piece), on_round)
     if not greedy:
@@ -103,7 +106,10 @@ def generate(
     if policy is not None:
         source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel)
         if params.suffix_drafts and not stats.sampled_draft:  # its drafts are argmax-style: no q to sample by
-            source = SuffixOrMtp(source, policy)
+            source = SuffixOrMtp(source, policy, outputs)
+    elif params.suffix_drafts:  # no MTP head, or MTP off: suffix drafts or none
+        policy = NO_MTP
+        source = SuffixOrMtp(None, policy, outputs, session=session)
     c = params.constraint
     if c is not None:
         first = lambda logits: c.choose(logits, len(prompt), run.sampler.sample)  # noqa: E731
@@ -136,12 +142,15 @@ def generate(
         run.plain(pf.first_token)
     stats.generation_ms = (time.perf_counter() - run.t_gen) * 1000
     stats.rollback_repairs = session.repairs - repairs0
+    stats.rollback_replays = session.replays - replays0
     stats.thinking_tokens = run.out.thinking_tokens
     stats.generated = len(checker.tokens)
     stats.stop_reason = checker.stop_reason or stats.stop_reason
     if c is not None:
         stats.forced = c.forced_count
     lps = run.emitted_lps if params.logprobs is not None else None
+    if outputs is not None:
+        outputs.add(checker.tokens)
     return Generation(list(checker.tokens), checker.text, stats, lps)
 
 
@@ -298,8 +307,8 @@ class _Run:
         t1 = time.perf_counter()
 
         s.phase("verify", self.cancel)  # verify
-        hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=True)
-        assert hv is not None
+        s.checkpoint(len(drafts))
+        hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=getattr(source, "needs_hidden", True))
         self.stats.target_forwards += 1
         rows = s.target if self.penalties is None else PenalizedRows(s.target, self.penalties, self.counts, drafts)
         a, nxt = accept(rows, drafts, self.sampler, pos0, proposal.q, c)
@@ -333,6 +342,8 @@ class _Run:
             sync_ms=proposal.sync_ms,
         )
         self._round(r)
+        if isinstance(source, SuffixOrMtp):
+            source.observe(r)
         if c is None and r.source == "mtp":
             # a constrained round's costs include the grammar's masks and its drafts were cut
             # to what the grammar allows: it would teach auto about the grammar, not the
@@ -340,11 +351,11 @@ class _Run:
             policy.observe(r)
         return stop, nxt
 
-    def _settle(self, source: DraftSource, pos0: int, kept: int, accepted: list[int], hv: np.ndarray) -> None:
+    def _settle(self, source: DraftSource, pos0: int, kept: int, accepted: list[int], hv: np.ndarray | None) -> None:
         """After a verify: keep ``id_last`` and the first ``kept`` drafts in the target,
         roll back the rest, and hand the draft source the kept tokens plus the next one
         (``accepted[kept]``), each with the target's hidden state before it."""
         s = self.s
-        s.truncate_target(pos0 + 1 + kept, hidden=True)
-        s.last_hidden = hv[kept]
-        source.accept(accepted[: kept + 1], hv[: kept + 1])
+        s.truncate_target(pos0 + 1 + kept, hidden=hv is not None)
+        s.last_hidden = hv[kept] if hv is not None else None
+        source.accept(accepted[: kept + 1], hv[: kept + 1] if hv is not None else None)

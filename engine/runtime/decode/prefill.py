@@ -82,8 +82,13 @@ def prefill(
 
     # At least the last prompt token is decoded: its logits give the first token.
     c = min(common_prefix(s.target_tokens, prompt), n - 1)
+    #: the first MTP entry fed: the head sees the prompt's last ``prompt_window`` positions
+    window = max(0, n - s.prompt_window)
     if entries:
         m = min(common_prefix_entries(s.draft_tokens, prompt), n)
+        if m < window:
+            s.skip_draft_to(m, window)
+            m = window
         # MTP entry p needs the target's hidden state of position p-1. We will know
         # it for p-1 >= c (and p-1 == c-1 when nothing is removed and the last hidden
         # state is at hand); entries before that must already be in the MTP context.
@@ -116,9 +121,9 @@ def prefill(
         if marked:
             end = marks.pop(0)
         prev = s.last_hidden
-        rows = s.decode_target(prompt[i:end], logits=LOGITS_LAST, hidden=use_mtp)
-        if entries:
-            assert rows is not None
+        # hidden rows from the chunk holding the window's first entry's previous position on
+        rows = s.decode_target(prompt[i:end], logits=LOGITS_LAST, hidden=use_mtp and end >= window)
+        if entries and rows is not None:
             s.feed_prompt_entries(prompt, i, prev, rows, defer=defer_mtp)
         if marked:
             assert cache is not None

@@ -36,6 +36,13 @@ from engine.runtime.decode.cache.snapshot import Snapshot, token_key
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
 from engine.runtime.llama.context import Context
 
+#: how many of a prompt's last positions the MTP head is fed before its first draft.
+#: Its attention over a long prompt costs as much as one trunk attention layer (on the
+#: demo, with one such layer in four, MTP doubled a 20k-token prompt's time); the head
+#: drafts from the target's hidden state, which has seen the whole prompt, and from the
+#: recent tokens, so the positions before the window become holes (docs/mtp.md).
+MTP_PROMPT_WINDOW = 2048
+
 
 class Session:
     def __init__(self, target: Context, draft: Context | None = None, *, heads: int = 1, holes_ok: bool = True):
@@ -51,6 +58,10 @@ class Session:
         #: the newest entries decoded into the MTP context, for re-feeding (sync_draft's width)
         self.fed = FedTail()
         self.repairs = 0
+        #: rejections deeper than the recurrent rollback reaches, undone from a checkpoint
+        #: (the recurrent state before the verify, then the kept tokens decoded again)
+        self.replays = 0
+        self._checkpoint: tuple[int, bytearray] | None = None
         #: the target cannot be cut back below this position: after restoring a snapshot of
         #: a sliding-window model it holds only the window's cells before the snapshot's
         #: end, and a decode cut back further would attend over cells that are gone
@@ -66,6 +77,8 @@ class Session:
         #: nothing is ever fed into it, and every draft token of a round sits at the same
         #: position, the one after the target's last (common_speculative's is_mem_shared)
         self.shared = draft is not None and draft.shares_memory
+        #: MTP entries of a prompt before its last ``prompt_window`` positions are not fed
+        self.prompt_window = MTP_PROMPT_WINDOW
         #: test seam: called with a phase name at every cancellation point
         self.phase_hook: Callable[[str], None] | None = None
 
@@ -106,15 +119,42 @@ class Session:
         self.last_hidden = rows[-1]
         return rows
 
+    def checkpoint(self, drafts: int) -> None:
+        """Before a verify of ``drafts`` drafts: when rejecting them could need a rollback
+        deeper than llama.cpp's recurrent snapshots reach (``n_rs_seq``: a suffix draft is
+        wider than the MTP depth the contexts are sized for), keep the recurrent state as it
+        is now, as llama-server does, so :meth:`truncate_target` can start from it and
+        decode only the kept tokens again instead of the whole context."""
+        t = self.target
+        self._checkpoint = None
+        if drafts > t.n_rs_seq and t.model.is_recurrent:
+            self._checkpoint = (len(self.target_tokens), t.partial_get())
+
     def truncate_target(self, keep: int, *, hidden: bool) -> None:
         """Make the target hold exactly ``target_tokens[:keep]``."""
-        if self._rewind_target(keep):
+        if self._rewind_target(keep) or self._replay_from_checkpoint(keep, hidden):
             return
         # llama.cpp cannot roll this state back: rebuild it from the tokens.
         self.repairs += 1
         tokens = self.target_tokens[:keep]
         self._clear_target()
         self._decode_chunks(tokens, hidden=hidden, cancel=None, want_logits=False)
+
+    def _replay_from_checkpoint(self, keep: int, hidden: bool) -> bool:
+        ck, self._checkpoint = self._checkpoint, None
+        if ck is None:
+            return False
+        n, data = ck
+        if not (self.floor <= n <= keep <= len(self.target_tokens)):
+            return False
+        if not (self.target.partial_set(data) and self.target.seq_rm(n, -1)):
+            return False  # the full repair starts from an emptied context
+        again = self.target_tokens[n:keep]
+        del self.target_tokens[n:]
+        self.last_hidden = None
+        self.replays += 1
+        self._decode_chunks(again, hidden=hidden, cancel=None, want_logits=False)
+        return True
 
     def _rewind_target(self, keep: int) -> bool:
         """Drop target positions from ``keep`` on, if llama.cpp can roll its state back
@@ -136,6 +176,7 @@ class Session:
             self._clear_target()
 
     def _clear_target(self) -> None:
+        self._checkpoint = None
         self.target.clear()
         self.target_tokens = []
         self.last_hidden = None
@@ -262,6 +303,19 @@ class Session:
     def add_holes(self, n: int) -> None:
         """Skip the next ``n`` MTP positions (they stay absent from the MTP context)."""
         self.draft_tokens.extend([HOLE] * n)
+
+    def skip_draft_to(self, keep: int, pos: int) -> None:
+        """Keep the MTP entries before ``keep`` and leave positions ``keep..pos-1``
+        absent, so the next entry fed is ``pos``. A context that cannot skip positions
+        (:attr:`holes_ok` False) starts over empty instead: llama.cpp lets an empty
+        context's first batch begin at any position."""
+        assert keep <= pos
+        if self.holes_ok:
+            self.truncate_draft(keep)
+        else:
+            self.truncate_draft(0)
+            keep = 0
+        self.add_holes(pos - keep)
 
     def feed_prompt_entries(
         self, prompt: list[int], pos: int, prev: np.ndarray | None, rows: np.ndarray, *, defer: int | None = None

@@ -59,6 +59,7 @@ class GenerationStats:
     verify_ms: float = 0.0
     target_forwards: int = 0  # target decodes after the prompt
     rollback_repairs: int = 0  # rollbacks llama.cpp refused, repaired by re-prefill
+    rollback_replays: int = 0  # deep rejections undone from a checkpoint (kept tokens decoded again)
     generation_ms: float = 0.0
     stop_reason: StopReason | None = None
     drafted_at: list[int] = field(default_factory=list)  # per draft position

@@ -18,12 +18,18 @@ depth policy's. Output never changes: every draft is verified.
 
 from __future__ import annotations
 
+import threading
+from collections import deque
+
 import numpy as np
 
-from engine.runtime.decode.entries import Choose
-from engine.runtime.decode.prefill import Prefill
-from engine.runtime.decode.propose import MtpDraft, Proposal
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
+from engine.runtime.decode.entries import Choose
+from engine.runtime.decode.policy.costs import DEFAULT_SLOPE, RoundCosts, Window
+from engine.runtime.decode.prefill import Prefill, prefill
+from engine.runtime.decode.propose import MtpDraft, Proposal
+from engine.runtime.decode.session import Session
+from engine.runtime.decode.stats import RoundStats
 
 #: n-gram lengths matched, longest first; the shortest is the shortest match worth a draft
 LENGTHS = (16, 8, 4, 3)
@@ -35,6 +41,10 @@ MAX_DRAFT = 16
 PRIORS, PRIOR_N, DECAY = (0.9, 0.7, 0.5), 2.0, 0.97
 #: the MTP chain's acceptance prior, for a fixed depth (which has no estimates of its own)
 MTP_PRIOR = 0.7
+#: tokens of recent outputs a loaded model keeps for drafting (:class:`OutputStore`)
+STORE_TOKENS = 32768
+#: between two stored outputs: no n-gram spans it and no draft runs past it
+_SEP = -1
 
 
 class SuffixIndex:
@@ -68,9 +78,86 @@ class SuffixIndex:
         m = self._match
         if m is None or k < 1:
             return [], 0
-        end, n = m
+        return self._after(*m, k)
+
+    def lookup(self, tail: list[int], k: int) -> tuple[list[int], int]:
+        """Up to ``k`` tokens that followed the longest n-gram ending ``tail`` anywhere in
+        this index (another sequence's newest tokens), and that n-gram's length."""
+        if k < 1:
+            return [], 0
+        for n in LENGTHS:
+            if len(tail) >= n:
+                end = self._ends[n].get(tuple(tail[-n:]))
+                if end is not None:
+                    tokens, _ = self._after(end, n, k)
+                    if tokens:
+                        return tokens, n
+        return [], 0
+
+    def _after(self, end: int, n: int, k: int) -> tuple[list[int], int]:
         out = self.tokens[end + 1 : min(end + 1 + k, len(self.tokens))]
-        return out, n
+        if _SEP in out:
+            out = out[: out.index(_SEP)]
+        return out, n if out else 0
+
+
+class OutputStore:
+    """A loaded model's recent outputs, for drafting in later requests: the next turn of
+    an agent often repeats what an earlier answer (or another client's) wrote. Bounded
+    to :data:`STORE_TOKENS`: the oldest outputs go first. Output never changes by what
+    is stored (every draft is verified); only which drafts are tried does.
+
+    Several sequences draft from it at once (slots): :meth:`add` takes a lock and, when
+    the bound drops outputs, builds a new index and swaps it in, so a reader never sees
+    one half-built."""
+
+    def __init__(self, limit: int = STORE_TOKENS):
+        self.limit = limit
+        self._outputs: deque[list[int]] = deque()
+        self._index = SuffixIndex()
+        self._lock = threading.Lock()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens held (separators not counted)."""
+        return sum(len(o) for o in self._outputs)
+
+    def add(self, tokens: list[int]) -> None:
+        out = [int(t) for t in tokens[-self.limit :]]
+        if len(out) < MIN_MATCH + 1:
+            return
+        with self._lock:
+            self._outputs.append(out)
+            held = self.tokens
+            if held <= self.limit:
+                self._index.extend([_SEP, *out])
+                return
+            while held > self.limit:
+                held -= len(self._outputs.popleft())
+            index = SuffixIndex()
+            for o in self._outputs:
+                index.extend([_SEP, *o])
+            self._index = index
+
+    def lookup(self, tail: list[int], k: int) -> tuple[list[int], int]:
+        return self._index.lookup(tail, k)
+
+
+class _NoMtp:
+    """The depth policy beside suffix drafts without an MTP head: never an MTP chain."""
+
+    learns = False
+    max_depth = 0
+    idle = False
+
+    def next_depth(self) -> int:
+        return 0
+
+    def observe(self, r: RoundStats) -> None:
+        pass
+
+
+NO_MTP = _NoMtp()
 
 
 def _bucket(n: int) -> int:
@@ -84,43 +171,69 @@ def _expected(p: float, n: int) -> float:
 
 
 class SuffixOrMtp:
-    """A draft source: the suffix draft or the MTP chain, each round whichever pays more."""
+    """A draft source: the suffix draft or the MTP chain, each round whichever pays more.
 
-    def __init__(self, mtp: MtpDraft, policy):
+    Without an MTP head (``mtp`` None: a model that has none, or a request with MTP off)
+    it is the suffix draft or no draft at all, against plain decoding's cost."""
+
+    def __init__(self, mtp: MtpDraft | None, policy, store: OutputStore | None = None, *,
+                 session: Session | None = None):  # fmt: skip
+        assert mtp is not None or session is not None
         self.mtp = mtp
+        self.s = mtp.s if mtp is not None else session
         self.policy = policy
         self.index = SuffixIndex()
+        #: the model's recent outputs: drafts where the conversation itself has no match
+        self.store = store
         self.acc = [0.0, 0.0, 0.0]  # decayed accepted / reached tokens per match-length bucket
         self.reach = [0.0, 0.0, 0.0]
         self.mtp_acc = self.mtp_reach = 0.0  # the MTP chain's, for a fixed depth
+        #: verify times by rows and an MTP chain's draft time, measured here: what a fixed
+        #: depth or plain decoding costs (auto's own estimates are used where it runs)
+        self.costs = RoundCosts(MAX_DRAFT)
+        self.draft_ms = Window()
         self._last: tuple[int, int] | None = None  # (bucket, drafted) of the last suffix round
         self._mtp_k = 0  # drafts of the last MTP round
         #: where this round's drafts come from (the round's statistics read it)
         self.source = "mtp"
 
+    @property
+    def needs_hidden(self) -> bool:
+        """Whether the verify must return hidden rows (only an MTP head reads them)."""
+        return self.mtp is not None
+
     # --------------------------------------------------------------- protocol
     def begin(self, prompt: list[int], *, cancel, choose_first: Choose | None, idle: bool, points=(),
               cache: SnapshotCache | None = None) -> Prefill:  # fmt: skip
-        pf = self.mtp.begin(prompt, cancel=cancel, choose_first=choose_first, idle=idle, points=points, cache=cache)
+        if self.mtp is not None:
+            pf = self.mtp.begin(prompt, cancel=cancel, choose_first=choose_first, idle=idle, points=points, cache=cache)
+        else:
+            pf = prefill(self.s, prompt, speculative=False, cancel=cancel, choose_first=choose_first, points=points,
+                         cache=cache)  # fmt: skip
         self.index.extend([*prompt, pf.first_token])
         return pf
 
     def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal:
-        """The suffix draft (at most ``room`` tokens: the verify's limit this round) when
-        it expects more tokens per millisecond than the MTP chain of depth ``k`` (the
-        policy's choice), else the chain."""
+        """The suffix draft (at most ``room`` tokens: the verify's limit this round), cut
+        to the width that expects most tokens per millisecond, when that beats the MTP
+        chain of depth ``k`` (the policy's choice), else the chain."""
         width = min(MAX_DRAFT, room if room is not None else k)
         tokens, n = self.index.propose(width)
-        if tokens and self._suffix_pays(len(tokens), _bucket(n), k):
+        if self.store is not None and n < LENGTHS[0]:  # a longer match in earlier outputs wins
+            stored, m = self.store.lookup(self.index.tokens[-LENGTHS[0] :], width)
+            if m > n:
+                tokens, n = stored, m
+        take = self.suffix_width(len(tokens), _bucket(n), k) if tokens else 0
+        if take:
             self.source = "suffix"
-            self._last = (_bucket(n), len(tokens))
-            return Proposal(list(tokens))
+            self._last = (_bucket(n), take)
+            return Proposal(list(tokens[:take]))
         self.source, self._last = "mtp", None
-        proposal = self.mtp.draft(id_last, pos0, k)
+        proposal = self.mtp.draft(id_last, pos0, k) if self.mtp is not None and k > 0 else Proposal()
         self._mtp_k = len(proposal.tokens)
         return proposal
 
-    def accept(self, tokens: list[int], hidden: np.ndarray) -> None:
+    def accept(self, tokens: list[int], hidden: np.ndarray | None) -> None:
         kept = len(tokens) - 1  # the drafts kept (the last token is the target's own)
         if self._last is not None:
             b, drafted = self._last
@@ -129,19 +242,53 @@ class SuffixOrMtp:
         elif self._mtp_k:
             self.mtp_acc = self.mtp_acc * DECAY + min(kept, self._mtp_k)
             self.mtp_reach = self.mtp_reach * DECAY + min(kept + 1, self._mtp_k)
-        self.mtp.accept(tokens, hidden)
+        if self.mtp is not None:
+            assert hidden is not None
+            self.mtp.accept(tokens, hidden)
         self.index.extend(tokens)
+
+    def observe(self, r: RoundStats) -> None:
+        """A round's costs (every round, whichever source drafted it)."""
+        if r.forced:
+            return
+        self.costs.add_verify(r.drafted + 1, r.verify_ms)
+        if r.source == "mtp" and r.drafted:
+            self.draft_ms.add(r.draft_ms)
 
     # ----------------------------------------------------------------- choice
     def acceptance(self, bucket: int) -> float:
         return (self.acc[bucket] + PRIORS[bucket] * PRIOR_N) / (self.reach[bucket] + PRIOR_N)
 
-    def _suffix_pays(self, width: int, bucket: int, k: int) -> bool:
-        e_suffix = _expected(self.acceptance(bucket), width)
+    def verify_ms(self, rows: int) -> float:
+        """A verify of ``rows`` rows, from every round's verify measured here (suffix rounds
+        teach auto nothing, so its own estimates never see the widest verifies); auto's
+        estimate until this source has measured one."""
         costs = getattr(self.policy, "costs", None)
-        rates = self.policy.rates() if hasattr(self.policy, "rates") else None
-        if costs is None or rates is None:  # a fixed depth: more expected tokens wins
-            q = (self.mtp_acc + MTP_PRIOR * PRIOR_N) / (self.mtp_reach + PRIOR_N)
-            return e_suffix > _expected(q, k)
-        mtp_rate = rates[min(k, len(rates) - 1)]
-        return e_suffix / max(costs.verify_ms(width + 1), 1e-6) > mtp_rate
+        if self.costs.verify or costs is None:
+            return self.costs.verify_ms(rows)
+        return costs.verify_ms(rows)
+
+    def mtp_rate(self, k: int) -> float:
+        """Expected tokens per ms of this round without the suffix draft: the MTP chain of
+        depth ``k`` (auto's estimate, or measured here for a fixed depth), or plain decoding."""
+        if hasattr(self.policy, "rates") and hasattr(self.policy, "costs"):
+            rates = self.policy.rates()
+            return rates[min(k, len(rates) - 1)]
+        if self.mtp is None or k == 0:
+            return 1.0 / max(self.verify_ms(1), 1e-6)
+        q = (self.mtp_acc + MTP_PRIOR * PRIOR_N) / (self.mtp_reach + PRIOR_N)
+        draft = self.draft_ms.median if self.draft_ms else DEFAULT_SLOPE * k * self.verify_ms(1)
+        return _expected(q, k) / max(self.verify_ms(k + 1) + draft, 1e-6)
+
+    def suffix_width(self, width: int, bucket: int, k: int) -> int:
+        """How many of ``width`` suffix tokens to draft: the count with the most expected
+        tokens per ms, when that beats :meth:`mtp_rate`; 0: the suffix draft does not pay."""
+        p = self.acceptance(bucket)
+        best, best_rate = 0, self.mtp_rate(k)
+        e = 1.0
+        for w in range(1, width + 1):
+            e += p**w
+            rate = e / max(self.verify_ms(w + 1), 1e-6)
+            if rate > best_rate:
+                best, best_rate = w, rate
+        return best

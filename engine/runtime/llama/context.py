@@ -24,6 +24,9 @@ from engine.runtime.llama.model import Model
 from engine.runtime.llama.owned import OwnedPtr
 
 
+#: llama.cpp's LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: only the recurrent / sliding-window state
+STATE_PARTIAL_ONLY = 1
+
 class Context(OwnedPtr):
     """Owns one ``llama_context``; :meth:`close` frees it (idempotent)."""
 
@@ -223,6 +226,32 @@ class Context(OwnedPtr):
         if written != n:
             raise ContextError(f"llama.cpp wrote {written} of {n} state bytes")
         return buf
+
+    def partial_get(self, seq: int = 0) -> bytearray:
+        """A copy of sequence ``seq``'s recurrent (or sliding-window) state alone — llama.cpp's
+        ``PARTIAL_ONLY`` state, what llama-server checkpoints before a draft wider than the
+        recurrent rollback reaches. Empty on a model without such state."""
+        L = llama()
+        n = int(L.llama_state_seq_get_size_ext(self.ptr, seq, STATE_PARTIAL_ONLY))
+        buf = bytearray(n)
+        if n:
+            view = (ctypes.c_uint8 * n).from_buffer(buf)
+            written = int(L.llama_state_seq_get_data_ext(self.ptr, view, n, seq, STATE_PARTIAL_ONLY))
+            del view
+            if written != n:
+                raise ContextError(f"llama.cpp wrote {written} of {n} partial state bytes")
+        return buf
+
+    def partial_set(self, data: bytearray, seq: int = 0) -> bool:
+        """Put back a :meth:`partial_get` copy; the KV cells are untouched (cut them back
+        with :meth:`seq_rm` after). False when llama.cpp refuses the bytes."""
+        n = len(data)
+        if not n:
+            return False
+        view = (ctypes.c_uint8 * n).from_buffer(data)
+        read = int(llama().llama_state_seq_set_data_ext(self.ptr, view, n, seq, STATE_PARTIAL_ONLY))
+        del view
+        return read == n
 
     def state_set(self, data: bytearray, seq: int = 0) -> None:
         """Replace sequence ``seq``'s memory with ``data`` from :meth:`state_get` of a

@@ -42,6 +42,7 @@ from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
+from engine.runtime.decode.suffix import OutputStore
 from engine.runtime.slots.batcher import Batcher
 from engine.runtime.slots.pool import SlotPool
 from engine.runtime.slots.seqcontext import SeqContext
@@ -124,6 +125,8 @@ class LoadedModel:
     #: with ``parallel`` > 1: the slots (``session`` is slot 0's), and the shared contexts
     slots: SlotPool | None = None
     shared: tuple[Context, ...] = ()
+    #: recent outputs, for suffix drafts in later requests (bounded; lost with the model)
+    outputs: OutputStore = field(default_factory=OutputStore)
 
     @property
     def max_draft_depth(self) -> int:

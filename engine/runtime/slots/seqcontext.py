@@ -128,5 +128,13 @@ class SeqContext:
         with self.batcher.lock:
             self.ctx.state_set(data, self.seq)
 
+    def partial_get(self) -> bytearray:
+        with self.batcher.lock:
+            return self.ctx.partial_get(self.seq)
+
+    def partial_set(self, data: bytearray) -> bool:
+        with self.batcher.lock:
+            return self.ctx.partial_set(data, self.seq)
+
     def close(self) -> None:
         """The shared context belongs to the pool, which closes it."""

@@ -19,6 +19,7 @@ from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import open_set
 from engine.gguf.validate import validate_path
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
+from engine.runtime.decode.entries import HOLE
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
@@ -214,6 +215,29 @@ def test_a_restored_sliding_window_state_is_never_cut_back_past_its_window(famil
         s.restore(snap)
         assert s.floor == snap.n - 1
         assert generate(s, prompt, params).tokens == want  # decoded again, not cut back
+
+
+@pytest.mark.parametrize("fam", ("glm4moe", "step35"))
+def test_the_prompt_window_on_contexts_that_cannot_skip_positions(families, fam):
+    """Families without M-RoPE need an MTP context's positions consecutive: the head's
+    prompt window starts such a context over, empty, at the window (chained heads too)."""
+    with _loaded(families[fam]["target"], MtpSource.INTEGRATED) as lm:
+        s = lm.session
+        assert not s.holes_ok
+        plain = _plain(lm)
+        prompt = lm.model.prompt_tokens(PROMPT)
+        s.prompt_window = 4
+        params = DecodeParams(max_tokens=32, ignore_eog=True, depth=FixedDepth(2))
+        s.reset()
+        g = generate(s, prompt, params)
+        assert g.tokens == plain and g.stats.drafted > 0
+        assert s.draft_tokens[: len(prompt) - 4] == [HOLE] * (len(prompt) - 4)
+        turn2 = prompt + g.tokens + lm.model.prompt_tokens(" And then? Go on, with a dog this time.")[1:]
+        again = generate(s, turn2, params)
+        assert again.stats.prompt_tokens_reused > len(prompt) and again.stats.drafted > 0
+        s.reset()
+        s.prompt_window = 1 << 20
+        assert again.tokens == generate(s, turn2, DecodeParams(max_tokens=32, ignore_eog=True)).tokens
 
 
 def test_refusals_are_typed_errors_in_words(families):

@@ -15,7 +15,7 @@ from engine.runtime.decode.penalties import Penalties
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.sampling import SamplingParams
-from engine.runtime.decode.suffix import MIN_MATCH, SuffixIndex, SuffixOrMtp
+from engine.runtime.decode.suffix import MIN_MATCH, OutputStore, SuffixIndex, SuffixOrMtp
 from engine.runtime.engine import Engine
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
@@ -49,9 +49,9 @@ def copying(fixtures):
     lm.close()
 
 
-def _gen(lm, prompt, **kw):
+def _gen(lm, prompt, outputs=None, **kw):
     lm.session.reset()
-    return generate(lm.session, prompt, DecodeParams(max_tokens=100, ignore_eog=True, **kw))
+    return generate(lm.session, prompt, DecodeParams(max_tokens=100, ignore_eog=True, **kw), outputs=outputs)
 
 
 ARMS = {
@@ -93,6 +93,8 @@ def test_suffix_drafts_under_a_grammar(copying):
 
 
 class _Costs:
+    """A cost model's verify estimates (what the choice reads of it)."""
+
     def __init__(self, verify):
         self.verify = verify
 
@@ -121,27 +123,90 @@ def _consistent_policy(p_mtp: float, draft_ms: float = 0.3) -> _Policy:
     return _Policy(rates, verify)
 
 
+def _source(policy) -> SuffixOrMtp:
+    return SuffixOrMtp(None, policy, session=object())  # the choice reads no context
+
+
 def test_the_choice_never_takes_the_source_expected_to_earn_less():
-    src = SuffixOrMtp.__new__(SuffixOrMtp)
-    src.acc, src.reach = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
-    src.mtp_acc = src.mtp_reach = 0.0
-    src.policy = _consistent_policy(0.8)
+    src = _source(_consistent_policy(0.8))
+    verify = lambda rows: 1.0 + 0.1 * rows  # noqa: E731
     for k in range(5):
         for bucket in range(3):
             for width in (1, 4, 15):
                 p = src.acceptance(bucket)
-                e = sum(p**i for i in range(width + 1))
-                taken = src._suffix_pays(width, bucket, k)
-                assert taken == (e / (1.0 + 0.1 * (width + 1)) > src.policy.rates()[k])
+                rates = [sum(p**i for i in range(w + 1)) / verify(w + 1) for w in range(width + 1)]
+                taken = src.suffix_width(width, bucket, k)
+                mtp = src.policy.rates()[k]
+                if taken:  # the width that earns most, and more than the chain
+                    assert rates[taken] == max(rates[1:]) and rates[taken] > mtp
+                else:  # no width would earn more than the chain
+                    assert max(rates[1:]) <= mtp
     # a bucket whose drafts were all rejected loses to a chain that pays, at any width
     src.acc[0], src.reach[0] = 0.0, 50.0
-    assert not any(src._suffix_pays(w, 0, 2) for w in (1, 4, 15))
-    # ... and one always accepted wins over it
+    assert not any(src.suffix_width(w, 0, 2) for w in (1, 4, 15))
+    # ... and one always accepted wins over it, at its full width
     src.acc[1], src.reach[1] = 50.0, 50.0
-    assert src._suffix_pays(15, 1, 2)
-    # a fixed depth (no cost model): the one expected to give more tokens per round
-    src.policy = FixedDepth(2)
-    assert src._suffix_pays(15, 1, 2) and not src._suffix_pays(15, 0, 2)
+    assert src.suffix_width(15, 1, 2) == 15
+
+
+def test_without_a_cost_model_the_choice_uses_its_own_verify_times():
+    """A fixed depth or no MTP head: verify times measured by the source itself."""
+    from engine.runtime.decode.stats import RoundStats
+    from engine.runtime.decode.suffix import NO_MTP
+
+    src = _source(NO_MTP)
+    for rows, ms in ((1, 1.0), (5, 1.4), (17, 6.0)):  # verifies cost more past some width
+        for _ in range(3):
+            src.observe(RoundStats(index=0, depth=rows - 1, drafted=rows - 1, accepted=0, emitted=1, draft_ms=0.0,
+                                   verify_ms=ms, t=0.0, source="suffix"))  # fmt: skip
+    src.acc[2], src.reach[2] = 9.0, 10.0  # p = 0.88
+    w = src.suffix_width(16, 2, 0)
+    assert 1 <= w < 16  # worth drafting, but not the widest verify
+    p = src.acceptance(2)
+    rate = lambda w: sum(p**i for i in range(w + 1)) / src.verify_ms(w + 1)  # noqa: E731
+    assert rate(w) == max(rate(x) for x in range(1, 17)) and rate(w) > 1.0 / src.verify_ms(1)
+    src.acc[2], src.reach[2] = 0.0, 40.0  # never accepted: plain decoding earns more
+    assert src.suffix_width(16, 2, 0) == 0
+
+
+def test_the_store_of_recent_outputs_is_bounded_and_drafts_across_requests():
+    store = OutputStore(limit=100)
+    for i in range(10):
+        store.add([1000 * i + j for j in range(30)])
+    assert store.tokens <= 100
+    assert store.lookup([9000, 9001, 9002], 4) == ([9003, 9004, 9005, 9006], 3)  # the newest is kept
+    assert store.lookup([1000, 1001, 1002], 4) == ([], 0)  # the oldest went first
+    store.add([7, 7, 7])  # too short to draft from: not stored
+    assert store.lookup([9027, 9028, 9029], 4) == ([], 0)  # a draft never runs past an output's end
+    assert store.lookup([5, 9000, 9001, 9002], 2)[0] == [9003, 9004]
+
+
+def test_a_later_request_drafts_from_an_earlier_output(copying):
+    """The bigram fixture's answer depends on the last token only: a short prompt gets the
+    answer an earlier request got, which its own prompt does not hold."""
+    lm, _ = copying
+    prompt = lm.model.prompt_tokens("Once upon a time")
+    store = OutputStore()
+    first = _gen(lm, prompt, depth=FixedDepth(2))
+    store.add(first.tokens)
+    again = _gen(lm, lm.model.prompt_tokens("Twice upon a time"), depth=FixedDepth(2), suffix_drafts=True,
+                 outputs=store)  # fmt: skip
+    alone = _gen(lm, lm.model.prompt_tokens("Twice upon a time"), depth=FixedDepth(2), suffix_drafts=True)
+    assert again.tokens == alone.tokens == _gen(lm, lm.model.prompt_tokens("Twice upon a time")).tokens
+    assert again.stats.suffix_accepted > alone.stats.suffix_accepted
+    assert again.stats.target_forwards < alone.stats.target_forwards
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_suffix_drafts_without_an_mtp_head(copying, arm):
+    """MTP off (the same happens on a model with no head): suffix drafts or plain rounds."""
+    lm, prompt = copying
+    kw = ARMS[arm]
+    plain = _gen(lm, prompt, **kw)
+    only = _gen(lm, prompt, suffix_drafts=True, **kw)
+    assert only.tokens == plain.tokens
+    if arm == "greedy":
+        assert only.stats.suffix_accepted > 0 and only.stats.target_forwards < plain.stats.target_forwards
 
 
 def test_the_endpoint_field_reaches_the_decoder(fixtures):
@@ -169,3 +234,25 @@ def test_suffix_drafts_are_bit_exact_in_exact_mode(fixtures, tmp_path):
     r = json.loads(done.stdout.strip().splitlines()[-1])
     assert r["identity"].startswith("bit-exact") and r["same"]
     assert r["suffix_accepted"] > 0
+
+
+@pytest.mark.parametrize("depth", [None, 2])
+def test_a_rejection_deeper_than_the_recurrent_rollback_replays_from_a_checkpoint(copying, depth):
+    """The fixture is a hybrid: llama.cpp rolls its recurrent state back only ``n_rs_seq``
+    tokens (the MTP depth it was sized for), and a suffix draft is wider. Rejected deep in
+    a draft, the state goes back to the checkpoint taken before the verify and only the
+    kept tokens are decoded again — not the whole context."""
+    lm, _ = copying
+    prompt = lm.model.prompt_tokens("Once upon a time")
+    answer = _gen(lm, prompt).tokens
+    changed = list(answer)
+    for i in (20, 37, 41, 58, 66, 83):  # the prompt holds the answer with tokens changed
+        changed[i] = (changed[i] + 1) % lm.model.n_vocab
+    edit = prompt + changed + prompt[1:]
+    plain = _gen(lm, edit)
+    kw = {"depth": FixedDepth(depth)} if depth else {}
+    g = _gen(lm, edit, suffix_drafts=True, **kw)
+    assert g.tokens == plain.tokens
+    assert lm.session.target.n_rs_seq < 15 and g.stats.suffix_drafted > g.stats.suffix_accepted
+    assert g.stats.rollback_replays > 0 and g.stats.rollback_repairs == 0
+    assert g.stats.target_forwards < plain.stats.target_forwards / 2

@@ -124,6 +124,10 @@ class RoundCosts:
             _window(self.wall, depth).add(wall_ms)
             self.python[depth > 0].add(max(0.0, wall_ms - r.verify_ms - r.draft_ms))
 
+    def add_verify(self, rows: int, ms: float) -> None:
+        """A verify's time alone (for a source that keeps only these)."""
+        _window(self.verify, rows).add(ms)
+
     # -------------------------------------------------------------- estimates
     def verify_ms(self, rows: int) -> float:
         """Measured or estimated verify time of ``rows`` rows."""
