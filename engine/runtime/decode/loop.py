@@ -300,6 +300,7 @@ class _Run:
             proposal = source.draft(id_last, pos0, k, min(room, s.target.n_outputs - 1))  # propose
             if c is not None and proposal.tokens:  # only what the grammar allows is worth verifying
                 n = c.valid_prefix(proposal.tokens)
+                proposal.extended = max(0, proposal.extended - (len(proposal.tokens) - n))
                 del proposal.tokens[n:]
                 if proposal.q is not None:
                     del proposal.q[n:]
@@ -340,6 +341,7 @@ class _Run:
             drafts=tuple(drafts),
             sync_rows=proposal.sync_rows,
             sync_ms=proposal.sync_ms,
+            extended=0 if forced else proposal.extended,
         )
         self._round(r)
         if isinstance(source, SuffixOrMtp):

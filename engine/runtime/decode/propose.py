@@ -38,6 +38,8 @@ class Proposal:
     #: MTP catch-up entries fed before the first draft, and the time that took
     sync_rows: int = 0
     sync_ms: float = 0.0
+    #: of ``tokens``, the last ones a suffix match added after an MTP chain
+    extended: int = 0
 
 
 class DraftSource(Protocol):

@@ -31,8 +31,11 @@ class RoundStats:
     forced: int = 0
     #: the round ended inside the reply's think block
     thinking: bool = False
-    #: where the drafts came from: "mtp" or "suffix" (engine.runtime.decode.suffix)
+    #: where the drafts came from: "mtp", "suffix", or "mtp+suffix": an MTP chain whose
+    #: last tokens start an earlier match, extended by what followed it (engine.runtime.decode.suffix)
     source: str = "mtp"
+    #: of the drafts, the suffix tokens after the MTP chain ("mtp+suffix")
+    extended: int = 0
 
     @property
     def rejected(self) -> int:
@@ -118,6 +121,10 @@ class GenerationStats:
             self.suffix_rounds += 1
             self.suffix_drafted += r.drafted
             self.suffix_accepted += r.accepted
+        elif r.extended:
+            self.suffix_rounds += 1
+            self.suffix_drafted += r.extended
+            self.suffix_accepted += max(0, r.accepted - (r.drafted - r.extended))
         if r.drafted:
             _grow(self.drafted_at, r.drafted)
             _grow(self.accepted_at, r.drafted)

@@ -225,23 +225,41 @@ class SuffixOrMtp:
                 tokens, n = stored, m
         take = self.suffix_width(len(tokens), _bucket(n), k) if tokens else 0
         if take:
-            self.source = "suffix"
+            self.source, self._mtp_k = "suffix", 0
             self._last = (_bucket(n), take)
             return Proposal(list(tokens[:take]))
         self.source, self._last = "mtp", None
         proposal = self.mtp.draft(id_last, pos0, k) if self.mtp is not None and k > 0 else Proposal()
         self._mtp_k = len(proposal.tokens)
+        if proposal.tokens and proposal.q is None and width > len(proposal.tokens):
+            self._extend(proposal, k, width)
         return proposal
+
+    def _extend(self, proposal: Proposal, k: int, width: int) -> None:
+        """Where the chain's last tokens start an earlier match (after an edit, the copy goes
+        on a few tokens later), append what followed it, as far as that pays."""
+        m = self._mtp_k
+        tokens, n = self.index.lookup([*self.index.tokens[-LENGTHS[0] :], *proposal.tokens], width - m)
+        if not tokens:
+            return
+        take = self.extension_width(len(tokens), _bucket(n), m)
+        if take:
+            proposal.tokens.extend(tokens[:take])
+            proposal.extended = take
+            self.source = "mtp+suffix"
+            self._last = (_bucket(n), take)
 
     def accept(self, tokens: list[int], hidden: np.ndarray | None) -> None:
         kept = len(tokens) - 1  # the drafts kept (the last token is the target's own)
-        if self._last is not None:
-            b, drafted = self._last
-            self.acc[b] = self.acc[b] * DECAY + min(kept, drafted)
-            self.reach[b] = self.reach[b] * DECAY + min(kept + 1, drafted)
-        elif self._mtp_k:
+        if self.source != "suffix" and self._mtp_k:
             self.mtp_acc = self.mtp_acc * DECAY + min(kept, self._mtp_k)
             self.mtp_reach = self.mtp_reach * DECAY + min(kept + 1, self._mtp_k)
+        if self._last is not None:
+            b, drafted = self._last
+            start = self._mtp_k if self.source == "mtp+suffix" else 0  # the suffix tokens' first
+            if kept >= start:  # reached
+                self.acc[b] = self.acc[b] * DECAY + min(kept - start, drafted)
+                self.reach[b] = self.reach[b] * DECAY + min(kept - start + 1, drafted)
         if self.mtp is not None:
             assert hidden is not None
             self.mtp.accept(tokens, hidden)
@@ -279,6 +297,38 @@ class SuffixOrMtp:
         q = (self.mtp_acc + MTP_PRIOR * PRIOR_N) / (self.mtp_reach + PRIOR_N)
         draft = self.draft_ms.median if self.draft_ms else DEFAULT_SLOPE * k * self.verify_ms(1)
         return _expected(q, k) / max(self.verify_ms(k + 1) + draft, 1e-6)
+
+    def _chain(self, k: int) -> tuple[float, float, float]:
+        """An MTP chain of ``k`` drafts: expected tokens, the chance all ``k`` are kept, and
+        its round's cost in ms (auto's estimates, or this source's own)."""
+        if hasattr(self.policy, "acceptances") and hasattr(self.policy, "costs"):
+            ps = self.policy.acceptances()[:k]
+            cost = self.policy.costs.round_ms(k)
+        else:
+            q = (self.mtp_acc + MTP_PRIOR * PRIOR_N) / (self.mtp_reach + PRIOR_N)
+            ps = [q] * k
+            cost = self.verify_ms(k + 1) + (self.draft_ms.median if self.draft_ms else 0.0)
+        e, chain = 1.0, 1.0
+        for p in ps:
+            chain *= p
+            e += chain
+        return e, chain, max(cost, 1e-6)
+
+    def extension_width(self, width: int, bucket: int, k: int) -> int:
+        """How many of ``width`` suffix tokens to append after an MTP chain of ``k``: the
+        count with the most expected tokens per ms (they count only if the whole chain is
+        kept; they cost the wider verify), when that beats the chain alone; 0: none."""
+        e_k, all_kept, cost = self._chain(k)
+        base = self.verify_ms(k + 1)
+        p = self.acceptance(bucket)
+        best, best_rate = 0, e_k / cost
+        gain = 0.0
+        for w in range(1, width + 1):
+            gain += all_kept * p**w
+            rate = (e_k + gain) / max(cost + self.verify_ms(k + 1 + w) - base, 1e-6)
+            if rate > best_rate:
+                best, best_rate = w, rate
+        return best
 
     def suffix_width(self, width: int, bucket: int, k: int) -> int:
         """How many of ``width`` suffix tokens to draft: the count with the most expected

@@ -248,25 +248,33 @@ def prompt_cost(lm: LoadedModel, n: int, *, rounds: int, max_tokens: int, depth:
 def cold_start(lm: LoadedModel, *, sessions: int, tokens: int, lines: int) -> dict:
     """Auto from a fresh policy over the first ``tokens`` tokens, ``sessions`` times, next
     to plain decoding and every fixed depth run over the same requests in the same round."""
-    prompts = [prompt_tokens(lm, w, lines) for w in WORKLOADS]
+    from engine.runtime.measure.bench import DEFAULT_PROMPTS
+
+    # the A/B benchmark's prompts (``mtp-studio bench``), as a session's first requests
+    prompts = [lm.model.prompt_tokens(p) for p in DEFAULT_PROMPTS]
     arms = ["plain", *(str(d) for d in range(1, lm.max_draft_depth + 1)), "auto"]
     per: dict[str, list[float]] = {a: [] for a in arms}
+    s = lm.session
     for _ in range(sessions):
-        fresh = AdaptiveDepth(lm.max_draft_depth)
+        policies = {a: None if a == "plain" else FixedDepth(int(a)) if a.isdigit() else None for a in arms}
+        policies["auto"] = AdaptiveDepth(lm.max_draft_depth)  # as for a model with no saved policy
+        done = {a: 0 for a in arms}
+        ms = {a: 0.0 for a in arms}
+        i = 0
+        while min(done.values()) < tokens:  # request by request, every arm in turn: the machine's
+            for a in arms:  # speed drifts within seconds here, so arms alternate finely
+                if done[a] >= tokens:
+                    continue
+                s.reset()
+                g = generate(s, prompts[i % len(prompts)], DecodeParams(max_tokens=min(96, tokens - done[a]),
+                                                                         ignore_eog=True, depth=policies[a]))  # fmt: skip
+                done[a] += len(g.tokens)
+                ms[a] += g.stats.generation_ms
+            i += 1
         for a in arms:
-            done, t = 0, 0.0
-            for i in range(len(prompts) * 8):
-                if done >= tokens:
-                    break
-                p = None if a == "plain" else fresh if a == "auto" else FixedDepth(int(a))
-                lm.session.reset()
-                g = generate(lm.session, prompts[i % len(prompts)],
-                             DecodeParams(max_tokens=min(256, tokens - done), ignore_eog=True, depth=p))  # fmt: skip
-                done += len(g.tokens)
-                t += g.stats.generation_ms
-            per[a].append(done / t * 1000)
+            per[a].append(done[a] / ms[a] * 1000)
     med = {a: statistics.median(v) for a, v in per.items()}
-    best_fixed = max((a for a in arms if a not in ("plain", "auto")), key=med.__getitem__)
+    best_fixed = max((a for a in arms if a.isdigit()), key=med.__getitem__)
     ratio_plain = [x / y for x, y in zip(per["auto"], per["plain"])]
     ratio_best = [x / y for x, y in zip(per["auto"], per[best_fixed])]
     return {"sessions": sessions, "tokens": tokens, "tokens_per_second": {a: [round(x, 1) for x in v] for a, v in per.items()},

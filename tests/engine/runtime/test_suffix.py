@@ -256,3 +256,24 @@ def test_a_rejection_deeper_than_the_recurrent_rollback_replays_from_a_checkpoin
     assert lm.session.target.n_rs_seq < 15 and g.stats.suffix_drafted > g.stats.suffix_accepted
     assert g.stats.rollback_replays > 0 and g.stats.rollback_repairs == 0
     assert g.stats.target_forwards < plain.stats.target_forwards / 2
+
+
+def test_an_mtp_chain_that_runs_into_an_earlier_match_is_extended_by_it(copying):
+    """After a changed token the copy goes on: once the MTP chain's last tokens match the
+    prompt again, what followed there is appended to the same verify."""
+    lm, _ = copying
+    prompt = lm.model.prompt_tokens("Once upon a time")
+    answer = _gen(lm, prompt).tokens
+    changed = list(answer)
+    for i in (20, 45, 70):
+        changed[i] = (changed[i] + 1) % lm.model.n_vocab
+    edit = prompt + changed + prompt[1:]
+    plain = _gen(lm, edit).tokens
+    rounds = []
+    lm.session.reset()
+    g = generate(lm.session, edit, DecodeParams(max_tokens=100, ignore_eog=True, depth=FixedDepth(3), suffix_drafts=True),
+                 on_round=rounds.append)  # fmt: skip
+    assert g.tokens == plain
+    ext = [r for r in rounds if r.source == "mtp+suffix"]
+    assert ext and all(0 < r.extended < r.drafted for r in ext)
+    assert sum(r.extended for r in ext) <= g.stats.suffix_drafted

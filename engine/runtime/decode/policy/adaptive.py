@@ -54,8 +54,11 @@ from engine.runtime.decode.policy.costs import MIN_STEADY, RoundCosts
 from engine.runtime.decode.depth import AUTO
 from engine.runtime.decode.stats import RoundStats
 
-PRIOR_P = 0.7  # optimistic prior acceptance, so drafting gets tried
+PRIOR_P = 0.8  # optimistic prior acceptance, so drafting gets tried
 PRIOR_N = 1.0  # ... worth this many observations, fading while a position is reached ...
+DEEPER = 0.85  # ... and a deeper position's prior is the one before it times this: a head
+# drafts less well the further it is from the target's own state (the demo: 0.89, 0.74, 0.72),
+# and a fresh session that assumed otherwise spent its first rounds trying depths that lose
 PRIOR_FLOOR = 0.02  # ... down to this, and recovering like the counts decay while it is not
 DECAY = 0.99  # per drafting round: the estimate follows the text (~100 rounds: at ~50 a
 # run of rejections as likely as not within a few hundred rounds switched a head ~5% above
@@ -67,6 +70,8 @@ MIN_GAIN = 0.005  # a measured depth must beat the current one by this much, and
 NOISE_SIGMAS = 1.5  # ... this many standard errors of the difference (timing and acceptance)
 EXPLORE_MIN, EXPLORE_MAX = 16, 1024  # drafting rounds between tries of a neighbouring depth
 EXPLORE_ROUNDS = 1 + MIN_STEADY + 1  # a try: the transition, then steady rounds to judge it
+EXPLORE_SKIP = 0.1  # a neighbour estimated this far below the current depth is not tried
+FIRST_ROUNDS = 4.0  # drafting rounds at depth 1 before a fresh policy goes deeper
 STALE = 32  # steady rounds after which a depth's wall times are too old to switch on
 CHOOSE_EVERY = 4  # drafting rounds between choices (a choice costs ~5 us of Python; the
 # estimates it reads move by a few percent per round at most)
@@ -98,29 +103,33 @@ class AdaptiveDepth:
         self._explorations = 0
         self._trying: tuple[int, int, int] | None = None  # (depth, rounds left, depth before)
         self._tried_from: int | None = None  # the try just ended: the depth it was made from
+        self._first_plain = False  # plain decoding's first timing just ended (see next_depth)
         self._prev: tuple[int, float, int] | None = None  # the last round: index, t, depth
         self.depth_counts: Counter[int] = Counter()  # rounds per chosen depth (tests, GUI, bench)
 
     # ------------------------------------------------------------------ model
     def acceptances(self) -> list[float]:
         """Estimated conditional acceptance of each draft position. A position's prior
-        is the estimate of the one before it, so a depth seldom drafted is assumed to
-        behave like its neighbour until measured (not like a fixed guess)."""
+        is the estimate of the one before it (times :data:`DEEPER`), so a depth seldom
+        drafted is assumed to behave like its neighbour until measured (not like a fixed guess)."""
         out, prior = [], PRIOR_P
         for i in range(self.max_depth):
             w = self.prior_n[i]
             prior = (self.acc[i] + prior * w) / (self.reach[i] + w)
             out.append(prior)
+            prior *= DEEPER
         return out
 
     def verify_ms(self, rows: int) -> float:
         """Measured or estimated verify time of ``rows`` rows."""
         return self.costs.verify_ms(rows)
 
-    def rates(self) -> list[float]:
-        """Expected tokens per ms of a steady round at each depth 0..max_depth."""
+    def rates(self, *, parts: bool = False) -> list[float]:
+        """Expected tokens per ms of a steady round at each depth 0..max_depth (``parts``:
+        every depth's cost from its parts, measured walls aside, so depths compare on
+        the same footing whatever speed the machine ran at when each was last timed)."""
         p = self.acceptances()
-        cost = self.costs.round_ms
+        cost = self.costs.parts_ms if parts else self.costs.round_ms
         out = [1.0 / cost(0)]
         tokens, chain = 1.0, 1.0
         for k in range(1, self.max_depth + 1):
@@ -137,9 +146,17 @@ class AdaptiveDepth:
         """The depth to run at: the best one, when it beats the current one by more than
         the noise and the switch, or has not been measured yet."""
         rates = self.rates()
-        best = max(range(len(rates)), key=rates.__getitem__)
+        # until the first draft position is measured, a fresh policy drafts one token a round:
+        # the cheapest round that measures it (at near-zero acceptance a deeper one only costs more)
+        deepest = len(rates) - 1 if self.reach[0] >= FIRST_ROUNDS else 1
+        best = max(range(deepest + 1), key=rates.__getitem__)
         cur = self.current
         c = self.costs
+        if self._first_plain and self._trying is None:
+            # the first time plain decoding and drafting have both been timed: neither is
+            # an established choice to defend yet, so the better one is taken as it stands
+            self._first_plain = False
+            cur = best
         if best != cur and c.measured(best):
             err = c.rel_error(best) ** 2 + c.rel_error(cur) ** 2
             if 0 in (best, cur):  # drafting or not: the first draft's acceptance decides
@@ -180,7 +197,13 @@ class AdaptiveDepth:
             self._unchosen -= 1
             k = self.current
         elif 1 not in self.costs.verify and self.costs.verify:
-            k = 0  # measure plain decoding once: every ratio is relative to it
+            # measure plain decoding once (every ratio is relative to it), as a try: drafting
+            # goes on after it. Switched off for it, a fresh session waited for a probe
+            # with the evidence for drafting cut, and stayed plain where depth 1 paid.
+            k = self._try(0, self.current)
+            self._first_plain = True  # ... and the choice after it is made without hysteresis
+            self.depth_counts[k] += 1
+            return k
         elif not self._drafting and self.depth_counts and self.off_tokens < self.probe_gap:
             # drafting is off and no probe is due: only a probe brings news about the
             # drafts, so the choice is made again then (this round costs no estimate)
@@ -208,12 +231,24 @@ class AdaptiveDepth:
 
     def _explore(self, k: int) -> int:
         """Try the next of ``k``'s neighbours, in turn one and two depths up and down (so a
-        depth last timed while the machine ran at another speed is timed again)."""
+        depth last timed while the machine ran at another speed is timed again). A deeper
+        neighbour is tried only when it might win: one whose rate from its parts (measured
+        decode costs, the acceptance estimates) is more than :data:`EXPLORE_SKIP` below
+        ``k``'s is passed over, and with none left the turn confirms ``k`` as a try would
+        (a fresh session spent a quarter of its first rounds trying deeper depths its own
+        estimates already ruled out). Shallower ones, plain decoding among them, are always
+        tried: they are cheap, and they are what corrects a choice made on bad timings."""
         self._since_explore = 0
         near = [d for d in (k + 1, k - 1, k + 2, k - 2) if 0 <= d <= self.max_depth]
-        d = near[self._explorations % len(near)]
-        self._explorations += 1
-        return self._try(d, k)
+        rates = self.rates(parts=True)
+        floor = rates[k] * (1 - EXPLORE_SKIP)
+        for _ in range(len(near)):
+            d = near[self._explorations % len(near)]
+            self._explorations += 1
+            if d < k or rates[d] >= floor:  # shallower ones are always tried: the safety net
+                return self._try(d, k)
+        self.explore_gap = min(self.explore_gap * 2, EXPLORE_MAX)
+        return k
 
     def _try(self, k: int, before: int) -> int:
         """Run ``EXPLORE_ROUNDS`` rounds at ``k`` (this one included), timed afresh."""
