@@ -81,6 +81,9 @@ def register(sub) -> None:
         help="while sampling, sample the drafts too (rejection sampling: higher acceptance, exact in distribution, "
         "but not the same text as plain sampling with the same seed)",
     )
+    p.add_argument("--suffix-drafts", action="store_true", default=None,
+                   help="also draft from the conversation itself: what followed the newest tokens where they "
+                   "occurred before (docs/agent-speed.md); works without an MTP head too")  # fmt: skip
     p.add_argument("--presence-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per token already generated")
     p.add_argument("--frequency-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per time generated")
     p.add_argument("--repeat-penalty", type=float, default=None, help="llama.cpp's: above 0 (1: off)")
@@ -215,6 +218,7 @@ def run(args) -> int:
                 seed=args.seed,
                 draft_depth=args.draft_depth,
                 sampled_draft=args.sampled_draft or None,
+                suffix_drafts=args.suffix_drafts,
                 grammar=grammar,
                 presence_penalty=args.presence_penalty,
                 frequency_penalty=args.frequency_penalty,

@@ -108,3 +108,20 @@ def test_a_chat_template_file_replaces_the_models_own(fixtures, tmp_path):
     assert out["stats"]["prompt_tokens"] != own["stats"]["prompt_tokens"]
     p = mtp_studio(*args, "--chat-template-file", str(tmp_path / "missing.jinja"))
     assert p.returncode == 1 and "missing.jinja" in p.stderr
+
+
+def test_suffix_drafts_from_the_command_line(fixtures):
+    """``--suffix-drafts`` with MTP off reaches the decoder: the full fixture is a bigram
+    model, so after a prompt that holds its own earlier answer the drafts come from the
+    prompt (how many are kept depends on how the text tokenizes again: the gain itself is
+    tested in-process, tests/engine/runtime/test_suffix.py); the tokens are plain decoding's."""
+    model = ["--model", str(fixtures["full"].path), "--mtp", "off"]
+    start = "Once upon a time"
+    earlier = mtp_json("generate", *model, "--prompt", start, "--max-tokens", "120")["text"]
+    args = ["generate", *model, "--prompt", start + earlier + start, "--max-tokens", "100"]
+    plain = mtp_json(*args)
+    suffix = mtp_json(*args, "--suffix-drafts")
+    assert suffix["tokens"] == plain["tokens"]
+    st = suffix["stats"]
+    assert st["suffix_rounds"] > 0 and st["suffix_accepted"] > 0
+    assert st["target_forwards"] < plain["stats"]["target_forwards"]

@@ -82,8 +82,8 @@ def prefill(
 
     # At least the last prompt token is decoded: its logits give the first token.
     c = min(common_prefix(s.target_tokens, prompt), n - 1)
-    #: the first MTP entry fed: the head sees the prompt's last ``prompt_window`` positions
-    window = max(0, n - s.prompt_window)
+    #: the first MTP entry fed: the head sees the prompt's last positions (Session.window)
+    window = max(0, n - s.window(n))
     if entries:
         m = min(common_prefix_entries(s.draft_tokens, prompt), n)
         if m < window:

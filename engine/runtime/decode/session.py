@@ -36,12 +36,17 @@ from engine.runtime.decode.cache.snapshot import Snapshot, token_key
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
 from engine.runtime.llama.context import Context
 
-#: how many of a prompt's last positions the MTP head is fed before its first draft.
-#: Its attention over a long prompt costs as much as one trunk attention layer (on the
-#: demo, with one such layer in four, MTP doubled a 20k-token prompt's time); the head
-#: drafts from the target's hidden state, which has seen the whole prompt, and from the
-#: recent tokens, so the positions before the window become holes (docs/mtp.md).
+#: the most of a prompt's last positions the MTP head is fed before its first draft. Its
+#: attention over a long prompt costs as much as one trunk attention layer (on the demo,
+#: with one such layer in four, MTP doubled a 20k-token prompt's time); the head drafts
+#: from the target's hidden state, which has seen the whole prompt, and from the recent
+#: tokens, so the positions before the window become holes (docs/agent-speed.md).
 MTP_PROMPT_WINDOW = 2048
+#: ... and within that, the window keeps the head's share of a prompt's time near this,
+#: by its layers against the trunk's (a small model's head is a large part of it) ...
+MTP_PROMPT_SHARE = 0.08
+#: ... but never below this many positions
+MIN_PROMPT_WINDOW = 256
 
 
 class Session:
@@ -300,6 +305,14 @@ class Session:
         return d, self.draft.hidden_row(0).copy()  # its only output row
 
     # ---------------------------------------------------------- prompt entries
+    def window(self, n: int) -> int:
+        """How many of an ``n``-token prompt's last positions the head is fed: at most
+        :attr:`prompt_window`, fewer where the head's layers are a large part of the model."""
+        model = self.target.model
+        trunk = max(1, model.n_layer)  # llama.cpp counts the trunk's blocks (NextN apart)
+        cap = self.prompt_window
+        return max(min(MIN_PROMPT_WINDOW, cap), min(cap, int(n * MTP_PROMPT_SHARE * trunk / max(1, self.heads))))
+
     def add_holes(self, n: int) -> None:
         """Skip the next ``n`` MTP positions (they stay absent from the MTP context)."""
         self.draft_tokens.extend([HOLE] * n)

@@ -219,7 +219,7 @@ def prompt_cost(lm: LoadedModel, n: int, *, rounds: int, max_tokens: int, depth:
     MTP feeding the head every position; and the acceptance of the next ``max_tokens``."""
     prompt = long_prompt(lm, n)
     s = lm.session
-    arms = {"mtp off": None, f"mtp, window {MTP_PROMPT_WINDOW}": MTP_PROMPT_WINDOW, "mtp, whole prompt": 1 << 30}
+    arms = {"mtp off": None, f"mtp, window {s.window(len(prompt))}": MTP_PROMPT_WINDOW, "mtp, whole prompt": 1 << 30}
     times: dict[str, list[float]] = {a: [] for a in arms}
     acceptance: dict[str, float] = {}
     tokens: dict[str, list[int]] = {}

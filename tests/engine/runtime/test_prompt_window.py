@@ -71,3 +71,22 @@ def test_a_later_turn_feeds_only_its_new_part(lms):
     assert set(s.draft_tokens[len(prompt) + len(first.tokens) : len(turn2) - 32]) == {HOLE}
     assert HOLE not in s.draft_tokens[len(turn2) - 32 : len(turn2)]
     assert again.tokens == _gen(lm, turn2, 32, depth=0).tokens
+
+
+def test_the_window_keeps_the_heads_share_of_a_prompt_small(lms):
+    """The fixture's head is one block beside four trunk blocks: a large share of the model,
+    so its window is a fraction of a short prompt's; long prompts get the full window."""
+    s = lms["full"].session
+    model = s.target.model
+    trunk = model.n_layer  # the trunk's blocks (llama.cpp counts the NextN block apart)
+    assert trunk == 4 and model.n_layer_nextn == 1
+    from engine.runtime.decode.session import MIN_PROMPT_WINDOW, MTP_PROMPT_SHARE
+
+    assert s.window(100) == MIN_PROMPT_WINDOW  # never below the floor
+    assert s.window(4000) == int(4000 * MTP_PROMPT_SHARE * trunk) < 4000 // 2
+    assert s.window(100_000) == MTP_PROMPT_WINDOW
+    s.prompt_window = 32
+    try:
+        assert s.window(4000) == 32  # a smaller cap wins over the floor
+    finally:
+        s.prompt_window = MTP_PROMPT_WINDOW
