@@ -51,6 +51,8 @@ class ChatPrefs:
     top_k: int = 0
     #: while sampling, sample the drafts too (rejection sampling)
     sampled_draft: bool = False
+    #: draft from the conversation itself too (docs/agent-speed.md)
+    suffix_drafts: bool = True
     #: thinking models: most tokens a reply may think (0: unlimited)
     thinking_budget: int = 0
 

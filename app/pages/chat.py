@@ -80,6 +80,7 @@ class ChatPage(QWidget):
         # the controls' widgets, by the names the page's users know them by
         self.template_line, self.source, self.depth = c.template_line, c.source, c.depth
         self.temperature, self.top_p, self.top_k, self.sampled_draft = c.temperature, c.top_p, c.top_k, c.sampled_draft
+        self.suffix_drafts = c.suffix_drafts
         self.think_box, self.schema_box, self.schema_edit = c.think_box, c.schema_box, c.schema_edit
         self.conv.sampling = c.chat_sampling()
 
@@ -233,6 +234,7 @@ class ChatPage(QWidget):
             top_p=s.chat.top_p,
             top_k=s.chat.top_k,
             sampled_draft=s.chat.sampled_draft,
+            suffix_drafts=s.chat.suffix_drafts,
             draft_depth=c.draft_depth(),
             mtp=c.mtp(),
             grammar=self._grammar,

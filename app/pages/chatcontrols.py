@@ -50,6 +50,7 @@ class ChatControls(QWidget):
         self.source.setCurrentIndex(max(0, self.source.findData(s.mtp.source)))
         self.depth.setCurrentText(s.mtp.depth if s.mtp.depth in DEPTHS else "auto")
         self.show_sampling(s.chat.__dict__)
+        self.suffix_drafts.setChecked(s.chat.suffix_drafts)
         self._connect()
 
     def _build(self) -> None:
@@ -95,6 +96,12 @@ class ChatControls(QWidget):
             "drafts accepted, the same distribution, but not the same text as without speculation for a seed"
         )
         samp.addWidget(self.sampled_draft)
+        self.suffix_drafts = QCheckBox("Conversation drafts")
+        self.suffix_drafts.setToolTip(
+            "Also draft from the conversation itself: what followed the newest words where they were written "
+            "before (edits, quotes, repeats), each round only when it should pay; the reply is the same"
+        )
+        samp.addWidget(self.suffix_drafts)
         self.think_box = QCheckBox("Think")
         self.think_box.setChecked(True)
         self.think_box.setEnabled(False)
@@ -116,11 +123,16 @@ class ChatControls(QWidget):
             w.valueChanged.connect(self._on_sampling)
         self.top_k.valueChanged.connect(self._on_sampling)
         self.sampled_draft.toggled.connect(self._on_sampling)
+        self.suffix_drafts.toggled.connect(self._on_drafts)
         self.think_box.toggled.connect(self._on_sampling)
         self.schema_box.toggled.connect(self.schema_edit.setVisible)
         self.source.currentIndexChanged.connect(self._on_source)
 
     # --------------------------------------------------------------- sampling
+    def _on_drafts(self, on: bool) -> None:
+        """Conversation drafts are a preference of the app's, not of one chat."""
+        self.ctx.settings.chat.suffix_drafts = bool(on)
+
     def show_sampling(self, values: dict) -> None:
         """Show a chat's sampling settings (the defaults for what ``values`` lacks)."""
         c = self.ctx.settings.chat

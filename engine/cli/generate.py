@@ -81,9 +81,9 @@ def register(sub) -> None:
         help="while sampling, sample the drafts too (rejection sampling: higher acceptance, exact in distribution, "
         "but not the same text as plain sampling with the same seed)",
     )
-    p.add_argument("--suffix-drafts", action="store_true", default=None,
-                   help="also draft from the conversation itself: what followed the newest tokens where they "
-                   "occurred before (docs/agent-speed.md); works without an MTP head too")  # fmt: skip
+    p.add_argument("--suffix-drafts", action=argparse.BooleanOptionalAction, default=None,
+                   help="draft from the conversation itself too: what followed the newest tokens where they "
+                   "occurred before, also without an MTP head (default: on; docs/agent-speed.md)")  # fmt: skip
     p.add_argument("--presence-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per token already generated")
     p.add_argument("--frequency-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per time generated")
     p.add_argument("--repeat-penalty", type=float, default=None, help="llama.cpp's: above 0 (1: off)")

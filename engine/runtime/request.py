@@ -73,9 +73,11 @@ BUILTIN = Defaults(
     thinking_budget=None,
 )
 #: The engine layer of what people use — the app (its chat page and endpoint), ``serve``
-#: and ``generate``: auto depth, and replies long enough for a chat answer. Library
-#: callers, benchmarks and tests that make an Engine of their own get :data:`BUILTIN`.
-INTERACTIVE = Defaults(max_tokens=1024, draft_depth=AUTO)
+#: and ``generate``: auto depth, drafts from the conversation beside the head's
+#: (docs/agent-speed.md: never taken where they are expected to earn less), and replies
+#: long enough for a chat answer. Library callers, benchmarks and tests that make an
+#: Engine of their own get :data:`BUILTIN`.
+INTERACTIVE = Defaults(max_tokens=1024, draft_depth=AUTO, suffix_drafts=True)
 
 _DEFAULTED = tuple(f.name for f in fields(Defaults))
 

@@ -64,7 +64,9 @@ def test_graphs_follow_the_engine_stats(qtbot, window, fixtures):
     assert len(pts) > 10 and all(b[0] >= a[0] for a, b in zip(pts, pts[1:])) and all(y > 0 for _, y in pts)
     assert all(0.0 <= y <= 1.0 for _, y in perf.acc_chart.points())
     assert perf.speeds.get("MTP on") == stats.tokens_per_second
-    # a plain reply gives the MTP-off baseline bar
+    # a plain reply (no head, no conversation drafts) gives the MTP-off baseline bar
+    chat.suffix_drafts.setChecked(False)
+    assert window.ctx.settings.chat.suffix_drafts is False
     chat.source.setCurrentIndex(chat.source.findData("off"))
     chat.input.setPlainText("Again without MTP")
     chat.send()

@@ -111,16 +111,17 @@ def test_a_chat_template_file_replaces_the_models_own(fixtures, tmp_path):
 
 
 def test_suffix_drafts_from_the_command_line(fixtures):
-    """``--suffix-drafts`` with MTP off reaches the decoder: the full fixture is a bigram
+    """Suffix drafts (on by default; ``--no-suffix-drafts``) with MTP off reach the decoder: the full fixture is a bigram
     model, so after a prompt that holds its own earlier answer the drafts come from the
     prompt (how many are kept depends on how the text tokenizes again: the gain itself is
     tested in-process, tests/engine/runtime/test_suffix.py); the tokens are plain decoding's."""
     model = ["--model", str(fixtures["full"].path), "--mtp", "off"]
     start = "Once upon a time"
-    earlier = mtp_json("generate", *model, "--prompt", start, "--max-tokens", "120")["text"]
+    earlier = mtp_json("generate", *model, "--prompt", start, "--max-tokens", "120", "--no-suffix-drafts")["text"]
     args = ["generate", *model, "--prompt", start + earlier + start, "--max-tokens", "100"]
-    plain = mtp_json(*args)
-    suffix = mtp_json(*args, "--suffix-drafts")
+    plain = mtp_json(*args, "--no-suffix-drafts")
+    assert plain["stats"]["suffix_rounds"] == 0
+    suffix = mtp_json(*args)  # on by default
     assert suffix["tokens"] == plain["tokens"]
     st = suffix["stats"]
     assert st["suffix_rounds"] > 0 and st["suffix_accepted"] > 0

@@ -65,9 +65,9 @@ class GenerationStats:
     rollback_replays: int = 0  # deep rejections undone from a checkpoint (kept tokens decoded again)
     generation_ms: float = 0.0
     stop_reason: StopReason | None = None
-    drafted_at: list[int] = field(default_factory=list)  # per draft position
+    drafted_at: list[int] = field(default_factory=list)  # per draft position of the MTP head's drafts
     accepted_at: list[int] = field(default_factory=list)
-    accept_len_hist: list[int] = field(default_factory=list)  # rounds by accepted length
+    accept_len_hist: list[int] = field(default_factory=list)  # rounds with head drafts, by accepted length
     sampled: bool = False  # temperature > 0
     sampled_draft: bool = False  # drafts sampled from the MTP head, rejection-sampled
     seed: int | None = None  # the seed sampling used (given or drawn), to replay it
@@ -93,8 +93,8 @@ class GenerationStats:
 
     @property
     def mean_accept_len(self) -> float:
-        """Mean accepted drafts per speculative round, not counting the target's own
-        token each round adds (tokens per round = this + 1)."""
+        """Mean accepted head drafts per round the head drafted in, not counting the target's
+        own token each round adds (tokens per such round = this + 1; suffix drafts apart)."""
         spec_rounds = sum(self.accept_len_hist)
         if not spec_rounds:
             return 0.0
@@ -125,15 +125,19 @@ class GenerationStats:
             self.suffix_rounds += 1
             self.suffix_drafted += r.extended
             self.suffix_accepted += max(0, r.accepted - (r.drafted - r.extended))
-        if r.drafted:
-            _grow(self.drafted_at, r.drafted)
-            _grow(self.accepted_at, r.drafted)
-            _grow(self.accept_len_hist, r.drafted + 1)
-            for i in range(r.drafted):
+        # by draft position and per round: the MTP head's drafts (a suffix draft is not the
+        # head's, and its lengths would stretch the head's figures; it has counts of its own)
+        head = 0 if r.source == "suffix" else r.drafted - r.extended
+        if head:
+            kept = min(r.accepted, head)
+            _grow(self.drafted_at, head)
+            _grow(self.accepted_at, head)
+            _grow(self.accept_len_hist, head + 1)
+            for i in range(head):
                 self.drafted_at[i] += 1
-            for i in range(r.accepted):
+            for i in range(kept):
                 self.accepted_at[i] += 1
-            self.accept_len_hist[r.accepted] += 1
+            self.accept_len_hist[kept] += 1
 
     def add(self, other: GenerationStats) -> None:
         """Add ``other``'s speculation counts to these (totals over generations)."""

@@ -2,18 +2,20 @@
 
 Agents' outputs copy their inputs (code edits rewrite a file the prompt holds, summaries
 quote tool results, JSON echoes records) and small models fall into loops. When the
-newest tokens occurred before — in the prompt or the output so far — what followed them
-then is a draft that costs no model call at all (vLLM's suffix decoding, llama.cpp's
-n-gram lookup).
+newest tokens occurred before — in the prompt, the output so far, or an earlier output of
+the same model — what followed them then is a draft that costs no model call at all
+(vLLM's suffix decoding, llama.cpp's n-gram lookup).
 
 :class:`SuffixIndex` keeps, for n-grams of a few lengths, where each last ended, over
-every token it was given; :meth:`SuffixIndex.match` is the longest n-gram ending at the
-newest token that also ended earlier, and :meth:`SuffixIndex.propose` what followed it.
-:class:`SuffixOrMtp` is a draft source (:mod:`engine.runtime.decode.propose`) that each
-round takes the suffix draft or the MTP chain, whichever expects more tokens per
-millisecond: the suffix draft's acceptance is learned per match length, its cost is a
-verify of its width (no MTP decode); the MTP chain's expected tokens and costs are the
-depth policy's. Output never changes: every draft is verified.
+every token it was given: :meth:`SuffixIndex.propose` is what followed the longest match
+of its own newest tokens, :meth:`SuffixIndex.lookup` what followed another sequence's.
+:class:`OutputStore` is a loaded model's recent outputs, bounded. :class:`SuffixOrMtp`
+is a draft source (:mod:`engine.runtime.decode.propose`) that each round takes the MTP
+chain, the suffix draft, or the chain extended by a match its last tokens start —
+whichever expects the most tokens per millisecond: suffix acceptance is learned per match
+length, verify costs are measured here by row count on every round, the chain's expected
+tokens and costs are the depth policy's. Without an MTP head it is the suffix draft or
+none. Output never changes: every draft is verified (docs/agent-speed.md).
 """
 
 from __future__ import annotations
@@ -101,6 +103,23 @@ class SuffixIndex:
         return out, n if out else 0
 
 
+class SuffixLearned:
+    """What the suffix choice learns, kept per loaded model (with its :class:`OutputStore`)
+    so each request starts from what the ones before measured: acceptance per match-length
+    bucket, the MTP chain's for a fixed depth, verify times by rows, an MTP chain's draft
+    time. (Several sequences may update it at once: each update is one float or one
+    window sample, and a lost one only delays learning.)"""
+
+    def __init__(self) -> None:
+        self.acc = [0.0, 0.0, 0.0]  # decayed accepted / reached tokens per match-length bucket
+        self.reach = [0.0, 0.0, 0.0]
+        self.mtp_acc = self.mtp_reach = 0.0  # the MTP chain's, for a fixed depth
+        #: verify times by rows and an MTP chain's draft time, measured on every round:
+        #: what a fixed depth, plain decoding or the widest verifies cost
+        self.costs = RoundCosts(MAX_DRAFT)
+        self.draft_ms = Window()
+
+
 class OutputStore:
     """A loaded model's recent outputs, for drafting in later requests: the next turn of
     an agent often repeats what an earlier answer (or another client's) wrote. Bounded
@@ -116,6 +135,7 @@ class OutputStore:
         self._outputs: deque[list[int]] = deque()
         self._index = SuffixIndex()
         self._lock = threading.Lock()
+        self.learned = SuffixLearned()
 
     @property
     def tokens(self) -> int:
@@ -185,17 +205,20 @@ class SuffixOrMtp:
         self.index = SuffixIndex()
         #: the model's recent outputs: drafts where the conversation itself has no match
         self.store = store
-        self.acc = [0.0, 0.0, 0.0]  # decayed accepted / reached tokens per match-length bucket
-        self.reach = [0.0, 0.0, 0.0]
-        self.mtp_acc = self.mtp_reach = 0.0  # the MTP chain's, for a fixed depth
-        #: verify times by rows and an MTP chain's draft time, measured here: what a fixed
-        #: depth or plain decoding costs (auto's own estimates are used where it runs)
-        self.costs = RoundCosts(MAX_DRAFT)
-        self.draft_ms = Window()
+        #: what the choice has learned: the model's, kept with its store across requests
+        self.learned = store.learned if store is not None else SuffixLearned()
         self._last: tuple[int, int] | None = None  # (bucket, drafted) of the last suffix round
         self._mtp_k = 0  # drafts of the last MTP round
         #: where this round's drafts come from (the round's statistics read it)
         self.source = "mtp"
+
+    # what is learned lives in :attr:`learned` (one per loaded model)
+    acc = property(lambda self: self.learned.acc)
+    reach = property(lambda self: self.learned.reach)
+    costs = property(lambda self: self.learned.costs)
+    draft_ms = property(lambda self: self.learned.draft_ms)
+    mtp_acc = property(lambda self: self.learned.mtp_acc, lambda self, v: setattr(self.learned, "mtp_acc", v))
+    mtp_reach = property(lambda self: self.learned.mtp_reach, lambda self, v: setattr(self.learned, "mtp_reach", v))
 
     @property
     def needs_hidden(self) -> bool:
