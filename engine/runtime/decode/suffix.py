@@ -47,6 +47,8 @@ MTP_PRIOR = 0.7
 STORE_TOKENS = 32768
 #: between two stored outputs: no n-gram spans it and no draft runs past it
 _SEP = -1
+#: tokens given at once past which they are indexed in bulk (a prompt, a stored output)
+_BULK = 64
 
 
 class SuffixIndex:
@@ -60,7 +62,14 @@ class SuffixIndex:
 
     def extend(self, tokens: list[int]) -> None:
         toks = self.tokens
-        for t in tokens:
+        new = [int(t) for t in tokens]
+        if len(new) > _BULK:  # a prompt: index all but its last token at once (no match is read there)
+            start = len(toks)
+            toks.extend(new[:-1])
+            for n in LENGTHS:  # ascending: a later occurrence overwrites an earlier one
+                self._ends[n].update((tuple(toks[i + 1 - n : i + 1]), i) for i in range(max(start, n - 1), len(toks)))
+            new = new[-1:]
+        for t in new:
             toks.append(int(t))
             i = len(toks) - 1
             match = None

@@ -35,6 +35,17 @@ def test_the_index_proposes_what_followed_the_longest_earlier_match():
     ix2.extend(seq)
     tokens, n = ix2.propose(2)
     assert n == 8 and tokens == [50, 11]  # the longest length that matched, and never past the end
+    # a prompt is indexed in bulk: the same index as token by token
+    import random
+
+    rng = random.Random(3)
+    seq = [rng.randrange(20) for _ in range(3000)]
+    bulk, one = SuffixIndex(), SuffixIndex()
+    bulk.extend(seq)
+    for t in seq:
+        one.extend([t])
+    assert bulk._ends == one._ends and bulk.propose(16) == one.propose(16)
+    assert bulk.propose(16)[0]  # 20 symbols: the newest tokens occurred before
 
 
 @pytest.fixture(scope="module")
