@@ -89,7 +89,7 @@ class SuffixIndex:
         m = self._match
         if m is None or k < 1:
             return [], 0
-        return self._after(*m, k)
+        return self._after(*m, k, periodic=True)
 
     def lookup(self, tail: list[int], k: int) -> tuple[list[int], int]:
         """Up to ``k`` tokens that followed the longest n-gram ending ``tail`` anywhere in
@@ -105,10 +105,18 @@ class SuffixIndex:
                         return tokens, n
         return [], 0
 
-    def _after(self, end: int, n: int, k: int) -> tuple[list[int], int]:
-        out = self.tokens[end + 1 : min(end + 1 + k, len(self.tokens))]
+    def _after(self, end: int, n: int, k: int, *, periodic: bool = False) -> tuple[list[int], int]:
+        toks = self.tokens
+        out = toks[end + 1 : min(end + 1 + k, len(toks))]
         if _SEP in out:
             out = out[: out.index(_SEP)]
+        elif periodic and out and len(out) < k and end + 1 + len(out) == len(toks):
+            # the continuation runs into the newest tokens: the text repeats with this
+            # period, so the draft goes on repeating it (what chaining an n-gram lookup
+            # through its own draft gives), as far as ``k``
+            period = out[:]
+            while len(out) < k:
+                out.extend(period[: k - len(out)])
         return out, n if out else 0
 
 
@@ -218,6 +226,7 @@ class SuffixOrMtp:
         self.learned = store.learned if store is not None else SuffixLearned()
         self._last: tuple[int, int] | None = None  # (bucket, drafted) of the last suffix round
         self._mtp_k = 0  # drafts of the last MTP round
+        self._prev_width: int | None = None  # drafts verified in the last round
         #: where this round's drafts come from (the round's statistics read it)
         self.source = "mtp"
 
@@ -301,7 +310,9 @@ class SuffixOrMtp:
         """A round's costs (every round, whichever source drafted it)."""
         if r.forced:
             return
-        self.costs.add_verify(r.drafted + 1, r.verify_ms)
+        if r.drafted == self._prev_width:  # a verify at a new width pays llama.cpp's graph set-up
+            self.costs.add_verify(r.drafted + 1, r.verify_ms)
+        self._prev_width = r.drafted
         if r.source == "mtp" and r.drafted:
             self.draft_ms.add(r.draft_ms)
 
