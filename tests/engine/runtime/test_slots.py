@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,24 @@ def test_a_joining_prompt_goes_in_bounded_chunks_beside_a_running_stream(fixture
         assert sum(r >= PROMPT_ROWS_BESIDE_OTHERS for r in rows) >= 4  # the prompt took several steps
     finally:
         lm.close()
+
+
+def test_suffix_drafts_in_slots_equal_each_output_alone(fixtures):
+    """Drafts from the conversation while several sequences decode together, on the hybrid
+    full fixture (its recurrent state checkpointed per sequence before a wide verify): a
+    request whose answer repeats its prompt, beside MTP auto, MTP off and a fixed depth,
+    all with suffix drafts; each equals its output alone without them."""
+    path = fixtures["full"].path
+    with _engine(path, 1) as e:
+        start = "Once upon a time there was a small village"
+        earlier = e.submit(J.Generate(prompt=start, max_tokens=120, ignore_eog=True, mtp=J.Mtp.OFF)).result().text
+    copy = start + earlier + start
+    jobs = [J.Generate(prompt=copy, max_tokens=64, ignore_eog=True, draft_depth="auto"),
+            J.Generate(prompt=copy, max_tokens=64, ignore_eog=True, mtp=J.Mtp.OFF),
+            _job(2, max_tokens=48), _job(3, max_tokens=48)]  # fmt: skip
+    want = _alone(path, jobs)
+    with _engine(path, 4) as e:
+        got = [h.result() for h in [e.submit(replace(j, suffix_drafts=True)) for j in jobs]]
+    assert [g.tokens for g in got] == want
+    assert got[0].stats.suffix_accepted > 0 and got[1].stats.suffix_accepted > 0
+    assert got[1].stats.target_forwards < len(want[1]) / 2
