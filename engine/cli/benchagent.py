@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.cli.benchslots import add_llama_server_args
+
 PARTS = ("workloads", "prompt", "cold")
 
 
@@ -32,9 +34,7 @@ def register(bsub) -> None:
     p.add_argument("--sessions", type=int, default=5, help="fresh starts of auto (part 'cold')")
     p.add_argument("--cold-tokens", type=int, default=1000, help="tokens per fresh start (part 'cold')")
     p.add_argument("--ctx", type=int, default=8192)
-    p.add_argument("--llama-server", default=None, metavar="PATH",
-                   help="llama-server binary (built from the vendored llama.cpp); default: on PATH, else skipped")  # fmt: skip
-    p.add_argument("--llama-mtp-depth", type=int, default=3, help="llama-server's --spec-draft-n-max (default 3)")
+    add_llama_server_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 

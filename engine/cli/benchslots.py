@@ -22,11 +22,16 @@ def register(bsub) -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2, help="measured rounds per arm and client count (default 2)")
     p.add_argument("--ctx", type=int, default=1024, help="context per slot (default 1024)")
+    add_llama_server_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def add_llama_server_args(p) -> None:
+    """The options of a benchmark that also measures llama-server (bench slots, bench agent)."""
     p.add_argument("--llama-server", default=None, metavar="PATH",
                    help="llama-server binary (built from the vendored llama.cpp); default: on PATH, else skipped")  # fmt: skip
     p.add_argument("--llama-mtp-depth", type=int, default=3, help="llama-server's --spec-draft-n-max (default 3)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

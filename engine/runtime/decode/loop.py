@@ -309,7 +309,7 @@ class _Run:
 
         s.phase("verify", self.cancel)  # verify
         s.checkpoint(len(drafts))
-        hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=getattr(source, "needs_hidden", True))
+        hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=source.needs_hidden)
         self.stats.target_forwards += 1
         rows = s.target if self.penalties is None else PenalizedRows(s.target, self.penalties, self.counts, drafts)
         a, nxt = accept(rows, drafts, self.sampler, pos0, proposal.q, c)
@@ -328,7 +328,7 @@ class _Run:
         self._settle(source, pos0, kept, accepted, hv)
         t3 = time.perf_counter()
         r = RoundStats(
-            source=getattr(source, "source", "mtp") if not forced else "mtp",
+            source=source.source if not forced else "mtp",
             index=index,
             depth=0 if forced else len(drafts),
             drafted=0 if forced else len(drafts),
@@ -344,8 +344,7 @@ class _Run:
             extended=0 if forced else proposal.extended,
         )
         self._round(r)
-        if isinstance(source, SuffixOrMtp):
-            source.observe(r)
+        source.observe(r)
         if c is None and r.source == "mtp":
             # a constrained round's costs include the grammar's masks and its drafts were cut
             # to what the grammar allows: it would teach auto about the grammar, not the

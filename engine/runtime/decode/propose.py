@@ -21,6 +21,7 @@ from engine.runtime.decode.entries import Choose
 from engine.runtime.decode.prefill import Prefill, prefill
 from engine.runtime.decode.sampling import DRAFT, Sampler
 from engine.runtime.decode.session import Session
+from engine.runtime.decode.stats import RoundStats
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 
 #: most MTP entries caught up before a draft; older ones (left while drafting was off)
@@ -43,12 +44,21 @@ class Proposal:
 
 
 class DraftSource(Protocol):
+    #: where this round's drafts came from ("mtp", "suffix", "mtp+suffix": the round's stats)
+    source: str
+    #: whether the verify must return hidden rows (for an MTP head to read)
+    needs_hidden: bool
+
     def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
               idle: bool, points: tuple[int, ...] = (), cache: SnapshotCache | None = None) -> Prefill: ...  # fmt: skip
 
     def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal: ...
 
-    def accept(self, tokens: list[int], hidden: np.ndarray) -> None: ...
+    def accept(self, tokens: list[int], hidden: np.ndarray | None) -> None: ...
+
+    def observe(self, r: RoundStats) -> None:
+        """The round's statistics, once it is settled (a source that learns costs reads them)."""
+        ...
 
 
 class MtpDraft:
@@ -57,6 +67,9 @@ class MtpDraft:
     The head drafts from the target's hidden states: entry ``p`` of the MTP context is
     (token ``p``, the target's hidden row of ``p - 1``). After a verify, the kept tokens'
     entries wait in the session's lag and are fed in one batch before the next draft."""
+
+    source = "mtp"
+    needs_hidden = True
 
     def __init__(self, session: Session, sampler: Sampler | None, cancel: threading.Event | None):
         assert session.draft is not None
@@ -149,6 +162,9 @@ class MtpDraft:
             return sampler.sample_dense(q, pos, DRAFT)
 
         return choose
+
+    def observe(self, r: RoundStats) -> None:
+        pass  # what the head's rounds teach goes to the depth policy
 
     def accept(self, tokens: list[int], hidden: np.ndarray) -> None:
         """Queue the MTP entries of the tokens the target kept (the last one is the

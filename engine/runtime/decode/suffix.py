@@ -70,7 +70,7 @@ class SuffixIndex:
                 self._ends[n].update((tuple(toks[i + 1 - n : i + 1]), i) for i in range(max(start, n - 1), len(toks)))
             new = new[-1:]
         for t in new:
-            toks.append(int(t))
+            toks.append(t)
             i = len(toks) - 1
             match = None
             for n in LENGTHS:
@@ -201,12 +201,6 @@ def _bucket(n: int) -> int:
     return 0 if n >= 8 else 1 if n >= 4 else 2
 
 
-def _expected(p: float, n: int) -> float:
-    """Expected tokens of a round whose ``n`` drafts are each accepted with ``p`` given the
-    ones before (the target's own token included)."""
-    return sum(p**i for i in range(n + 1))
-
-
 class SuffixOrMtp:
     """A draft source: the suffix draft or the MTP chain, each round whichever pays more.
 
@@ -229,19 +223,8 @@ class SuffixOrMtp:
         self._prev_width: int | None = None  # drafts verified in the last round
         #: where this round's drafts come from (the round's statistics read it)
         self.source = "mtp"
-
-    # what is learned lives in :attr:`learned` (one per loaded model)
-    acc = property(lambda self: self.learned.acc)
-    reach = property(lambda self: self.learned.reach)
-    costs = property(lambda self: self.learned.costs)
-    draft_ms = property(lambda self: self.learned.draft_ms)
-    mtp_acc = property(lambda self: self.learned.mtp_acc, lambda self, v: setattr(self.learned, "mtp_acc", v))
-    mtp_reach = property(lambda self: self.learned.mtp_reach, lambda self, v: setattr(self.learned, "mtp_reach", v))
-
-    @property
-    def needs_hidden(self) -> bool:
-        """Whether the verify must return hidden rows (only an MTP head reads them)."""
-        return self.mtp is not None
+        #: the verify returns hidden rows only for an MTP head to read
+        self.needs_hidden = mtp is not None
 
     # --------------------------------------------------------------- protocol
     def begin(self, prompt: list[int], *, cancel, choose_first: Choose | None, idle: bool, points=(),
@@ -293,14 +276,14 @@ class SuffixOrMtp:
     def accept(self, tokens: list[int], hidden: np.ndarray | None) -> None:
         kept = len(tokens) - 1  # the drafts kept (the last token is the target's own)
         if self.source != "suffix" and self._mtp_k:
-            self.mtp_acc = self.mtp_acc * DECAY + min(kept, self._mtp_k)
-            self.mtp_reach = self.mtp_reach * DECAY + min(kept + 1, self._mtp_k)
+            self.learned.mtp_acc = self.learned.mtp_acc * DECAY + min(kept, self._mtp_k)
+            self.learned.mtp_reach = self.learned.mtp_reach * DECAY + min(kept + 1, self._mtp_k)
         if self._last is not None:
             b, drafted = self._last
             start = self._mtp_k if self.source == "mtp+suffix" else 0  # the suffix tokens' first
             if kept >= start:  # reached
-                self.acc[b] = self.acc[b] * DECAY + min(kept - start, drafted)
-                self.reach[b] = self.reach[b] * DECAY + min(kept - start + 1, drafted)
+                self.learned.acc[b] = self.learned.acc[b] * DECAY + min(kept - start, drafted)
+                self.learned.reach[b] = self.learned.reach[b] * DECAY + min(kept - start + 1, drafted)
         if self.mtp is not None:
             assert hidden is not None
             self.mtp.accept(tokens, hidden)
@@ -311,46 +294,43 @@ class SuffixOrMtp:
         if r.forced:
             return
         if r.drafted == self._prev_width:  # a verify at a new width pays llama.cpp's graph set-up
-            self.costs.add_verify(r.drafted + 1, r.verify_ms)
+            self.learned.costs.add_verify(r.drafted + 1, r.verify_ms)
         self._prev_width = r.drafted
         if r.source == "mtp" and r.drafted:
-            self.draft_ms.add(r.draft_ms)
+            self.learned.draft_ms.add(r.draft_ms)
 
     # ----------------------------------------------------------------- choice
     def acceptance(self, bucket: int) -> float:
-        return (self.acc[bucket] + PRIORS[bucket] * PRIOR_N) / (self.reach[bucket] + PRIOR_N)
+        return (self.learned.acc[bucket] + PRIORS[bucket] * PRIOR_N) / (self.learned.reach[bucket] + PRIOR_N)
 
     def verify_ms(self, rows: int) -> float:
         """A verify of ``rows`` rows, from every round's verify measured here (suffix rounds
         teach auto nothing, so its own estimates never see the widest verifies); auto's
         estimate until this source has measured one."""
         costs = getattr(self.policy, "costs", None)
-        if self.costs.verify or costs is None:
-            return self.costs.verify_ms(rows)
+        if self.learned.costs.verify or costs is None:
+            return self.learned.costs.verify_ms(rows)
         return costs.verify_ms(rows)
 
     def mtp_rate(self, k: int) -> float:
         """Expected tokens per ms of this round without the suffix draft: the MTP chain of
-        depth ``k`` (auto's estimate, or measured here for a fixed depth), or plain decoding."""
-        if hasattr(self.policy, "rates") and hasattr(self.policy, "costs"):
-            rates = self.policy.rates()
-            return rates[min(k, len(rates) - 1)]
-        if self.mtp is None or k == 0:
-            return 1.0 / max(self.verify_ms(1), 1e-6)
-        q = (self.mtp_acc + MTP_PRIOR * PRIOR_N) / (self.mtp_reach + PRIOR_N)
-        draft = self.draft_ms.median if self.draft_ms else DEFAULT_SLOPE * k * self.verify_ms(1)
-        return _expected(q, k) / max(self.verify_ms(k + 1) + draft, 1e-6)
+        depth ``k``, or plain decoding at 0 (without a head the policy's depth is always 0)."""
+        e, _, cost = self._chain(k)
+        return e / cost
 
     def _chain(self, k: int) -> tuple[float, float, float]:
-        """An MTP chain of ``k`` drafts: expected tokens, the chance all ``k`` are kept, and
-        its round's cost in ms (auto's estimates, or this source's own)."""
+        """An MTP chain of ``k`` drafts (0: a plain round): expected tokens, the chance all
+        ``k`` are kept, and the round's cost in ms — auto's estimates where it runs (its
+        :meth:`~AdaptiveDepth.rates` divide the same two), else this source's own."""
+        L = self.learned
         if hasattr(self.policy, "acceptances") and hasattr(self.policy, "costs"):
             ps = self.policy.acceptances()[:k]
             cost = self.policy.costs.round_ms(k)
         else:
-            q = (self.mtp_acc + MTP_PRIOR * PRIOR_N) / (self.mtp_reach + PRIOR_N)
-            ps = [q] * k
-            cost = self.verify_ms(k + 1) + (self.draft_ms.median if self.draft_ms else 0.0)
+            ps = [(L.mtp_acc + MTP_PRIOR * PRIOR_N) / (L.mtp_reach + PRIOR_N)] * k
+            cost = self.verify_ms(k + 1)
+            if k:
+                cost += L.draft_ms.median if L.draft_ms else DEFAULT_SLOPE * k * self.verify_ms(1)
         e, chain = 1.0, 1.0
         for p in ps:
             chain *= p

@@ -24,8 +24,9 @@ from engine.runtime.llama.model import Model
 from engine.runtime.llama.owned import OwnedPtr
 
 
-#: llama.cpp's LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: only the recurrent / sliding-window state
-STATE_PARTIAL_ONLY = 1
+#: llama.cpp's state flags: the whole sequence state, or (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+#: only its recurrent / sliding-window part
+STATE_WHOLE, STATE_PARTIAL_ONLY = 0, 1
 
 class Context(OwnedPtr):
     """Owns one ``llama_context``; :meth:`close` frees it (idempotent)."""
@@ -211,58 +212,53 @@ class Context(OwnedPtr):
     # ------------------------------------------------------------------- state
     def state_size(self, seq: int = 0) -> int:
         """Bytes :meth:`state_get` would return now (a sequence's KV cells, recurrent state)."""
-        return int(llama().llama_state_seq_get_size(self.ptr, seq))
+        return int(llama().llama_state_seq_get_size_ext(self.ptr, seq, STATE_WHOLE))
 
     def state_get(self, seq: int = 0) -> bytearray:
         """A copy of sequence ``seq``'s whole memory state: the KV cells with their
         positions, and on a hybrid or recurrent model its recurrent state. Raises
         MemoryError when host memory cannot hold it."""
-        L = llama()
-        n = self.state_size(seq)
-        buf = bytearray(n)
-        view = (ctypes.c_uint8 * n).from_buffer(buf)
-        written = int(L.llama_state_seq_get_data(self.ptr, view, n, seq))
-        del view  # release the export so the buffer stays resizable
-        if written != n:
-            raise ContextError(f"llama.cpp wrote {written} of {n} state bytes")
-        return buf
+        return self._state_copy(seq, STATE_WHOLE)
 
     def partial_get(self, seq: int = 0) -> bytearray:
         """A copy of sequence ``seq``'s recurrent (or sliding-window) state alone — llama.cpp's
         ``PARTIAL_ONLY`` state, what llama-server checkpoints before a draft wider than the
         recurrent rollback reaches. Empty on a model without such state."""
-        L = llama()
-        n = int(L.llama_state_seq_get_size_ext(self.ptr, seq, STATE_PARTIAL_ONLY))
-        buf = bytearray(n)
-        if n:
-            view = (ctypes.c_uint8 * n).from_buffer(buf)
-            written = int(L.llama_state_seq_get_data_ext(self.ptr, view, n, seq, STATE_PARTIAL_ONLY))
-            del view
-            if written != n:
-                raise ContextError(f"llama.cpp wrote {written} of {n} partial state bytes")
-        return buf
-
-    def partial_set(self, data: bytearray, seq: int = 0) -> bool:
-        """Put back a :meth:`partial_get` copy; the KV cells are untouched (cut them back
-        with :meth:`seq_rm` after). False when llama.cpp refuses the bytes."""
-        n = len(data)
-        if not n:
-            return False
-        view = (ctypes.c_uint8 * n).from_buffer(data)
-        read = int(llama().llama_state_seq_set_data_ext(self.ptr, view, n, seq, STATE_PARTIAL_ONLY))
-        del view
-        return read == n
+        return self._state_copy(seq, STATE_PARTIAL_ONLY)
 
     def state_set(self, data: bytearray, seq: int = 0) -> None:
         """Replace sequence ``seq``'s memory with ``data`` from :meth:`state_get` of a
         context of the same model and settings (any sequence of it). On failure the
         sequence is left empty."""
-        L = llama()
         self.clear_seq(seq)
-        n = len(data)
-        view = (ctypes.c_uint8 * n).from_buffer(data)
-        read = int(L.llama_state_seq_set_data(self.ptr, view, n, seq))
-        del view
-        if read != n:
+        read = self._state_read(data, seq, STATE_WHOLE)
+        if read != len(data):
             self.clear_seq(seq)
-            raise ContextError(f"llama.cpp could not restore a state snapshot ({read} of {n} bytes read)")
+            raise ContextError(f"llama.cpp could not restore a state snapshot ({read} of {len(data)} bytes read)")
+
+    def partial_set(self, data: bytearray, seq: int = 0) -> bool:
+        """Put back a :meth:`partial_get` copy; the KV cells are untouched (cut them back
+        with :meth:`seq_rm` after). False when llama.cpp refuses the bytes."""
+        return bool(data) and self._state_read(data, seq, STATE_PARTIAL_ONLY) == len(data)
+
+    def _state_copy(self, seq: int, flags: int) -> bytearray:
+        L = llama()
+        n = int(L.llama_state_seq_get_size_ext(self.ptr, seq, flags))
+        buf = bytearray(n)
+        if n:
+            view = (ctypes.c_uint8 * n).from_buffer(buf)
+            written = int(L.llama_state_seq_get_data_ext(self.ptr, view, n, seq, flags))
+            del view  # release the export so the buffer stays resizable
+            if written != n:
+                raise ContextError(f"llama.cpp wrote {written} of {n} state bytes")
+        return buf
+
+    def _state_read(self, data: bytearray, seq: int, flags: int) -> int:
+        """Bytes llama.cpp read of ``data`` into sequence ``seq``."""
+        n = len(data)
+        if not n:
+            return 0
+        view = (ctypes.c_uint8 * n).from_buffer(data)
+        read = int(llama().llama_state_seq_set_data_ext(self.ptr, view, n, seq, flags))
+        del view
+        return read

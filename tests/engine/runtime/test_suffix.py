@@ -107,13 +107,17 @@ def test_suffix_drafts_under_a_grammar(copying):
 
 
 class _Costs:
-    """A cost model's verify estimates (what the choice reads of it)."""
+    """A cost model's estimates (what the choice reads of it): verifies of w rows cost
+    1 + 0.1 w ms, a round of depth k that verify plus k draft steps."""
 
-    def __init__(self, verify):
-        self.verify = verify
+    def __init__(self, verify, draft_ms):
+        self.verify, self.draft_ms = verify, draft_ms
 
     def verify_ms(self, rows: int) -> float:
         return self.verify(rows)
+
+    def round_ms(self, k: int) -> float:
+        return self.verify(k + 1) + self.draft_ms * k
 
 
 class _Policy:
@@ -121,20 +125,20 @@ class _Policy:
 
     max_depth = 4
 
-    def __init__(self, rates, verify):
-        self._rates = rates
-        self.costs = _Costs(verify)
+    def __init__(self, p_mtp, verify, draft_ms):
+        self.p_mtp = p_mtp
+        self.costs = _Costs(verify, draft_ms)
+
+    def acceptances(self):
+        return [self.p_mtp] * self.max_depth
 
     def rates(self):
-        return self._rates
+        """Expected tokens of a chain of depth k over its round's cost, as AdaptiveDepth's."""
+        return [sum(self.p_mtp**i for i in range(k + 1)) / self.costs.round_ms(k) for k in range(self.max_depth + 1)]
 
 
 def _consistent_policy(p_mtp: float, draft_ms: float = 0.3) -> _Policy:
-    """Rates as a depth policy derives them: expected tokens of a chain of depth k over a
-    verify of k + 1 rows plus k draft steps; a verify of w rows costs 1 + 0.1 w ms."""
-    verify = lambda rows: 1.0 + 0.1 * rows  # noqa: E731
-    rates = [sum(p_mtp**i for i in range(k + 1)) / (verify(k + 1) + draft_ms * k) for k in range(5)]
-    return _Policy(rates, verify)
+    return _Policy(p_mtp, lambda rows: 1.0 + 0.1 * rows, draft_ms)
 
 
 def _source(policy) -> SuffixOrMtp:
@@ -156,10 +160,10 @@ def test_the_choice_never_takes_the_source_expected_to_earn_less():
                 else:  # no width would earn more than the chain
                     assert max(rates[1:]) <= mtp
     # a bucket whose drafts were all rejected loses to a chain that pays, at any width
-    src.acc[0], src.reach[0] = 0.0, 50.0
+    src.learned.acc[0], src.learned.reach[0] = 0.0, 50.0
     assert not any(src.suffix_width(w, 0, 2) for w in (1, 4, 15))
     # ... and one always accepted wins over it, at its full width
-    src.acc[1], src.reach[1] = 50.0, 50.0
+    src.learned.acc[1], src.learned.reach[1] = 50.0, 50.0
     assert src.suffix_width(15, 1, 2) == 15
 
 
@@ -173,13 +177,13 @@ def test_without_a_cost_model_the_choice_uses_its_own_verify_times():
         for _ in range(3):
             src.observe(RoundStats(index=0, depth=rows - 1, drafted=rows - 1, accepted=0, emitted=1, draft_ms=0.0,
                                    verify_ms=ms, t=0.0, source="suffix"))  # fmt: skip
-    src.acc[2], src.reach[2] = 9.0, 10.0  # p = 0.88
+    src.learned.acc[2], src.learned.reach[2] = 9.0, 10.0  # p = 0.88
     w = src.suffix_width(16, 2, 0)
     assert 1 <= w < 16  # worth drafting, but not the widest verify
     p = src.acceptance(2)
     rate = lambda w: sum(p**i for i in range(w + 1)) / src.verify_ms(w + 1)  # noqa: E731
     assert rate(w) == max(rate(x) for x in range(1, 17)) and rate(w) > 1.0 / src.verify_ms(1)
-    src.acc[2], src.reach[2] = 0.0, 40.0  # never accepted: plain decoding earns more
+    src.learned.acc[2], src.learned.reach[2] = 0.0, 40.0  # never accepted: plain decoding earns more
     assert src.suffix_width(16, 2, 0) == 0
 
 
