@@ -85,6 +85,9 @@ def test_the_folder_holds_everything_the_app_needs(package):
     plugins = internal / "PySide6" / "Qt" / "plugins" / "platforms"
     assert {"libqoffscreen.so", "libqxcb.so"} <= {p.name for p in plugins.iterdir()}
     assert not list(internal.rglob("*WebEngine*")), "WebEngine must stay out of the package"
+    # the test dependencies installed beside the app (torch: 630 MB) stay out of it
+    for name in ("torch", "sympy", "matplotlib", "pytest", "training"):
+        assert not (internal / name).exists(), f"{name} must stay out of the package"
     dangling = [str(p) for p in package.folder.rglob("*") if p.is_symlink() and not p.exists()]
     assert not dangling, f"broken links in the package: {dangling}"
 
