@@ -39,12 +39,14 @@ class Proposal:
     #: MTP catch-up entries fed before the first draft, and the time that took
     sync_rows: int = 0
     sync_ms: float = 0.0
-    #: of ``tokens``, the last ones a suffix match added after an MTP chain
+    #: of ``tokens``, the last ones a second source added: a suffix match's after an MTP
+    #: chain ("mtp+suffix"), or the head's after a suffix draft ("suffix+mtp")
     extended: int = 0
 
 
 class DraftSource(Protocol):
-    #: where this round's drafts came from ("mtp", "suffix", "mtp+suffix": the round's stats)
+    #: where this round's drafts came from ("mtp", "suffix", "mtp+suffix", "suffix+mtp":
+    #: the round's stats)
     source: str
     #: whether the verify must return hidden rows (for an MTP head to read)
     needs_hidden: bool
@@ -115,6 +117,42 @@ class MtpDraft:
                 out.tokens.append(d)
         finally:
             s.truncate_draft(pos0 + 1)  # drop the chain; entry pos0 (id_last) stays
+        return out
+
+    @property
+    def follows(self) -> bool:
+        """Whether :meth:`draft_after` can run: one head over a context of its own (a shared
+        head has no entries to feed; chained heads draft under one layer per position),
+        argmax drafts (a prefix from elsewhere has no distribution to sample against)."""
+        return self.s.heads == 1 and not self.s.shared and self.sampler is None
+
+    def draft_after(self, id_last: int, pos0: int, prefix: list[int], k: int) -> Proposal:
+        """``prefix`` (drafts from elsewhere: a suffix match that ended) and up to ``k``
+        chained drafts after it. The head is fed the prefix as if it had drafted it, one
+        step per token from the hidden row the step before returned, so its first draft is
+        the one its own chain would make after those tokens. The entries are removed again
+        before returning, whatever happens (as :meth:`draft`'s chain)."""
+        assert self.follows and prefix and k >= 1
+        s = self.s
+        out = Proposal(tokens=list(prefix))
+        t0 = time.perf_counter()
+        s.phase("draft", self.cancel)
+        out.sync_rows = len(s.lag.tokens)
+        s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT)
+        out.sync_ms = (time.perf_counter() - t0) * 1000
+        _, h = s.draft_head()
+        try:
+            for t in prefix:
+                s.phase("draft", self.cancel)
+                d, h = s.draft_step(t, h)
+            out.tokens.append(d)
+            for _ in range(1, k):
+                s.phase("draft", self.cancel)
+                d, h = s.draft_step(d, h)
+                out.tokens.append(d)
+        finally:
+            s.truncate_draft(pos0 + 1)
+        out.extended = len(out.tokens) - len(prefix)
         return out
 
     def _chain(self, pos0: int, d: int, h: np.ndarray, k: int, out: Proposal) -> None:

@@ -31,11 +31,23 @@ class RoundStats:
     forced: int = 0
     #: the round ended inside the reply's think block
     thinking: bool = False
-    #: where the drafts came from: "mtp", "suffix", or "mtp+suffix": an MTP chain whose
-    #: last tokens start an earlier match, extended by what followed it (engine.runtime.decode.suffix)
+    #: where the drafts came from: "mtp", "suffix", "mtp+suffix" (an MTP chain whose last
+    #: tokens start an earlier match, extended by what followed it) or "suffix+mtp" (a suffix
+    #: draft whose match ended, extended by the head's chain) (engine.runtime.decode.suffix)
     source: str = "mtp"
-    #: of the drafts, the suffix tokens after the MTP chain ("mtp+suffix")
+    #: of the drafts, the last ones the second source added (the suffix's after the chain,
+    #: or the head's after the suffix draft)
     extended: int = 0
+
+    def split(self) -> tuple[int, int, int, int]:
+        """(suffix drafts, of them kept, the head's drafts, of them kept)."""
+        if self.source == "suffix":
+            return self.drafted, self.accepted, 0, 0
+        if self.source == "suffix+mtp":
+            n = self.drafted - self.extended
+            return n, min(self.accepted, n), self.extended, max(0, self.accepted - n)
+        head = self.drafted - self.extended  # "mtp", "mtp+suffix"
+        return self.extended, max(0, self.accepted - head), head, min(self.accepted, head)
 
     @property
     def rejected(self) -> int:
@@ -117,19 +129,15 @@ class GenerationStats:
         if r.thinking:
             self.thinking_drafted += r.drafted
             self.thinking_accepted += r.accepted
-        if r.source == "suffix":
+        suffix, suffix_kept, head, kept = r.split()
+        if suffix:
             self.suffix_rounds += 1
-            self.suffix_drafted += r.drafted
-            self.suffix_accepted += r.accepted
-        elif r.extended:
-            self.suffix_rounds += 1
-            self.suffix_drafted += r.extended
-            self.suffix_accepted += max(0, r.accepted - (r.drafted - r.extended))
-        # by draft position and per round: the MTP head's drafts (a suffix draft is not the
-        # head's, and its lengths would stretch the head's figures; it has counts of its own)
-        head = 0 if r.source == "suffix" else r.drafted - r.extended
-        if head:
-            kept = min(r.accepted, head)
+            self.suffix_drafted += suffix
+            self.suffix_accepted += suffix_kept
+        # by draft position and per round: the MTP head's chains from the target's last token
+        # (a suffix draft is not the head's, and its lengths would stretch the head's figures;
+        # it has counts of its own; the head's drafts after one count in the totals only)
+        if head and r.source != "suffix+mtp":
             _grow(self.drafted_at, head)
             _grow(self.accepted_at, head)
             _grow(self.accept_len_hist, head + 1)

@@ -11,8 +11,9 @@ every token it was given: :meth:`SuffixIndex.propose` is what followed the longe
 of its own newest tokens, :meth:`SuffixIndex.lookup` what followed another sequence's.
 :class:`OutputStore` is a loaded model's recent outputs, bounded. :class:`SuffixOrMtp`
 is a draft source (:mod:`engine.runtime.decode.propose`) that each round takes the MTP
-chain, the suffix draft, or the chain extended by a match its last tokens start —
-whichever expects the most tokens per millisecond: suffix acceptance is learned per match
+chain, the suffix draft, the chain extended by a match its last tokens start, or a suffix
+draft whose match ended extended by the head's chain — whichever expects the most tokens
+per millisecond: suffix acceptance is learned per match
 length, verify costs are measured here by row count on every round, the chain's expected
 tokens and costs are the depth policy's. Without an MTP head it is the suffix draft or
 none. Output never changes: every draft is verified (docs/agent-speed.md).
@@ -251,6 +252,14 @@ class SuffixOrMtp:
         if take:
             self.source, self._mtp_k = "suffix", 0
             self._last = (_bucket(n), take)
+            # the match ended (an earlier output's end, the index's) before the verify's limit:
+            # the head's chain may go on from where it stopped
+            tail = 0
+            if take == len(tokens) < width and self.mtp is not None and self.mtp.follows:
+                tail = self.tail_width(take, _bucket(n), width - take)
+            if tail:
+                self.source = "suffix+mtp"
+                return self.mtp.draft_after(id_last, pos0, list(tokens), tail)
             return Proposal(list(tokens[:take]))
         self.source, self._last = "mtp", None
         proposal = self.mtp.draft(id_last, pos0, k) if self.mtp is not None and k > 0 else Proposal()
@@ -352,6 +361,45 @@ class SuffixOrMtp:
             if rate > best_rate:
                 best, best_rate = w, rate
         return best
+
+    def tail_width(self, width: int, bucket: int, room: int) -> int:
+        """How many of the head's drafts to append after ``width`` suffix tokens whose match
+        ended (at most ``room``): the count with the most expected tokens per ms, when that
+        beats the suffix draft alone; 0: none. They count only if every suffix token is
+        kept; they cost the head a step per suffix token and per draft but the last, and
+        the wider verify. The head's chain after ``width`` tokens it did not draft is taken
+        to be as good as its own chain that deep."""
+        p = self.acceptance(bucket)
+        e = sum(p**j for j in range(width + 1))
+        base = self.verify_ms(width + 1)
+        ps = self._head_acceptances()
+        sync, step = self._head_ms()
+        best, best_rate = 0, e / max(base, 1e-6)
+        chain, gain = p**width, 0.0
+        for i in range(1, room + 1):
+            chain *= ps[min(width + i - 1, len(ps) - 1)]
+            gain += chain
+            rate = (e + gain) / max(self.verify_ms(width + 1 + i) + sync + (width + i - 1) * step, 1e-6)
+            if rate > best_rate:
+                best, best_rate = i, rate
+        return best
+
+    def _head_acceptances(self) -> list[float]:
+        """The head's acceptance by chain position: auto's estimates, else one learned rate."""
+        if hasattr(self.policy, "acceptances"):
+            return list(self.policy.acceptances()) or [MTP_PRIOR]
+        L = self.learned
+        return [(L.mtp_acc + MTP_PRIOR * PRIOR_N) / (L.mtp_reach + PRIOR_N)]
+
+    def _head_ms(self) -> tuple[float, float]:
+        """The head's catch-up (which yields its first draft) and one chained step, in ms:
+        auto's measured parts, else a fixed depth's chain time shared out by its drafts."""
+        costs = getattr(self.policy, "costs", None)
+        if costs is not None:
+            return costs.sync_ms(), costs.step_ms()
+        L = self.learned
+        one = L.draft_ms.median / max(1, self.policy.max_depth) if L.draft_ms else DEFAULT_SLOPE * self.verify_ms(1)
+        return one, one
 
     def suffix_width(self, width: int, bucket: int, k: int) -> int:
         """How many of ``width`` suffix tokens to draft: the count with the most expected

@@ -119,6 +119,12 @@ class _Costs:
     def round_ms(self, k: int) -> float:
         return self.verify(k + 1) + self.draft_ms * k
 
+    def sync_ms(self) -> float:
+        return self.draft_ms
+
+    def step_ms(self) -> float:
+        return self.draft_ms
+
 
 class _Policy:
     """A depth policy's estimates as the suffix choice reads them (its only seam)."""
@@ -295,3 +301,61 @@ def test_an_mtp_chain_that_runs_into_an_earlier_match_is_extended_by_it(copying)
     ext = [r for r in rounds if r.source == "mtp+suffix"]
     assert ext and all(0 < r.extended < r.drafted for r in ext)
     assert sum(r.extended for r in ext) <= g.stats.suffix_drafted
+
+
+def test_the_head_goes_on_after_a_suffix_draft_only_where_that_pays():
+    """A suffix draft whose match ended: the head's drafts are appended at the count that
+    expects the most tokens per ms, counted only if every suffix token is kept and paying
+    a head step per suffix token; none where the head or the suffix draft is unreliable."""
+    for p_mtp in (0.3, 0.7, 0.95):
+        src = _source(_consistent_policy(p_mtp, draft_ms=0.05))
+        src.learned.acc[0], src.learned.reach[0] = 50.0, 50.0  # the suffix draft is always kept
+        p = src.acceptance(0)
+        for width, room in ((2, 13), (8, 7)):
+            def rate(i):
+                e = sum(p**j for j in range(width + 1)) + sum(p**width * p_mtp**j for j in range(1, i + 1))
+                return e / (1.0 + 0.1 * (width + 1 + i) + (0.05 * (width + i) if i else 0.0))
+
+            best = max(range(room + 1), key=rate)
+            taken = src.tail_width(width, 0, room)
+            assert rate(taken) == rate(best), (p_mtp, width, taken, best)
+    # a head that drafts well but costs as much as a verify row per step never pays after 8 tokens
+    src = _source(_consistent_policy(0.95, draft_ms=0.5))
+    assert src.tail_width(8, 0, 7) == 0
+    # a suffix bucket whose drafts are rejected: the head's drafts after them would never count
+    src = _source(_consistent_policy(0.95, draft_ms=0.05))
+    src.learned.acc[2], src.learned.reach[2] = 0.0, 50.0
+    assert src.tail_width(4, 2, 11) == 0
+    assert _source(_consistent_policy(0.95, draft_ms=0.05)).tail_width(4, 0, 11) > 0
+
+
+def test_a_suffix_draft_whose_match_ends_is_extended_by_the_head(copying):
+    """An earlier output holds the answer's first tokens only: where its match runs out, the
+    head's chain goes on in the same verify. The output is plain decoding's."""
+    lm, _ = copying
+    prompt = lm.model.prompt_tokens("Once upon a time")
+    answer = _gen(lm, prompt).tokens
+    store = OutputStore()
+    store.add(answer[:24])
+    # what the choice has learned: costs where the head's steps are cheap beside a verify, as
+    # on a large model (on this tiny fixture every decode costs about the same, and it would
+    # rightly never pay a head step per suffix token), and a head whose drafts are kept
+    L = store.learned
+    for _ in range(9):
+        for rows in range(1, 17):
+            L.costs.add_verify(rows, 1.0 + 0.1 * rows)
+        L.draft_ms.add(0.3)
+    L.mtp_acc = L.mtp_reach = 50.0
+    other = lm.model.prompt_tokens("Twice upon a time")
+    plain = _gen(lm, other).tokens
+    rounds = []
+    lm.session.reset()
+    g = generate(lm.session, other, DecodeParams(max_tokens=100, ignore_eog=True, depth=FixedDepth(3), suffix_drafts=True),
+                 outputs=store, on_round=rounds.append)  # fmt: skip
+    assert g.tokens == plain
+    tail = [r for r in rounds if r.source == "suffix+mtp"]
+    assert tail and all(0 < r.extended < r.drafted for r in tail)
+    assert sum(r.accepted for r in tail) > sum(r.drafted - r.extended for r in tail)  # the head's drafts were kept
+    # the suffix tokens count as suffix drafts; the head's after them in its totals, not by position
+    assert g.stats.suffix_drafted == sum(r.split()[0] for r in rounds)
+    assert sum(g.stats.drafted_at) == sum(r.split()[2] for r in rounds if r.source != "suffix+mtp")
