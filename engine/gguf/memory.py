@@ -52,12 +52,20 @@ RECURRENT = {"mamba", "mamba2"}
 #: forced run verified in one batch (longer runs take more rounds), and ``bench
 #: identity``'s widest replay (its ``--max-width``)
 MIN_LOGIT_ROWS = 16
+#: ... and up to this many where they fit in :data:`LOGIT_ROWS_BYTES` per sequence: a
+#: suffix draft (engine.runtime.decode.suffix) runs as far as its match, and an agent's
+#: copied file is verified in fewer, wider batches (64 rows of a 128k vocabulary, 32 of
+#: Gemma's 262k, 16 of anything over 512k)
+MAX_LOGIT_ROWS = 64
+LOGIT_ROWS_BYTES = 32 << 20
 
 
-def logit_rows(depth: int) -> int:
-    """Logit rows the target context is made for (``n_outputs_max``): a verify batch
-    reads ``depth + 1``; the MTP context reads one row per decode."""
-    return max(depth + 1, MIN_LOGIT_ROWS)
+def logit_rows(depth: int, n_vocab: int = 0) -> int:
+    """Logit rows the target context is made for per sequence (``n_outputs_max``): a
+    verify batch reads ``depth + 1``; the MTP context reads one row per decode. With
+    ``n_vocab``, as many more as :data:`LOGIT_ROWS_BYTES` holds, up to :data:`MAX_LOGIT_ROWS`."""
+    wide = min(MAX_LOGIT_ROWS, LOGIT_ROWS_BYTES // (4 * n_vocab)) if n_vocab > 0 else 0
+    return max(depth + 1, MIN_LOGIT_ROWS, wide)
 
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
@@ -265,7 +273,7 @@ def estimate(
     depth = max(1, depth)
     n_ubatch = min(max(n_batch, depth + 2), cells)
     if n_outputs is None:
-        n_outputs = logit_rows(depth)
+        n_outputs = logit_rows(depth, shape.n_vocab)
     trunk = shape.n_layer
     layers_all = shape.n_layer_all if mtp and head is None else trunk
     # llama.cpp offloads layers il >= n_layer_all + 1 - n_gpu_layers, the output layer

@@ -37,8 +37,9 @@ from engine.runtime.decode.stats import RoundStats
 #: n-gram lengths matched, longest first; the shortest is the shortest match worth a draft
 LENGTHS = (16, 8, 4, 3)
 MIN_MATCH = LENGTHS[-1]
-#: most tokens one suffix draft proposes
-MAX_DRAFT = 16
+#: most tokens one suffix draft proposes (the verify's logit rows cut it further:
+#: engine.gguf.memory.logit_rows)
+MAX_DRAFT = 64
 #: acceptance prior per token of a suffix draft, by match length (16 or 8, 4, 3: a long
 #: match is likely to go on), its weight in observations, and the decay of observations
 PRIORS, PRIOR_N, DECAY = (0.9, 0.7, 0.5), 2.0, 0.97
@@ -226,6 +227,10 @@ class SuffixOrMtp:
         self.source = "mtp"
         #: the verify returns hidden rows only for an MTP head to read
         self.needs_hidden = mtp is not None
+        #: how deep llama.cpp rolls the target back in place (a recurrent model's
+        #: ``n_rs_seq``); None: any depth (attention only)
+        target = getattr(self.s, "target", None)
+        self.rollback = target.n_rs_seq if target is not None and target.model.is_recurrent else None
 
     # --------------------------------------------------------------- protocol
     def begin(self, prompt: list[int], *, cancel, choose_first: Choose | None, idle: bool, points=(),
@@ -312,28 +317,48 @@ class SuffixOrMtp:
     def acceptance(self, bucket: int) -> float:
         return (self.learned.acc[bucket] + PRIORS[bucket] * PRIOR_N) / (self.learned.reach[bucket] + PRIOR_N)
 
-    def verify_ms(self, rows: int) -> float:
-        """A verify of ``rows`` rows, from every round's verify measured here (suffix rounds
+    def _cost_model(self):
+        """Where verify times come from: every round's verify measured here (suffix rounds
         teach auto nothing, so its own estimates never see the widest verifies); auto's
-        estimate until this source has measured one."""
+        estimates until this source has measured one."""
         costs = getattr(self.policy, "costs", None)
-        if self.learned.costs.verify or costs is None:
-            return self.learned.costs.verify_ms(rows)
-        return costs.verify_ms(rows)
+        return self.learned.costs if self.learned.costs.verify or costs is None else costs
+
+    def verify_ms(self, rows: int) -> float:
+        return self._cost_model().verify_ms(rows)
+
+    def _replays(self, ps: list[float], v: list[float]) -> list[float]:
+        """Expected replay time of a verify of the first ``w`` drafts, for w in 0..len(ps)
+        (``ps``: each draft's chance of being kept once reached; ``v``: verify ms by rows).
+        On a recurrent model a rejection more than ``n_rs_seq`` drafts deep is rolled back
+        by decoding the kept tokens again from a checkpoint (:meth:`Session.checkpoint`):
+        a verify of their rows. Nothing elsewhere."""
+        n = self.rollback
+        out = [0.0] * (len(ps) + 1)
+        if n is None or len(ps) <= n:
+            return out
+        acc, reach = 0.0, 1.0  # acc: replays of kept counts below w - n
+        for w in range(n + 1, len(ps) + 1):
+            j = w - n - 1  # the deepest kept count whose rejection reaches past the rollback
+            acc += reach * (1 - ps[j]) * v[j + 1]
+            reach *= ps[j]
+            out[w] = acc
+        return out
 
     def mtp_rate(self, k: int) -> float:
         """Expected tokens per ms of this round without the suffix draft: the MTP chain of
         depth ``k``, or plain decoding at 0 (without a head the policy's depth is always 0)."""
-        e, _, cost = self._chain(k)
+        _, e, _, cost = self._chain(k)
         return e / cost
 
-    def _chain(self, k: int) -> tuple[float, float, float]:
-        """An MTP chain of ``k`` drafts (0: a plain round): expected tokens, the chance all
-        ``k`` are kept, and the round's cost in ms — auto's estimates where it runs (its
-        :meth:`~AdaptiveDepth.rates` divide the same two), else this source's own."""
+    def _chain(self, k: int) -> tuple[list[float], float, float, float]:
+        """An MTP chain of ``k`` drafts (0: a plain round): each draft's acceptance, the
+        expected tokens, the chance all ``k`` are kept, and the round's cost in ms — auto's
+        estimates where it runs (its :meth:`~AdaptiveDepth.rates` divide the same two),
+        else this source's own."""
         L = self.learned
         if hasattr(self.policy, "acceptances") and hasattr(self.policy, "costs"):
-            ps = self.policy.acceptances()[:k]
+            ps = list(self.policy.acceptances()[:k])
             cost = self.policy.costs.round_ms(k)
         else:
             ps = [(L.mtp_acc + MTP_PRIOR * PRIOR_N) / (L.mtp_reach + PRIOR_N)] * k
@@ -344,20 +369,23 @@ class SuffixOrMtp:
         for p in ps:
             chain *= p
             e += chain
-        return e, chain, max(cost, 1e-6)
+        return ps, e, chain, max(cost, 1e-6)
 
     def extension_width(self, width: int, bucket: int, k: int) -> int:
         """How many of ``width`` suffix tokens to append after an MTP chain of ``k``: the
         count with the most expected tokens per ms (they count only if the whole chain is
-        kept; they cost the wider verify), when that beats the chain alone; 0: none."""
-        e_k, all_kept, cost = self._chain(k)
-        base = self.verify_ms(k + 1)
+        kept; they cost the wider verify and its replays), when that beats the chain alone;
+        0: none."""
+        ps, e_k, all_kept, cost = self._chain(k)
+        v = self._cost_model().verify_table(k + 1 + width)
         p = self.acceptance(bucket)
+        replays = self._replays(ps + [p] * width, v)
         best, best_rate = 0, e_k / cost
-        gain = 0.0
+        gain, reach = 0.0, all_kept
         for w in range(1, width + 1):
-            gain += all_kept * p**w
-            rate = (e_k + gain) / max(cost + self.verify_ms(k + 1 + w) - base, 1e-6)
+            reach *= p
+            gain += reach
+            rate = (e_k + gain) / max(cost + v[k + 1 + w] - v[k + 1] + replays[k + w] - replays[k], 1e-6)
             if rate > best_rate:
                 best, best_rate = w, rate
         return best
@@ -366,20 +394,23 @@ class SuffixOrMtp:
         """How many of the head's drafts to append after ``width`` suffix tokens whose match
         ended (at most ``room``): the count with the most expected tokens per ms, when that
         beats the suffix draft alone; 0: none. They count only if every suffix token is
-        kept; they cost the head a step per suffix token and per draft but the last, and
-        the wider verify. The head's chain after ``width`` tokens it did not draft is taken
-        to be as good as its own chain that deep."""
+        kept; they cost the head a step per suffix token and per draft but the last, the
+        wider verify and its replays. The head's chain after ``width`` tokens it did not
+        draft is taken to be as good as its own chain that deep."""
         p = self.acceptance(bucket)
+        heads = self._head_acceptances()
+        ps = [p] * width + [heads[min(width + i, len(heads) - 1)] for i in range(room)]
+        v = self._cost_model().verify_table(width + 1 + room)
+        replays = self._replays(ps, v)
         e = sum(p**j for j in range(width + 1))
-        base = self.verify_ms(width + 1)
-        ps = self._head_acceptances()
         sync, step = self._head_ms()
-        best, best_rate = 0, e / max(base, 1e-6)
-        chain, gain = p**width, 0.0
+        best, best_rate = 0, e / max(v[width + 1] + replays[width], 1e-6)
+        reach, gain = p**width, 0.0
         for i in range(1, room + 1):
-            chain *= ps[min(width + i - 1, len(ps) - 1)]
-            gain += chain
-            rate = (e + gain) / max(self.verify_ms(width + 1 + i) + sync + (width + i - 1) * step, 1e-6)
+            reach *= ps[width + i - 1]
+            gain += reach
+            cost = v[width + 1 + i] + replays[width + i] + sync + (width + i - 1) * step
+            rate = (e + gain) / max(cost, 1e-6)
             if rate > best_rate:
                 best, best_rate = i, rate
         return best
@@ -403,13 +434,17 @@ class SuffixOrMtp:
 
     def suffix_width(self, width: int, bucket: int, k: int) -> int:
         """How many of ``width`` suffix tokens to draft: the count with the most expected
-        tokens per ms, when that beats :meth:`mtp_rate`; 0: the suffix draft does not pay."""
+        tokens per ms (a verify of its rows and, on a recurrent model, its replays), when
+        that beats :meth:`mtp_rate`; 0: the suffix draft does not pay."""
         p = self.acceptance(bucket)
+        v = self._cost_model().verify_table(width + 1)
+        replays = self._replays([p] * width, v)
         best, best_rate = 0, self.mtp_rate(k)
-        e = 1.0
+        e, reach = 1.0, 1.0
         for w in range(1, width + 1):
-            e += p**w
-            rate = e / max(self.verify_ms(w + 1), 1e-6)
+            reach *= p
+            e += reach
+            rate = e / max(v[w + 1] + replays[w], 1e-6)
             if rate > best_rate:
                 best, best_rate = w, rate
         return best

@@ -457,7 +457,7 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         nextn_embeddings=use_mtp,
         n_threads=spec.n_threads,
         exact=spec.exact,
-        n_outputs=(spec.logit_rows or logit_rows(depth)) * n_seq,
+        n_outputs=(spec.logit_rows or logit_rows(depth, model.n_vocab)) * n_seq,
         n_seq=n_seq,
     )
     try:

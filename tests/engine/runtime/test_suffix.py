@@ -116,6 +116,9 @@ class _Costs:
     def verify_ms(self, rows: int) -> float:
         return self.verify(rows)
 
+    def verify_table(self, n: int) -> list[float]:
+        return [0.0] + [self.verify(r) for r in range(1, n + 1)]
+
     def round_ms(self, k: int) -> float:
         return self.verify(k + 1) + self.draft_ms * k
 
@@ -337,14 +340,15 @@ def test_a_suffix_draft_whose_match_ends_is_extended_by_the_head(copying):
     answer = _gen(lm, prompt).tokens
     store = OutputStore()
     store.add(answer[:24])
-    # what the choice has learned: costs where the head's steps are cheap beside a verify, as
+    # what the choice has learned: costs where verify rows and head steps are cheap, as
     # on a large model (on this tiny fixture every decode costs about the same, and it would
-    # rightly never pay a head step per suffix token), and a head whose drafts are kept
+    # rightly never pay a head step per suffix token), and drafts of either source that are kept
     L = store.learned
+    L.acc, L.reach = [50.0] * 3, [50.0] * 3
     for _ in range(9):
-        for rows in range(1, 17):
-            L.costs.add_verify(rows, 1.0 + 0.1 * rows)
-        L.draft_ms.add(0.3)
+        for rows in range(1, 65):
+            L.costs.add_verify(rows, 1.0 + 0.02 * rows)
+        L.draft_ms.add(0.03)
     L.mtp_acc = L.mtp_reach = 50.0
     other = lm.model.prompt_tokens("Twice upon a time")
     plain = _gen(lm, other).tokens
@@ -359,3 +363,23 @@ def test_a_suffix_draft_whose_match_ends_is_extended_by_the_head(copying):
     # the suffix tokens count as suffix drafts; the head's after them in its totals, not by position
     assert g.stats.suffix_drafted == sum(r.split()[0] for r in rounds)
     assert sum(g.stats.drafted_at) == sum(r.split()[2] for r in rounds if r.source != "suffix+mtp")
+
+
+def test_on_a_recurrent_model_the_width_pays_for_its_replays():
+    """A rejection deeper than llama.cpp's recurrent rollback is repaired by decoding the
+    kept tokens again: a wide draft that is likely to be cut deep costs more there."""
+    src = _source(_consistent_policy(0.1))
+    src.learned.acc[1], src.learned.reach[1] = 8.0, 10.0  # p ~ 0.8
+    p = src.acceptance(1)
+    v = lambda rows: 1.0 + 0.1 * rows  # noqa: E731
+    src.rollback = None  # attention only: any depth rolls back in place
+    free = src.suffix_width(63, 1, 0)
+    src.rollback = 3
+
+    def rate(w):
+        replay = sum(p**j * (1 - p) * v(j + 1) for j in range(max(0, w - 3)))
+        return sum(p**i for i in range(w + 1)) / (v(w + 1) + replay)
+
+    taken = src.suffix_width(63, 1, 0)
+    assert rate(taken) == max(rate(w) for w in range(1, 64))
+    assert taken < free

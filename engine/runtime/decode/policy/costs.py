@@ -23,6 +23,7 @@ deviation:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Iterable
@@ -131,16 +132,25 @@ class RoundCosts:
     # -------------------------------------------------------------- estimates
     def verify_ms(self, rows: int) -> float:
         """Measured or estimated verify time of ``rows`` rows."""
+        if not self.verify:
+            return 1.0 + DEFAULT_SLOPE * (rows - 1)
+        return self._verify(rows, sorted(self.verify))
+
+    def verify_table(self, n: int) -> list[float]:
+        """:meth:`verify_ms` of 0..``n`` rows at once (index 0 unused), for a choice that
+        weighs every width each round."""
+        if not self.verify:
+            return [0.0] + [1.0 + DEFAULT_SLOPE * (r - 1) for r in range(1, n + 1)]
+        known = sorted(self.verify)
+        return [0.0] + [self._verify(r, known) for r in range(1, n + 1)]
+
+    def _verify(self, rows: int, known: list[int]) -> float:
         t = self.verify
         if rows in t:
             return t[rows].median
-        if not t:
-            return 1.0 + DEFAULT_SLOPE * (rows - 1)
-        known = sorted(t)
-        below = [n for n in known if n < rows]
-        above = [n for n in known if n > rows]
-        if below and above:
-            a, b = below[-1], above[0]
+        i = bisect.bisect_left(known, rows)
+        if 0 < i < len(known):
+            a, b = known[i - 1], known[i]
             ta, tb = t[a].median, t[b].median
             return ta + (tb - ta) * (rows - a) / (b - a)
         # extrapolate optimistically: the smaller of the measured slope and the default
@@ -149,7 +159,7 @@ class RoundCosts:
         slope = DEFAULT_SLOPE * unit
         if len(known) >= 2:
             slope = min(slope, max(0.0, (t[known[-1]].median - base) / (known[-1] - known[0])))
-        anchor = below[-1] if below else above[0]
+        anchor = known[i - 1] if i else known[0]
         return max(t[anchor].median + slope * (rows - anchor), 1e-6)
 
     def step_ms(self) -> float:
