@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from engine.runtime.decode.policy.costs import MIN_STEADY, RoundCosts
+from engine.runtime.decode.policy.costs import MIN_STEADY, WINDOW, RoundCosts
 from engine.runtime.decode.depth import AUTO
 from engine.runtime.decode.stats import RoundStats
 
@@ -70,11 +70,14 @@ MIN_GAIN = 0.005  # a measured depth must beat the current one by this much, and
 NOISE_SIGMAS = 1.5  # ... this many standard errors of the difference (timing and acceptance)
 EXPLORE_MIN, EXPLORE_MAX = 16, 1024  # drafting rounds between tries of a neighbouring depth
 EXPLORE_ROUNDS = 1 + MIN_STEADY + 1  # a try: the transition, then steady rounds to judge it
-EXPLORE_SKIP = 0.1  # a neighbour estimated this far below the current depth is not tried
+EXPLORE_SKIP = 0.1  # a deeper neighbour estimated this far below the current depth is not tried
+EXPLORE_SKIP_SHALLOW = 0.25  # ... a shallower one (measured) only this far below
 FIRST_ROUNDS = 4.0  # drafting rounds at depth 1 before a fresh policy goes deeper
 STALE = 32  # steady rounds after which a depth's wall times are too old to switch on
-CHOOSE_EVERY = 4  # drafting rounds between choices (a choice costs ~5 us of Python; the
-# estimates it reads move by a few percent per round at most)
+CHOOSE_EVERY = 4  # drafting rounds between choices (a choice costs ~40 us of Python; the
+# estimates it reads move by a few percent per round at most; choosing less often while
+# choices confirmed the depth, up to every 16 rounds, was slower to leave a losing depth:
+# 0.91x the best fixed depth on one recorded-cost seed)
 
 
 class AdaptiveDepth:
@@ -236,16 +239,24 @@ class AdaptiveDepth:
         decode costs, the acceptance estimates) is more than :data:`EXPLORE_SKIP` below
         ``k``'s is passed over, and with none left the turn confirms ``k`` as a try would
         (a fresh session spent a quarter of its first rounds trying deeper depths its own
-        estimates already ruled out). Shallower ones, plain decoding among them, are always
-        tried: they are cheap, and they are what corrects a choice made on bad timings."""
+        estimates already ruled out). Shallower ones, plain decoding among them, are the
+        safety net that corrects a choice made on bad timings, so they are passed over only
+        on a full window of their own verify times (a few slow first samples are outvoted
+        first) and more than :data:`EXPLORE_SKIP_SHALLOW` below (on the demo, where
+        depth 1 earns ~45% more than plain, a fresh session's plain tries cost ~4% of its
+        first 1,000 tokens)."""
         self._since_explore = 0
         near = [d for d in (k + 1, k - 1, k + 2, k - 2) if 0 <= d <= self.max_depth]
         rates = self.rates(parts=True)
-        floor = rates[k] * (1 - EXPLORE_SKIP)
         for _ in range(len(near)):
             d = near[self._explorations % len(near)]
             self._explorations += 1
-            if d < k or rates[d] >= floor:  # shallower ones are always tried: the safety net
+            if d < k:  # skipped only on a full window of its own verify times
+                w = self.costs.verify.get(d + 1)
+                skip = EXPLORE_SKIP_SHALLOW if w is not None and len(w) >= WINDOW else 0.0
+            else:
+                skip = EXPLORE_SKIP
+            if skip == 0.0 or rates[d] >= rates[k] * (1 - skip):
                 return self._try(d, k)
         self.explore_gap = min(self.explore_gap * 2, EXPLORE_MAX)
         return k
