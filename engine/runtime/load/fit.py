@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from engine.backends.hostmem import host_memory
 from engine.gguf.inspect import human_size
-from engine.gguf.memory import CTX_PAD, MemoryEstimate, ModelShape, estimate
+from engine.gguf.memory import CTX_PAD, MemoryEstimate, ModelShape, estimate, logit_rows
 from engine.runtime import limits
 
 #: memory kept free on every device, as llama.cpp's --fit does (common.h: fit margin)
@@ -140,13 +140,17 @@ def assess(
     depth: int = 4,
     n_batch: int = 512,
     n_gpu_layers: int = -1,
+    n_seq: int = 1,
 ) -> Fit:
     """Place ``shape`` at context ``n_ctx`` on ``devices`` (host memory first).
     ``n_gpu_layers``: -1 lets the fit choose (all, else as many as fit), 0 keeps
-    everything in host memory, N offloads N layers."""
+    everything in host memory, N offloads N layers. ``n_seq``: sequences decoding
+    together (slots), each with logit rows of its own."""
+    n_outputs = logit_rows(max(1, depth), shape.n_vocab) * n_seq
 
     def at(ctx: int, ngl: int) -> MemoryEstimate:
-        return estimate(shape, ctx, mtp=mtp, head=head, depth=depth, n_batch=n_batch, gpu_layers=ngl)
+        return estimate(shape, ctx, mtp=mtp, head=head, depth=depth, n_batch=n_batch, gpu_layers=ngl,
+                        n_outputs=n_outputs)  # fmt: skip
 
     has_gpu = any(d.kind == "gpu" for d in devices)
     n_all = at(n_ctx, 0).n_layers

@@ -399,7 +399,7 @@ def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: 
         # each slot has a KV stream of n_ctx cells: the cache is that many contexts' worth
         return fit.assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train) * parallel, devices,
                           mtp=source != MtpSource.OFF, head=head_shape, depth=max(1, spec.max_draft_depth),
-                          n_batch=spec.n_batch, n_gpu_layers=spec.n_gpu_layers)  # fmt: skip
+                          n_batch=spec.n_batch, n_gpu_layers=spec.n_gpu_layers, n_seq=parallel)  # fmt: skip
 
     parallel = spec.parallel
     f = assess(spec.n_ctx, parallel)

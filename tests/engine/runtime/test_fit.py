@@ -8,7 +8,7 @@ import json
 import pytest
 
 from engine.errors import DecodeError, InsufficientMemoryError
-from engine.gguf.memory import RUNTIME_BYTES, ModelShape, estimate, pad
+from engine.gguf.memory import RUNTIME_BYTES, ModelShape, estimate, logit_rows, pad
 from engine.gguf.shards import open_set
 from engine.runtime.llama.batch import LOGITS_ALL, Batch
 from engine.runtime.llama.context import Context
@@ -132,6 +132,19 @@ def test_verdicts_gpu_partial_cpu_none():
     assert cpu.verdict == "cpu" and cpu.estimate.offloaded_bytes == 0
     tiny = assess(shape, 8192, [DeviceFree("host memory", "cpu", 8 * GiB, 4 * GiB)], mtp=False)
     assert tiny.verdict == "none" and tiny.max_ctx == 0 and "smaller quantization" in tiny.refusal()
+
+
+def test_logit_rows_follow_the_vocabulary_and_every_slot_reserves_its_own():
+    """A small vocabulary gets wide verifies (suffix drafts to 63 tokens) within 32 MiB a
+    sequence; a huge one keeps the 16 rows a grammar's forced run needs; with slots the
+    fit counts every sequence's rows."""
+    assert logit_rows(3, 32000) == 64 and logit_rows(3, 262144) == 32 and logit_rows(3, 1 << 20) == 16
+    assert logit_rows(3) == 16 and logit_rows(40, 262144) == 41
+    shape = _shape(n_vocab=262144)
+    host = DeviceFree("host memory", "cpu", 64 * GiB, 60 * GiB)
+    one = assess(shape, 8192, [host], mtp=False).estimate
+    four = assess(shape, 8192, [host], mtp=False, n_seq=4).estimate
+    assert four.total_bytes - one.total_bytes == 4 * 262144 * 32 * 3
 
 
 def test_largest_context_that_fits_is_the_boundary():

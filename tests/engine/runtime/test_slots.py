@@ -264,4 +264,8 @@ def test_suffix_drafts_in_slots_equal_each_output_alone(fixtures):
         got = [h.result() for h in [e.submit(replace(j, suffix_drafts=True)) for j in jobs]]
     assert [g.tokens for g in got] == want
     assert got[0].stats.suffix_accepted > 0 and got[1].stats.suffix_accepted > 0
-    assert got[1].stats.target_forwards < len(want[1]) / 2
+    # every kept draft saved a forward: the first token is the prompt's, each verify emits its
+    # kept drafts and one more (how wide the drafts were is the width choice's, from timings:
+    # a benchmark's figure, not this test's)
+    st = got[1].stats
+    assert 1 + st.target_forwards + st.suffix_accepted == len(want[1]), (st.target_forwards, st.suffix_accepted)
