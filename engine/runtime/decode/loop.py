@@ -310,6 +310,7 @@ class _Run:
         s.phase("verify", self.cancel)  # verify
         s.checkpoint(len(drafts))
         hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=source.needs_hidden)
+        step_rows = s.target.step_rows
         self.stats.target_forwards += 1
         rows = s.target if self.penalties is None else PenalizedRows(s.target, self.penalties, self.counts, drafts)
         a, nxt = accept(rows, drafts, self.sampler, pos0, proposal.q, c)
@@ -342,6 +343,7 @@ class _Run:
             sync_rows=proposal.sync_rows,
             sync_ms=proposal.sync_ms,
             extended=0 if forced else proposal.extended,
+            step_rows=step_rows,
         )
         self._round(r)
         source.observe(r)

@@ -38,6 +38,8 @@ class RoundStats:
     #: of the drafts, the last ones the second source added (the suffix's after the chain,
     #: or the head's after the suffix draft)
     extended: int = 0
+    #: rows the verify's decode carried: with slots, every sequence's in that step (0: not known)
+    step_rows: int = 0
 
     def split(self) -> tuple[int, int, int, int]:
         """(suffix drafts, of them kept, the head's drafts, of them kept)."""

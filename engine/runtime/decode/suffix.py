@@ -222,7 +222,10 @@ class SuffixOrMtp:
         self.learned = store.learned if store is not None else SuffixLearned()
         self._last: tuple[int, int] | None = None  # (bucket, drafted) of the last suffix round
         self._mtp_k = 0  # drafts of the last MTP round
-        self._prev_width: int | None = None  # drafts verified in the last round
+        self._prev_rows: int | None = None  # rows the last round's verify decode carried
+        #: other sequences' rows in the last verify's step (slots; 0 alone): the next step's
+        #: likely company, so a width is priced as the step it makes
+        self._others = 0
         #: where this round's drafts come from (the round's statistics read it)
         self.source = "mtp"
         #: the verify returns hidden rows only for an MTP head to read
@@ -307,9 +310,14 @@ class SuffixOrMtp:
         """A round's costs (every round, whichever source drafted it)."""
         if r.forced:
             return
-        if r.drafted == self._prev_width:  # a verify at a new width pays llama.cpp's graph set-up
-            self.learned.costs.add_verify(r.drafted + 1, r.verify_ms)
-        self._prev_width = r.drafted
+        # verify times are kept by the rows of the whole decode: alone, the round's own; in
+        # slots, the step's, every sequence's (a sequence's verify lasts its step)
+        own = r.drafted + 1
+        rows = max(r.step_rows, own)
+        if rows == self._prev_rows:  # a decode of a new size pays llama.cpp's graph set-up
+            self.learned.costs.add_verify(rows, r.verify_ms)
+        self._prev_rows = rows
+        self._others = rows - own
         if r.source == "mtp" and r.drafted:
             self.learned.draft_ms.add(r.draft_ms)
 
@@ -325,7 +333,13 @@ class SuffixOrMtp:
         return self.learned.costs if self.learned.costs.verify or costs is None else costs
 
     def verify_ms(self, rows: int) -> float:
-        return self._cost_model().verify_ms(rows)
+        """A verify of ``rows`` rows of this sequence's, in a step with the others' as last time."""
+        return self._cost_model().verify_ms(self._others + rows)
+
+    def _verify_table(self, n: int) -> list[float]:
+        """:meth:`verify_ms` of 0..``n`` rows (index 0 unused)."""
+        full = self._cost_model().verify_table(self._others + n)
+        return [0.0, *full[self._others + 1 :]]
 
     def _replays(self, ps: list[float], v: list[float]) -> list[float]:
         """Expected replay time of a verify of the first ``w`` drafts, for w in 0..len(ps)
@@ -377,7 +391,7 @@ class SuffixOrMtp:
         kept; they cost the wider verify and its replays), when that beats the chain alone;
         0: none."""
         ps, e_k, all_kept, cost = self._chain(k)
-        v = self._cost_model().verify_table(k + 1 + width)
+        v = self._verify_table(k + 1 + width)
         p = self.acceptance(bucket)
         replays = self._replays(ps + [p] * width, v)
         best, best_rate = 0, e_k / cost
@@ -400,7 +414,7 @@ class SuffixOrMtp:
         p = self.acceptance(bucket)
         heads = self._head_acceptances()
         ps = [p] * width + [heads[min(width + i, len(heads) - 1)] for i in range(room)]
-        v = self._cost_model().verify_table(width + 1 + room)
+        v = self._verify_table(width + 1 + room)
         replays = self._replays(ps, v)
         e = sum(p**j for j in range(width + 1))
         sync, step = self._head_ms()
@@ -437,7 +451,7 @@ class SuffixOrMtp:
         tokens per ms (a verify of its rows and, on a recurrent model, its replays), when
         that beats :meth:`mtp_rate`; 0: the suffix draft does not pay."""
         p = self.acceptance(bucket)
-        v = self._cost_model().verify_table(width + 1)
+        v = self._verify_table(width + 1)
         replays = self._replays([p] * width, v)
         best, best_rate = 0, self.mtp_rate(k)
         e, reach = 1.0, 1.0

@@ -95,6 +95,7 @@ class Context(OwnedPtr):
         self.n_ubatch = int(L.llama_n_ubatch(ptr))
         self.n_rs_seq = int(L.llama_n_rs_seq(ptr))
         self.n_outputs = min(n_outputs, self.n_batch) if n_outputs > 0 else self.n_batch
+        self.step_rows = 0
         self.is_mtp = mtp_target is not None
         #: an MTP context that reads the target's KV cache instead of keeping its own
         #: (Gemma 4 assistants: llama.cpp honours ``ctx_other`` only there, and its draft-mtp
@@ -140,6 +141,8 @@ class Context(OwnedPtr):
             )
             raise DecodeError(f"llama_decode failed: {what}")
         self._n_out = batch.n_logits
+        #: rows the last decode carried (with slots, a sequence's view reports the whole step's)
+        self.step_rows = batch.n
 
     def logit_rows_view(self) -> np.ndarray:
         """The last decode's logit rows (output rows in batch order), as a view."""

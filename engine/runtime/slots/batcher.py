@@ -53,6 +53,8 @@ class Request:
     out_hidden: np.ndarray | None = None
     error: BaseException | None = None
     done: bool = False
+    #: after the step: rows it decoded on this context, every sequence's (its cost's measure)
+    step_rows: int = 0
 
     @property
     def n(self) -> int:
@@ -192,6 +194,9 @@ class Batcher:
             calls[-1].append(r)
             rows += r.n
             outs += r.n_logits
+        total = sum(r.n for r in reqs)
+        for r in reqs:
+            r.step_rows = total
         for i, call in enumerate(calls):
             self._decode(ctx, call, head, copy=i < len(calls) - 1)
         self._holders.setdefault(id(ctx), []).extend(r for r in calls[-1] if r.error is None)

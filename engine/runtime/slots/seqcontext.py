@@ -80,6 +80,11 @@ class SeqContext:
         self.batcher.submit(req)
         self._req = req
 
+    @property
+    def step_rows(self) -> int:
+        """Rows the step of this sequence's last decode carried, every sequence's."""
+        return self._req.step_rows if self._req is not None else 0
+
     def _out(self) -> Request:
         if self._req is None:
             raise DecodeError("no logits: nothing was decoded on this sequence")

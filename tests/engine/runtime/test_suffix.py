@@ -383,3 +383,22 @@ def test_on_a_recurrent_model_the_width_pays_for_its_replays():
     taken = src.suffix_width(63, 1, 0)
     assert rate(taken) == max(rate(w) for w in range(1, 64))
     assert taken < free
+
+
+def test_in_slots_a_width_is_priced_as_the_step_it_makes():
+    """With other sequences in the step, a verify lasts the whole step: its time is kept by
+    the step's rows, and a width is priced as the step it would make with the same company."""
+    from engine.runtime.decode.stats import RoundStats
+    from engine.runtime.decode.suffix import NO_MTP
+
+    src = _source(NO_MTP)
+    for _ in range(3):  # 4 of this sequence's rows in steps of 12 (8 of the others')
+        src.observe(RoundStats(index=0, depth=3, drafted=3, accepted=3, emitted=4, draft_ms=0.0, verify_ms=6.0, t=0.0,
+                               source="suffix", step_rows=12))  # fmt: skip
+    assert sorted(src.learned.costs.verify) == [12]
+    assert src.verify_ms(4) == 6.0  # 4 rows of its own: the step of 12 it was measured in
+    assert src.verify_ms(1) < 6.0 < src.verify_ms(20)
+    for _ in range(3):  # alone: the round's own rows
+        src.observe(RoundStats(index=0, depth=3, drafted=3, accepted=3, emitted=4, draft_ms=0.0, verify_ms=2.0, t=0.0,
+                               source="suffix", step_rows=4))  # fmt: skip
+    assert src.verify_ms(4) == 2.0 and src.verify_ms(12) == 6.0  # one table: the rows of a whole decode
