@@ -262,18 +262,21 @@ def estimate(
     n_batch: int = 512,
     n_outputs: int | None = None,
     gpu_layers: int = 0,
+    n_seq: int = 1,
 ) -> MemoryEstimate:
     """Memory for ``shape`` loaded as the app loads it: a target context of ``n_ctx``
     (capped at the training context as the loader caps it), an MTP context when ``mtp``
     (from ``head`` when given, else the NextN layers), ``gpu_layers`` of the model's
-    layers offloaded (counted from the output end, as llama.cpp does; 0: CPU only)."""
+    layers offloaded (counted from the output end, as llama.cpp does; 0: CPU only), for
+    ``n_seq`` sequences decoding together (slots: each has logit rows of its own; the KV
+    cache is the caller's ``n_ctx``)."""
     if shape.n_ctx_train > 0:
         n_ctx = min(n_ctx, shape.n_ctx_train)
     cells = pad(max(n_ctx, 1))
     depth = max(1, depth)
     n_ubatch = min(max(n_batch, depth + 2), cells)
-    if n_outputs is None:
-        n_outputs = logit_rows(depth, shape.n_vocab)
+    if n_outputs is None:  # every sequence (slot) has logit rows of its own
+        n_outputs = logit_rows(depth, shape.n_vocab) * n_seq
     trunk = shape.n_layer
     layers_all = shape.n_layer_all if mtp and head is None else trunk
     # llama.cpp offloads layers il >= n_layer_all + 1 - n_gpu_layers, the output layer

@@ -98,14 +98,9 @@ class MtpDraft:
         if s.shared:
             self._shared(id_last, pos0, k, out)
             return out
-        t0 = time.perf_counter()
-        s.phase("draft", self.cancel)
-        out.sync_rows = len(s.lag.tokens)
-        # entries up to id_last; yields d1. At depth 1 this is the round's only MTP decode:
-        # two entries wide every round (one decoded again after a rejection), one graph
-        s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT, width=2 if k == 1 else 0)
-        out.sync_ms = (time.perf_counter() - t0) * 1000
-        d, h = s.draft_head(self._pick(pos0 + 1, out))
+        # At depth 1 the catch-up is the round's only MTP decode: two entries wide every
+        # round (one decoded again after a rejection), one graph
+        d, h = self._catch_up(out, width=2 if k == 1 else 0, choose=self._pick(pos0 + 1, out))
         out.tokens.append(d)
         if s.heads > 1 and k > 1:
             self._chain(pos0, d, h, min(k, s.heads), out)
@@ -135,12 +130,7 @@ class MtpDraft:
         assert self.follows and prefix and k >= 1
         s = self.s
         out = Proposal(tokens=list(prefix))
-        t0 = time.perf_counter()
-        s.phase("draft", self.cancel)
-        out.sync_rows = len(s.lag.tokens)
-        s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT)
-        out.sync_ms = (time.perf_counter() - t0) * 1000
-        _, h = s.draft_head()
+        _, h = self._catch_up(out)  # the head's own first draft gives way to the prefix's
         try:
             for t in prefix:
                 s.phase("draft", self.cancel)
@@ -154,6 +144,17 @@ class MtpDraft:
             s.truncate_draft(pos0 + 1)
         out.extended = len(out.tokens) - len(prefix)
         return out
+
+    def _catch_up(self, out: Proposal, *, width: int = 0, choose: Choose | None = None) -> tuple[int, np.ndarray]:
+        """Feed the waiting entries up to the last token (their count and time go to
+        ``out``); the head's first draft and its hidden row."""
+        s = self.s
+        t0 = time.perf_counter()
+        s.phase("draft", self.cancel)
+        out.sync_rows = len(s.lag.tokens)
+        s.sync_draft(logits_last=True, keep_last=CATCH_UP_LIMIT, width=width)
+        out.sync_ms = (time.perf_counter() - t0) * 1000
+        return s.draft_head(choose)
 
     def _chain(self, pos0: int, d: int, h: np.ndarray, k: int, out: Proposal) -> None:
         """Chained heads (llama.cpp's ``chain_heads``): head j drafts token j+1 from the

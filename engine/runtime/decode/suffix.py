@@ -13,10 +13,10 @@ of its own newest tokens, :meth:`SuffixIndex.lookup` what followed another seque
 is a draft source (:mod:`engine.runtime.decode.propose`) that each round takes the MTP
 chain, the suffix draft, the chain extended by a match its last tokens start, or a suffix
 draft whose match ended extended by the head's chain — whichever expects the most tokens
-per millisecond: suffix acceptance is learned per match
-length, verify costs are measured here by row count on every round, the chain's expected
-tokens and costs are the depth policy's. Without an MTP head it is the suffix draft or
-none. Output never changes: every draft is verified (docs/agent-speed.md).
+per millisecond: suffix acceptance is learned per match length, verify costs are measured
+here by the rows of each verify's decode, the chain's expected tokens and costs are the
+depth policy's. Without an MTP head it is the suffix draft or none. Output never changes:
+every draft is verified (docs/agent-speed.md).
 """
 
 from __future__ import annotations
@@ -215,6 +215,9 @@ class SuffixOrMtp:
         self.mtp = mtp
         self.s = mtp.s if mtp is not None else session
         self.policy = policy
+        #: auto, whose estimates (acceptance by position, round costs) the choice reads where
+        #: it runs; None: a fixed depth or no head, whose costs this source measures itself
+        self._auto = policy if hasattr(policy, "acceptances") and hasattr(policy, "costs") else None
         self.index = SuffixIndex()
         #: the model's recent outputs: drafts where the conversation itself has no match
         self.store = store
@@ -329,8 +332,7 @@ class SuffixOrMtp:
         """Where verify times come from: every round's verify measured here (suffix rounds
         teach auto nothing, so its own estimates never see the widest verifies); auto's
         estimates until this source has measured one."""
-        costs = getattr(self.policy, "costs", None)
-        return self.learned.costs if self.learned.costs.verify or costs is None else costs
+        return self.learned.costs if self.learned.costs.verify or self._auto is None else self._auto.costs
 
     def verify_ms(self, rows: int) -> float:
         """A verify of ``rows`` rows of this sequence's, in a step with the others' as last time."""
@@ -370,12 +372,12 @@ class SuffixOrMtp:
         expected tokens, the chance all ``k`` are kept, and the round's cost in ms — auto's
         estimates where it runs (its :meth:`~AdaptiveDepth.rates` divide the same two),
         else this source's own."""
-        L = self.learned
-        if hasattr(self.policy, "acceptances") and hasattr(self.policy, "costs"):
-            ps = list(self.policy.acceptances()[:k])
-            cost = self.policy.costs.round_ms(k)
+        if self._auto is not None:
+            ps = list(self._auto.acceptances()[:k])
+            cost = self._auto.costs.round_ms(k)
         else:
-            ps = [(L.mtp_acc + MTP_PRIOR * PRIOR_N) / (L.mtp_reach + PRIOR_N)] * k
+            L = self.learned
+            ps = [self._fixed_acceptance()] * k
             cost = self.verify_ms(k + 1)
             if k:
                 cost += L.draft_ms.median if L.draft_ms else DEFAULT_SLOPE * k * self.verify_ms(1)
@@ -429,19 +431,22 @@ class SuffixOrMtp:
                 best, best_rate = i, rate
         return best
 
+    def _fixed_acceptance(self) -> float:
+        """The head's acceptance per draft as learned here (a fixed depth: no auto estimates)."""
+        L = self.learned
+        return (L.mtp_acc + MTP_PRIOR * PRIOR_N) / (L.mtp_reach + PRIOR_N)
+
     def _head_acceptances(self) -> list[float]:
         """The head's acceptance by chain position: auto's estimates, else one learned rate."""
-        if hasattr(self.policy, "acceptances"):
-            return list(self.policy.acceptances()) or [MTP_PRIOR]
-        L = self.learned
-        return [(L.mtp_acc + MTP_PRIOR * PRIOR_N) / (L.mtp_reach + PRIOR_N)]
+        if self._auto is not None:
+            return list(self._auto.acceptances()) or [MTP_PRIOR]
+        return [self._fixed_acceptance()]
 
     def _head_ms(self) -> tuple[float, float]:
         """The head's catch-up (which yields its first draft) and one chained step, in ms:
         auto's measured parts, else a fixed depth's chain time shared out by its drafts."""
-        costs = getattr(self.policy, "costs", None)
-        if costs is not None:
-            return costs.sync_ms(), costs.step_ms()
+        if self._auto is not None:
+            return self._auto.costs.sync_ms(), self._auto.costs.step_ms()
         L = self.learned
         one = L.draft_ms.median / max(1, self.policy.max_depth) if L.draft_ms else DEFAULT_SLOPE * self.verify_ms(1)
         return one, one

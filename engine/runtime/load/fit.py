@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from engine.backends.hostmem import host_memory
 from engine.gguf.inspect import human_size
-from engine.gguf.memory import CTX_PAD, MemoryEstimate, ModelShape, estimate, logit_rows
+from engine.gguf.memory import CTX_PAD, MemoryEstimate, ModelShape, estimate
 from engine.runtime import limits
 
 #: memory kept free on every device, as llama.cpp's --fit does (common.h: fit margin)
@@ -146,11 +146,9 @@ def assess(
     ``n_gpu_layers``: -1 lets the fit choose (all, else as many as fit), 0 keeps
     everything in host memory, N offloads N layers. ``n_seq``: sequences decoding
     together (slots), each with logit rows of its own."""
-    n_outputs = logit_rows(max(1, depth), shape.n_vocab) * n_seq
 
     def at(ctx: int, ngl: int) -> MemoryEstimate:
-        return estimate(shape, ctx, mtp=mtp, head=head, depth=depth, n_batch=n_batch, gpu_layers=ngl,
-                        n_outputs=n_outputs)  # fmt: skip
+        return estimate(shape, ctx, mtp=mtp, head=head, depth=depth, n_batch=n_batch, gpu_layers=ngl, n_seq=n_seq)
 
     has_gpu = any(d.kind == "gpu" for d in devices)
     n_all = at(n_ctx, 0).n_layers
