@@ -59,6 +59,9 @@ def run(args) -> int:
         targets: dict[str, tuple[str, str, dict]] = {}
         for a in arms:
             extra = {"mtp": "off"} if a == "off" else {"draft_depth": a if a == "auto" else int(a)}
+            # MTP's drafts only: every round sends the same prompts, so drafts from the
+            # store of recent outputs would copy the last round's answers
+            extra["suffix_drafts"] = False
             targets[f"ours {a}"] = (ours.url, ours_model, extra)
         if binary:
             common = ["-np", str(args.parallel), "-c", str(args.ctx * args.parallel), "--cache-ram", "0"]

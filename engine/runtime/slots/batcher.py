@@ -89,6 +89,10 @@ class Batcher:
         self._closed = False
         #: per context, the requests whose rows are views of its output buffers
         self._holders: dict[int, list[Request]] = {}
+        #: target steps run, and when the last one ended (perf_counter seconds): the
+        #: clock of the steps' depth policies (engine.runtime.slots.batchdepth)
+        self.steps = 0
+        self.step_t = 0.0
         #: (rows, milliseconds) of the recent target decodes (benchmarks and tests)
         self.target_decodes: deque[tuple[int, float]] = deque(maxlen=256)
 
@@ -172,6 +176,9 @@ class Batcher:
                     groups.setdefault((id(r.ctx), r.head), []).append(r)
                 for (_, head), reqs in groups.items():
                     self._run(reqs, head)
+                if not drafting:
+                    self.steps += 1
+                    self.step_t = time.perf_counter()
         finally:
             for r in pending:
                 r.done = True

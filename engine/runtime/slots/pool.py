@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.stats import RoundStats
 from engine.runtime.slots.batcher import Batcher
-from engine.runtime.slots.batchdepth import BatchDepth
+from engine.runtime.slots.batchdepth import BatchDepth, StepDepth
 
 
 #: most seconds the owner thread waits for a step before it looks at its other work
@@ -38,9 +38,6 @@ class Slot:
     #: over the slot's life
     requests: int = 0
     tokens_total: int = 0
-    #: what the slot's auto policy learned of each batch size, across its generations
-    #: (engine.runtime.slots.batchdepth)
-    by_n: dict = field(default_factory=dict)
 
     def record(self, r: RoundStats) -> None:
         """A round of the slot's generation (for the Server page and /metrics)."""
@@ -70,6 +67,8 @@ class SlotPool:
         self.batcher = batcher
         self.slots = [Slot(i, s) for i, s in enumerate(sessions)]
         self._cv = threading.Condition()
+        #: the depth of steps of each batch size, with MTP auto (engine.runtime.slots.batchdepth)
+        self.steppers: dict[int, StepDepth] = {}
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -105,10 +104,10 @@ class SlotPool:
     def depth_policy(self, slot: Slot, policy: DepthPolicy) -> DepthPolicy:
         """``slot``'s policy for a generation asking for ``policy``: a fixed depth stays
         what was asked for; auto is the model's own policy while the slot decodes alone
-        and the slot's policy for the batch size while others decode with it."""
+        and the step's, chosen for its batch size, while others decode with it."""
         if not policy.learns:
             return policy
-        return BatchDepth(policy, slot.by_n, lambda: self.batcher.active)
+        return BatchDepth(policy, self.batcher, self.steppers)
 
     def wait_idle(self) -> None:
         """Step until no slot is busy (owner thread; before a job that needs the model

@@ -109,6 +109,15 @@ class AdaptiveDepth:
         self._first_plain = False  # plain decoding's first timing just ended (see next_depth)
         self._prev: tuple[int, float, int] | None = None  # the last round: index, t, depth
         self.depth_counts: Counter[int] = Counter()  # rounds per chosen depth (tests, GUI, bench)
+        #: the policies of steps of n sequences decoding together, learned in slots and
+        #: kept with this one (engine.runtime.slots.batchdepth)
+        self.batch: dict[int, AdaptiveDepth] = {}
+        #: an accepted probe probes again at once only where drafting could pay by the
+        #: costs timed lately (:meth:`_could_pay`): a batch size's policy. Alone, this
+        #: machine's changes of speed make a depth's wall time too unsure for that verdict
+        #: (on the noisy recorded demo costs auto then stayed plain where depth 1 paid),
+        #: and a run of accepted probes is what times depth 1 again
+        self.probes_by_cost = False
 
     # ------------------------------------------------------------------ model
     def acceptances(self) -> list[float]:
@@ -140,6 +149,20 @@ class AdaptiveDepth:
             tokens += chain
             out.append(tokens / cost(k))
         return out
+
+    def _could_pay(self) -> bool:
+        """Drafting would beat plain decoding at some depth timed lately if every draft
+        were accepted. Where it would not (drafting was turned off for its cost, not its acceptance: a
+        verify of several sequences' rows on a compute-bound machine), an accepted probe
+        says nothing new, and probes back off as failed ones do."""
+        c = self.costs
+        # depths timed lately: estimates are optimistic, and a wall time older than STALE
+        # may be of another speed of the machine (then probes go on, and time depth 1 again)
+        timed = [k for k in range(1, self.max_depth + 1) if c.measured(k) and c.age(k) <= STALE]
+        if not timed or not c.measured(0):
+            return True
+        plain = 1.0 / c.round_ms(0)
+        return any((k + 1) / c.round_ms(k) > plain for k in timed)
 
     def best_depth(self) -> int:
         rates = self.rates()
@@ -275,14 +298,29 @@ class AdaptiveDepth:
                 self.reach[i] = n
 
     def observe(self, r: RoundStats) -> None:
+        self.observe_costs(r, r.index, r.t)
+        self.observe_drafts(r)
+
+    def observe_costs(self, r: RoundStats, index: int, t: float, *, typical: bool = True) -> None:
+        """What round ``r`` (``index``, ending at ``t`` seconds) cost: its parts, and its
+        wall time when the round before it (``index`` - 1, on the same clock) was seen. A
+        round that is not ``typical`` of its depth (a step that carried another
+        sequence's prompt rows too) only marks where the next one starts."""
         prev = self._prev
         wall = steady = None
-        if prev is not None and r.index == prev[0] + 1:  # the round after the last one seen
-            wall, steady = (r.t - prev[1]) * 1000, r.depth == prev[2]
-        self._prev = (r.index, r.t, r.depth)
-        self.costs.add(r, wall, bool(steady))
+        if prev is not None and index == prev[0] + 1:  # the round after the last one seen
+            wall, steady = (t - prev[1]) * 1000, r.depth == prev[2]
+        self._prev = (index, t, r.depth)
+        if typical:
+            self.costs.add(r, wall, bool(steady))
+
+    def observe_drafts(self, r: RoundStats, *, probing: bool | None = None, spacing: bool = True) -> None:
+        """What round ``r``'s drafts earned: the acceptance estimates and, with
+        ``spacing``, the probes' spacing while drafting is off. ``probing``: whether the
+        choice that made ``r`` was a probe (default: the last choice's)."""
+        probing = self._probing if probing is None else probing
         if r.drafted:
-            decay = PROBE_DECAY if self._probing else DECAY
+            decay = PROBE_DECAY if probing else DECAY
             reached, a = min(r.drafted, r.accepted + 1), r.accepted
             reach, acc, prior = self.reach, self.acc, self.prior_n
             for i in range(self.max_depth):
@@ -295,10 +333,13 @@ class AdaptiveDepth:
                     reach[i] *= decay
                     acc[i] *= decay
                     prior[i] = PRIOR_N - (PRIOR_N - w) * decay
+        if not spacing:
+            return
         if r.depth == 0:
             self.off_tokens += r.emitted
-        elif self._probing:
-            if r.accepted:  # drafts may have become good: probe again at once
+        elif probing:
+            if r.accepted and (not self.probes_by_cost or self._could_pay()):
+                # drafts may have become good: probe again at once
                 self.probe_gap = max(self.probe_gap // 2, PROBE_MIN)
                 self.off_tokens = self.probe_gap
             else:
@@ -313,24 +354,41 @@ class AdaptiveDepth:
     #: what is learned (the rest is per-generation bookkeeping)
     _LEARNED = ("reach", "acc", "prior_n", "off_tokens", "probe_gap", "current", "explore_gap", "_drafting")
 
-    def state(self) -> dict:
-        """What this policy has learned, as plain JSON (engine.runtime.decode.policy.store)."""
+    def state(self, *, batch: bool = True) -> dict:
+        """What this policy has learned, as plain JSON (engine.runtime.decode.policy.store);
+        with ``batch``, its batch sizes' policies too."""
         out = {k: getattr(self, k) for k in self._LEARNED}
         out["max_depth"] = self.max_depth
         out["costs"] = self.costs.state()
+        if batch and self.batch:
+            out["batch"] = {str(n): p.state(batch=False) for n, p in list(self.batch.items())}
         return out
 
     @classmethod
     def from_state(cls, max_depth: int, state: object) -> AdaptiveDepth:
-        """A policy that starts from ``state``; a fresh one when it does not fit."""
+        """A policy that starts from ``state``; a fresh one when it does not fit. Its
+        batch sizes' policies come along, those that fit."""
+        policy = cls._restore(max_depth, state) or cls(max_depth)
+        batch = state.get("batch") if isinstance(state, dict) else None
+        if isinstance(batch, dict):
+            for n, s in batch.items():
+                p = cls._restore(max_depth, s) if isinstance(n, str) and n.isdigit() and int(n) >= 2 else None
+                if p is not None:
+                    p.probes_by_cost = True
+                    policy.batch[int(n)] = p
+        return policy
+
+    @classmethod
+    def _restore(cls, max_depth: int, state: object) -> AdaptiveDepth | None:
+        """The policy ``state`` describes (its own part), or None when it does not fit."""
         policy = cls(max_depth)
         try:
             if not isinstance(state, dict) or state.get("max_depth") != max_depth:
-                return policy
+                return None
             for key in ("reach", "acc", "prior_n"):
                 values = [float(x) for x in state[key]]
                 if len(values) != max_depth or not all(math.isfinite(x) and x >= 0 for x in values):
-                    return policy
+                    return None
                 setattr(policy, key, values)
             policy.costs = RoundCosts.from_state(max_depth, state["costs"])
             policy.off_tokens = int(state["off_tokens"])
@@ -339,5 +397,5 @@ class AdaptiveDepth:
             policy.explore_gap = min(max(int(state["explore_gap"]), EXPLORE_MIN), EXPLORE_MAX)
             policy._drafting = bool(state["_drafting"])
         except (KeyError, TypeError, ValueError, AttributeError):
-            return cls(max_depth)
+            return None
         return policy

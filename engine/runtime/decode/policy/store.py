@@ -5,7 +5,8 @@ times, verify cost by batch width, draft-step and catch-up cost), acceptance by 
 position — belongs to one (model files, head, llama.cpp build,
 threads, offload, exact mode) combination on one machine. The engine keeps one policy per
 loaded model across requests and saves it after each; the first request after a restart
-starts from what this machine measured. A changed file (size or mtime) or build gives
+starts from what this machine measured. With slots, the policies of steps of
+several sequences (engine.runtime.slots.batchdepth) are kept in the same file. A changed file (size or mtime) or build gives
 another key, so stale costs are never used. The key is taken once, when the policy is
 first needed: it names what was loaded.
 """
@@ -47,6 +48,10 @@ def load_policy(path: Path, max_depth: int) -> AdaptiveDepth:
 
 def save_policy(path: Path, policy: AdaptiveDepth) -> None:
     try:
-        write_json_atomic(path, policy.state(), fsync=False)
+        state = policy.state()
+    except RuntimeError:  # a slot's thread changed a window while it was read: the next save takes it
+        return
+    try:
+        write_json_atomic(path, state, fsync=False)
     except OSError as e:  # learning is an optimisation: never fail a request over it
         log.warning("could not save the adaptive policy: %s", e)
