@@ -269,3 +269,33 @@ def test_suffix_drafts_in_slots_equal_each_output_alone(fixtures):
     # a benchmark's figure, not this test's)
     st = got[1].stats
     assert 1 + st.target_forwards + st.suffix_accepted == len(want[1]), (st.target_forwards, st.suffix_accepted)
+
+
+def test_auto_in_slots_chooses_per_step_and_is_saved_with_the_models_policy(fixtures, tmp_path, monkeypatch):
+    """Four MTP-auto requests at once: each equals its output alone; the steps they shared
+    were chosen by the model's policy for their batch size (one choice per step, not one
+    per sequence), and that policy is saved with the model's and comes back after a
+    restart."""
+    from engine.runtime.decode.depth import AUTO
+    from engine.runtime.decode.policy.store import policy_path
+    from engine.runtime.request import depth_policy
+
+    monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
+    path = fixtures["full"].path
+    jobs = [J.Generate(prompt=PROMPTS[i], max_tokens=96, ignore_eog=True, draft_depth="auto") for i in range(4)]
+    want = _alone(path, jobs)
+    with _engine(path, 4) as e:
+        got = [h.result().tokens for h in [e.submit(j) for j in jobs]]
+        policy = e.submit(J.Call(lambda st, c, ev: st.get(None).auto_policy)).result()
+        saved = e.submit(J.Call(lambda st, c, ev: json.loads(policy_path(st.get(None)).read_text()))).result()
+    assert got == want
+    assert policy.batch, "no step of several sequences was chosen by a batch size's policy"
+    steps = {n: sum(p.depth_counts.values()) for n, p in policy.batch.items()}
+    assert steps.get(4, 0) > 0
+    rounds = sum(len(t) for t in got)  # at most one round per token per sequence
+    assert sum(steps.values()) < rounds / 2  # one choice per step of four, not one per sequence
+    assert sorted(saved["batch"]) == sorted(str(n) for n in policy.batch)
+    with _engine(path, 4) as e:  # a restart goes on from what the batch sizes learned
+        back = e.submit(J.Call(lambda st, c, ev: depth_policy(st.get(None), AUTO))).result()
+    assert sorted(back.batch) == sorted(int(n) for n in saved["batch"])
+    assert back.batch[4].acc == pytest.approx(saved["batch"]["4"]["acc"])  # (the save after the last round to end)
