@@ -89,6 +89,9 @@ class StepDepth:
             p.observe_drafts(r, probing=self._probes[choice % 2], spacing=first)
 
 
+_MAKING = threading.Lock()
+
+
 class BatchDepth:
     """A slot's depth policy for one generation: ``inner`` (the model's auto policy)
     while it decodes alone, the model's :class:`StepDepth` for the batch size (kept in
@@ -109,6 +112,13 @@ class BatchDepth:
         inner = self.inner
         if n <= 1 or not isinstance(inner, AdaptiveDepth):
             return None
+        s = self.steppers.get(n)
+        if s is not None and s.policy is inner.batch.get(n):
+            return s
+        with _MAKING:  # the sequences' threads ask at once: one policy per batch size
+            return self._make(inner, n)
+
+    def _make(self, inner: AdaptiveDepth, n: int) -> StepDepth:
         p = inner.batch.get(n)
         if p is None:
             # it starts from what the model's policy knows of the head (its acceptance, its

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,7 @@ class Request:
     done: bool = False
     #: after the step: rows it decoded on this context, every sequence's (its cost's measure)
     step_rows: int = 0
+    n_logits: int = field(init=False, default=0)
 
     @property
     def n(self) -> int:
@@ -67,9 +68,8 @@ class Request:
         if self.out_hidden is not None:
             self.out_hidden = self.out_hidden.copy()
 
-    @property
-    def n_logits(self) -> int:
-        return int(self.logits.sum())
+    def __post_init__(self) -> None:
+        self.n_logits = int(self.logits.sum())  # logit rows it reads (read per step, more than once)
 
 
 class Batcher:
