@@ -26,16 +26,17 @@ head (acceptance by draft position, its depth) and measures what steps of its si
 from scratch: a round's cost alone says little of a step's. The model's policy keeps them (:attr:`AdaptiveDepth.batch`), so they are
 saved and loaded with it (engine.runtime.decode.policy.store).
 
-Not modelled: one depth serves every sequence of a step, so a sequence whose drafts are
-accepted far less often than the others' drafts as deep as they do (the pooled
-acceptance is what decides).
+A sequence whose own drafts are accepted far less often than the others' may cost the
+step more by its draft rows than they earn: it then sits the step's drafting out and
+decodes plainly (:class:`OwnDrafts`), by the same goodput — the step's expected tokens
+over its time, with the rows' share of it from the target decodes' times by total rows.
 """
 
 from __future__ import annotations
 
 import threading
 
-from engine.runtime.decode.policy.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.adaptive import CHOOSE_EVERY, PROBE_DECAY, AdaptiveDepth
 from engine.runtime.decode.policy.costs import RoundCosts
 from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.stats import RoundStats
@@ -52,7 +53,9 @@ class StepDepth:
         self._step = -1  # the target step the current choice was made after
         self._depth = 0
         self._choices = 0  # choices made: a round's index
-        self._probes = [False, False]  # whether the last two choices were probes (by index % 2)
+        self._probes = [False, False]  # whether the last two choices were probes (by index % 2) ...
+        self._depths = [0, 0]  # ... their depths ...
+        self._less = [0, 0]  # ... and the draft rows sequences that sat them out left out
         self._timed = -1  # the choice whose round was last timed ...
         self._seen = -1  # ... and the target step it ended with
 
@@ -65,29 +68,135 @@ class StepDepth:
                     self.policy._prev = None  # no wall time across them
                 self._step, self._depth = step, self.policy.next_depth()
                 self._choices += 1
-                self._probes[self._choices % 2] = self.policy._probing
+                c = self._choices % 2
+                self._probes[c], self._depths[c], self._less[c] = self.policy._probing, self._depth, 0
             return self._depth, self._choices
+
+    def sit_out(self, choice: int, depth: int) -> None:
+        """A sequence decodes plainly in the ``choice``-th choice's step instead of
+        drafting ``depth`` (its drafts do not pay for their rows: :class:`OwnDrafts`)."""
+        with self._lock:
+            self._less[choice % 2] += depth
+
+    @property
+    def rows_left_out(self) -> int:
+        """Draft rows the sequences that sat out the last complete choice left out."""
+        return self._less[(self._choices - 1) % 2]
 
     def observe(self, r: RoundStats, choice: int, step: int, step_t: float) -> None:
         """Round ``r`` of one sequence, of the ``choice``-th choice, ending with target
         step ``step`` at ``step_t`` (the batcher's clock). Every sequence's drafts teach
         acceptance; the round's time is taken once, from the first of them: consecutive
         choices' ends are one step's period, replays after a rejection included. A step
-        whose verify carried other rows than every sequence's at this depth (a joining
-        request's prompt chunk, a sequence drafting less near its end) is not timed."""
+        whose verify carried other rows than every sequence's at this depth, less those
+        of the sequences that sat it out (a joining request's prompt chunk, a sequence
+        drafting less near its end), is not timed."""
         with self._lock:
             p = self.policy
-            first = choice != self._timed
+            c = choice % 2
+            # the first to tell of it among the sequences that drafted the step's depth (a
+            # sequence that sat it out has no draft to tell of, nor the step's parts)
+            first = choice != self._timed and r.depth == self._depths[c]
             if first:
                 self._timed, self._seen = choice, step
-                typical = r.step_rows == self.n * (r.depth + 1) or not r.step_rows
-                p.observe_costs(r, choice, step_t, typical=typical)
+                rows = self.n * (r.depth + 1) - self._less[c]
+                p.observe_costs(r, choice, step_t, typical=r.step_rows == rows or not r.step_rows)
             # a sequence may tell of its round after another asked the next choice: the
             # round is judged as its own choice's (a probe or not), and the probes'
             # spacing counts a step once (its first sequence's tokens and probe verdict),
             # so a step of n sequences probes as often as a round alone
             p.observe_drafts(r, probing=self._probes[choice % 2], spacing=first)
 
+
+class OwnDrafts:
+    """One sequence's own acceptance in steps, and whether its drafts pay for their rows.
+
+    The step's depth is chosen by the acceptance of all its sequences. A sequence whose
+    own drafts are accepted far less often than the others' may lose the step more by its
+    draft rows (a verify of more rows costs more, on a compute-bound machine about in
+    proportion) than its drafts earn; it then decodes plainly in those steps ("sits
+    out"), when the step's goodput — every sequence's expected tokens over the step's
+    time — is higher without its drafts by more than :data:`SIT_OUT_MARGIN`. The step's
+    time at the depth is its measured wall time, and the rows' share of it the verify
+    times of the model's target decodes by total rows (:attr:`Batcher.verify_costs`).
+    While it sits out its acceptance is not seen, so it drafts every ``gap`` steps
+    (doubling up to :data:`SIT_OUT_PROBE_MAX` while the verdict stands); the evidence that
+    made it sit out is cut to a few rounds' worth, each draft while out weighs as a probe
+    does alone, and an accepted one has the verdict made again at once."""
+
+    def __init__(self, prior: list[float]):
+        self.reach = [OWN_PRIOR_N] * len(prior)
+        self.acc = [OWN_PRIOR_N * p for p in prior]
+        self.out = False
+        self._unchosen = 0
+        self._sat = 0  # steps sat out since this sequence last drafted
+        self._gap = SIT_OUT_PROBE_MIN
+
+    def tokens(self, depth: int) -> float:
+        return _tokens([a / r if r > 0 else 0.0 for a, r in zip(self.acc, self.reach)], depth)
+
+    def observe(self, r: RoundStats) -> None:
+        if not r.drafted:
+            return
+        decay = PROBE_DECAY if self.out else OWN_DECAY  # while it sits out, each draft is news
+        reached = min(r.drafted, r.accepted + 1)
+        for i in range(min(reached, len(self.reach))):
+            self.reach[i] = self.reach[i] * decay + 1.0
+            self.acc[i] = self.acc[i] * decay + (1.0 if i < r.accepted else 0.0)
+        if self.out and r.accepted:  # its drafts may have become good: judge again at once
+            self._unchosen, self._gap = 0, SIT_OUT_PROBE_MIN
+
+    def sits_out(self, depth: int, step: StepDepth, verify: RoundCosts) -> bool:
+        """Whether this sequence decodes plainly in a step of ``depth``."""
+        if self.out and self._sat >= self._gap:  # draft once: is its acceptance still as low?
+            self._sat, self._gap = 0, min(self._gap * 2, SIT_OUT_PROBE_MAX)
+            return False
+        if self._unchosen > 0:
+            self._unchosen -= 1
+        else:
+            self._unchosen = CHOOSE_EVERY - 1
+            out = self._judge(depth, step, verify)
+            if out != self.out:
+                self.out, self._sat, self._gap = out, 0, SIT_OUT_PROBE_MIN
+                if out:  # what made it sit out is worth a few rounds: its drafts while out soon outweigh it
+                    for i, reach in enumerate(self.reach):
+                        if reach > OWN_PRIOR_N:
+                            self.acc[i] *= OWN_PRIOR_N / reach
+                            self.reach[i] = OWN_PRIOR_N
+        self._sat += self.out
+        return self.out
+
+    def _judge(self, depth: int, step: StepDepth, verify: RoundCosts) -> bool:
+        p, n = step.policy, step.n
+        if not p.costs.measured(depth) or not verify.verify:
+            return False
+        wall = p.costs.round_ms(depth)  # a step at this depth as it has run lately (its sit-outs included)
+        rows = n * (depth + 1) - step.rows_left_out
+        if self.out:  # it sits out: drafting would add its rows
+            w_in = wall + max(0.0, verify.verify_ms(rows + depth) - verify.verify_ms(rows))
+            w_out = wall
+        else:
+            w_in = wall
+            w_out = wall - max(0.0, verify.verify_ms(rows) - verify.verify_ms(rows - depth))
+        if w_out <= 0:
+            return False
+        others = (n - 1) * _tokens(p.acceptances(), depth)
+        return (others + 1.0) / w_out > (others + self.tokens(depth)) / w_in * (1 + SIT_OUT_MARGIN)
+
+
+def _tokens(p: list[float], depth: int) -> float:
+    """Expected tokens of a round drafting ``depth`` with conditional acceptances ``p``."""
+    tokens = chain = 1.0
+    for i in range(depth):
+        chain *= p[i]
+        tokens += chain
+    return tokens
+
+
+SIT_OUT_MARGIN = 0.03  # a sequence sits out when the step's goodput gains this much by it
+SIT_OUT_PROBE_MIN, SIT_OUT_PROBE_MAX = 8, 128  # steps sat out between its drafts
+OWN_DECAY = 0.95  # per own drafting round: a sequence's text changes faster than a model's mix
+OWN_PRIOR_N = 4.0  # the step's acceptance is worth this many of its own rounds at first
 
 _MAKING = threading.Lock()
 
@@ -106,6 +215,7 @@ class BatchDepth:
         self.learns = inner.learns
         #: what chose the last round: None (``inner``) or the step policy and its choice
         self._used: tuple[StepDepth, int] | None = None
+        self._own: OwnDrafts | None = None  # made at its first step beside others
 
     def _stepper(self) -> StepDepth | None:
         n = self.batcher.active
@@ -148,6 +258,13 @@ class BatchDepth:
             return self.inner.next_depth()
         depth, choice = s.depth(self.batcher.steps)
         self._used = (s, choice)
+        if depth:
+            own = self._own
+            if own is None:
+                own = self._own = OwnDrafts(s.policy.acceptances())
+            if own.sits_out(depth, s, self.batcher.verify_costs):
+                s.sit_out(choice, depth)
+                return 0
         return depth
 
     def observe(self, r: RoundStats) -> None:
@@ -156,3 +273,5 @@ class BatchDepth:
         else:
             s, choice = self._used
             s.observe(r, choice, self.batcher.steps, self.batcher.step_t)
+            if self._own is not None:
+                self._own.observe(r)

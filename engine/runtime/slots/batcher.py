@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.errors import DecodeError
+from engine.runtime.decode.policy.costs import RoundCosts
 from engine.runtime.llama.batch import Batch
 from engine.runtime.llama.context import Context
 
@@ -93,6 +94,9 @@ class Batcher:
         #: clock of the steps' depth policies (engine.runtime.slots.batchdepth)
         self.steps = 0
         self.step_t = 0.0
+        #: verify times of the target decodes by total rows (what a sequence's draft rows
+        #: cost a step: engine.runtime.slots.batchdepth.OwnDrafts)
+        self.verify_costs = RoundCosts(1)
         #: (rows, milliseconds) of the recent target decodes (benchmarks and tests)
         self.target_decodes: deque[tuple[int, float]] = deque(maxlen=256)
 
@@ -235,7 +239,9 @@ class Batcher:
             if ctx.is_mtp and head:
                 ctx.set_nextn_layer_offset(0)
         if not ctx.is_mtp:
-            self.target_decodes.append((b.n, (time.perf_counter() - t0) * 1000))
+            ms = (time.perf_counter() - t0) * 1000
+            self.target_decodes.append((b.n, ms))
+            self.verify_costs.add_verify(b.n, ms)
         self._hand_out(ctx, call, copy)
 
     def _hand_out(self, ctx: Context, call: list[Request], copy: bool) -> None:

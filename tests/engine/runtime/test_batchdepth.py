@@ -8,19 +8,23 @@ import json
 import pytest
 
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.costs import RoundCosts
 from engine.runtime.decode.policy.store import load_policy, save_policy
 from engine.runtime.decode.stats import RoundStats
 from engine.runtime.slots.batchdepth import BatchDepth, StepDepth
 
 
 class Clock:
-    """The three things a step's depth reads of the batcher: how many sequences take
-    part, the target steps run, and when the last ended (the cost model below sets it)."""
+    """What a step's depth reads of the batcher: how many sequences take part, the target
+    steps run, when the last ended, and the target decodes' times by total rows (the
+    cost model below sets them)."""
 
     def __init__(self, active: int):
         self.active = active
         self.steps = 0
         self.step_t = 0.0
+        self.verify_costs = RoundCosts(1)
+        self.tokens = 0
 
 
 def _target_ms(rows: int) -> float:
@@ -31,29 +35,39 @@ def _target_ms(rows: int) -> float:
 DRAFT_MS = 1.0  # one MTP decode, for every drafting sequence at once
 
 
-def _steps(policies: list, clock: Clock, steps: int, accept: float, seed: int = 1) -> list[list[int]]:
+def _steps(policies: list, clock: Clock, steps: int, accept, seed: int = 1, target_ms=None) -> list[list[int]]:
     """Run ``steps`` lockstep steps of ``len(policies)`` sequences: each drafts at the depth
     it asked for (one MTP decode per draft position, all sequences at once), then one
     target decode carries every sequence's rows; each sequence's drafts are accepted with
-    probability ``accept`` each, in turn. As the sequences' threads do, each tells of its
-    round and asks for the next before the next sequence tells of its own. Returns each
-    step's depths."""
+    probability ``accept`` each (one for all, or one per sequence), in turn. As the
+    sequences' threads do, each tells of its round and asks for the next before the next
+    sequence tells of its own. Returns each step's depths; ``clock.tokens`` counts the
+    tokens emitted."""
     import random
 
     rng = random.Random(seed)
+    target_ms = target_ms or _target_ms
+    if callable(accept):  # by step and sequence
+        rate = accept
+    elif isinstance(accept, list):
+        def rate(i, j): return accept[j]  # noqa: E704
+    else:
+        def rate(i, j): return accept  # noqa: E704
     out = []
     depths = [p.next_depth() for p in policies]
     for i in range(steps):
         out.append(depths)
         draft = max(depths) * DRAFT_MS
-        verify = _target_ms(sum(d + 1 for d in depths))
+        verify = target_ms(sum(d + 1 for d in depths))
         clock.step_t += (draft + verify) / 1000
         clock.steps += 1
+        clock.verify_costs.add_verify(sum(d + 1 for d in depths), verify)
         rows, after = sum(d + 1 for d in depths), []
-        for p, k in zip(policies, depths):
-            a = 0
-            while a < k and rng.random() < accept:
+        for j, (p, k) in enumerate(zip(policies, depths)):
+            a, q = 0, rate(i, j)
+            while a < k and rng.random() < q:
                 a += 1
+            clock.tokens += a + 1
             p.observe(RoundStats(index=i, depth=k, drafted=k, accepted=a, emitted=a + 1, draft_ms=draft,
                                  verify_ms=verify, t=clock.step_t, sync_rows=1 if k else 0,
                                  sync_ms=DRAFT_MS if k else 0.0, step_rows=rows))  # fmt: skip
@@ -137,6 +151,53 @@ def test_a_step_of_four_probes_as_seldom_as_a_round_alone_where_drafts_fail():
     drafting = [d[0] > 0 for d in picked[100:]]
     assert sum(drafting) / len(drafting) < 0.02, sum(drafting)
     assert model.batch[4].probe_gap >= 128
+
+
+def test_a_sequence_whose_drafts_do_not_pay_for_their_rows_sits_the_steps_drafting_out(monkeypatch):
+    """Three sequences, two whose drafts are accepted 90% of the time and one whose drafts
+    almost never are, on a machine where every verify row costs: the step drafts deep for
+    the two, and the third decodes plainly in most of those steps (drafting now and then
+    to see whether its text changed). The steps' goodput is higher than when every
+    sequence drafts the step's depth, on the same draws."""
+    import engine.runtime.slots.batchdepth as B
+
+    def target(rows: int) -> float:
+        return 10.0 + 1.0 * rows
+
+    accepts = [0.9, 0.9, 0.02]
+
+    def run() -> tuple[list[list[int]], float]:
+        model = AdaptiveDepth(4)
+        clock, steppers = Clock(3), {}
+        picked = _steps([BatchDepth(model, clock, steppers) for _ in range(3)], clock, 600, accepts, seed=3,
+                        target_ms=target)  # fmt: skip
+        return picked, clock.tokens / clock.step_t
+
+    picked, goodput = run()
+    tail = picked[200:]
+    drafting = [d for d in tail if d[0] > 0]
+    assert len(drafting) > 0.8 * len(tail)  # the step drafts for the two
+    assert all(d[0] == d[1] for d in tail)  # the two draft the step's depth
+    assert sum(d[2] > 0 for d in drafting) < 0.2 * len(drafting)  # the third mostly sits out
+    monkeypatch.setattr(B, "SIT_OUT_MARGIN", float("inf"))  # every sequence drafts the step's depth
+    uniform, uniform_goodput = run()
+    assert all(len(set(d)) == 1 for d in uniform)
+    assert goodput > uniform_goodput * 1.05, (goodput, uniform_goodput)
+
+
+def test_a_sequence_that_sat_out_drafts_again_once_its_drafts_are_accepted():
+    def target(rows: int) -> float:
+        return 10.0 + 1.0 * rows
+
+    def accept(i: int, j: int) -> float:
+        return 0.9 if j < 2 or i >= 300 else 0.02  # the third's text turns copyable at step 300
+
+    model = AdaptiveDepth(4)
+    clock = Clock(3)
+    picked = _steps([BatchDepth(model, clock, {}) for _ in range(3)], clock, 700, accept, seed=5, target_ms=target)
+    before, after = picked[150:300], picked[500:]
+    assert sum(d[2] > 0 for d in before) < 0.2 * len(before)
+    assert sum(d[2] == d[0] > 0 for d in after) > 0.8 * len(after)
 
 
 def test_batch_sizes_policies_are_saved_and_restored_with_the_models(tmp_path):
