@@ -23,8 +23,9 @@ trying depths of its own timed steps whose cost the others' depths set).
 
 A policy for a batch size starts from what the model's own policy has learned of the
 head (acceptance by draft position, its depth) and measures what steps of its size cost
-from scratch: a round's cost alone says little of a step's. The model's policy keeps them (:attr:`AdaptiveDepth.batch`), so they are
-saved and loaded with it (engine.runtime.decode.policy.store).
+from scratch: a round's cost alone says little of a step's. The model's policy keeps
+them (:attr:`AdaptiveDepth.batch`), so they are saved and loaded with it
+(engine.runtime.decode.policy.store).
 
 A sequence whose own drafts are accepted far less often than the others' may cost the
 step more by its draft rows than they earn: it then sits the step's drafting out and
