@@ -204,7 +204,12 @@ class ServerPage(QWidget):
                                       self.ctx.bridge.engine.models() else "no model loaded")  # fmt: skip
         else:
             total = sum(s["tokens_per_second"] for s in busy)
-            self.slot_figures.setText(f"{len(busy)} of {len(slots)} busy · {total:.1f} tok/s together")
+            text = f"{len(busy)} of {len(slots)} busy · {total:.1f} tok/s together"
+            # MTP auto's depth for steps of n sequences (one choice per step: slots' batchdepth)
+            steps = {n: d for per in self.ctx.bridge.engine.step_depths().values() for n, d in per.items()}
+            if steps:
+                text += " · auto's depth in steps of " + ", ".join(f"{n}: {d}" for n, d in sorted(steps.items()))
+            self.slot_figures.setText(text)
 
     def _set_cache_mb(self, mb: int) -> None:
         self.ctx.settings.prompt_cache_mb = mb

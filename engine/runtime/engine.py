@@ -155,6 +155,12 @@ class Engine:
         return {name: lm.slots.info() for name, lm in list(self._state.models.items())
                 if isinstance(lm, LoadedModel) and lm.slots is not None}  # fmt: skip
 
+    def step_depths(self) -> dict[str, dict[int, int]]:
+        """Each loaded model's MTP auto depth of its last step of n sequences (model name ->
+        n -> depth), safe to call from any thread (engine.runtime.slots.batchdepth)."""
+        return {name: lm.slots.step_depths() for name, lm in list(self._state.models.items())
+                if isinstance(lm, LoadedModel) and lm.slots is not None}  # fmt: skip
+
     def models(self) -> dict[str, dict]:
         """Loaded models (name -> info), safe to call from any thread."""
         return self._published.models()

@@ -417,11 +417,13 @@ def test_server_page_shows_each_slot_while_requests_decode_together(qtbot, windo
     assert window.models.current["parallel"] == 3
     handles = [eng.submit(J.Generate(prompt=p, max_tokens=400, ignore_eog=True)) for p in ("one", "two")]
     qtbot.waitUntil(lambda: sum(s["state"] == "busy" for s in next(iter(eng.slots().values()))) == 2, timeout=30000)
+    qtbot.waitUntil(lambda: 2 in next(iter(eng.step_depths().values())), timeout=30000)
     page.refresh_slots()
     assert page.slot_table.rowCount() == 3
     states = [page.slot_table.item(r, 1).text() for r in range(3)]
     assert states.count("busy") == 2 and states.count("idle") == 1
     assert page.slot_figures.text().startswith("2 of 3 busy")
+    assert "auto's depth in steps of 2: " in page.slot_figures.text()  # MTP auto's choice for steps of the two
     perf = window.pages["performance"]  # the Performance page's aggregate while both stream
     window.show_page("performance")
     perf._redraw()

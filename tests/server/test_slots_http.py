@@ -43,7 +43,7 @@ def test_concurrent_streams_equal_their_replies_alone_and_metrics_show_the_slots
     with OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
         def ask(prompt: str) -> str:
             stream = client.completions.create(model="tiny", prompt=prompt, max_tokens=40, temperature=0, stream=True,
-                                               extra_body={"ignore_eos": True})  # fmt: skip
+                                               extra_body={"ignore_eos": True, "draft_depth": "auto"})  # fmt: skip
             return "".join(c.choices[0].text for c in stream if c.choices)
 
         alone = [ask(p) for p in PROMPTS]
@@ -59,6 +59,8 @@ def test_concurrent_streams_equal_their_replies_alone_and_metrics_show_the_slots
     assert v['mtp_slot_requests_total{model="tiny",slot="0"}'] + v['mtp_slot_requests_total{model="tiny",slot="1"}'] == 6
     assert v['mtp_slot_requests_total{model="tiny",slot="1"}'] >= 1  # the second slot took part
     assert v["mtp_slots_busy"] == 0
+    # MTP auto chose the depth of the steps the two slots shared (one policy for steps of two)
+    assert 0 <= v['mtp_step_draft_depth{model="tiny",sequences="2"}'] <= 8
 
 
 def test_a_client_that_disconnects_frees_its_slot(served):

@@ -73,6 +73,11 @@ class StepDepth:
                 self._probes[c], self._depths[c], self._less[c] = self.policy._probing, self._depth, 0
             return self._depth, self._choices
 
+    @property
+    def last_depth(self) -> int:
+        """The depth of the last step it chose (/metrics, the Server page)."""
+        return self._depth
+
     def sit_out(self, choice: int, depth: int) -> None:
         """A sequence decodes plainly in the ``choice``-th choice's step instead of
         drafting ``depth`` (its drafts do not pay for their rows: :class:`OwnDrafts`)."""
@@ -171,14 +176,23 @@ class OwnDrafts:
         p, n = step.policy, step.n
         if not p.costs.measured(depth) or not verify.verify:
             return False
-        wall = p.costs.round_ms(depth)  # a step at this depth as it has run lately (its sit-outs included)
+        # a step at this depth as it has run lately (its sit-outs included), and its verify
+        wall, part = p.costs.round_ms(depth), p.costs.verify_ms(depth + 1)
         rows = n * (depth + 1) - step.rows_left_out
+        # what this sequence's draft rows add to that verify: the share the target decodes'
+        # times by total rows give them (a share, not their difference in ms: those times
+        # come from other moments, and this machine changes speed between them)
         if self.out:  # it sits out: drafting would add its rows
-            w_in = wall + max(0.0, verify.verify_ms(rows + depth) - verify.verify_ms(rows))
+            big, small = verify.verify_ms(rows + depth), verify.verify_ms(rows)
+        else:
+            big, small = verify.verify_ms(rows), verify.verify_ms(rows - depth)
+        share = max(0.0, 1.0 - small / big) if big > 0 else 0.0
+        if self.out:
             w_out = wall
+            w_in = wall + part * share / (1.0 - share) if share < 1.0 else float("inf")
         else:
             w_in = wall
-            w_out = wall - max(0.0, verify.verify_ms(rows) - verify.verify_ms(rows - depth))
+            w_out = wall - min(part, wall) * share
         if w_out <= 0:
             return False
         others = (n - 1) * _tokens(p.acceptances(), depth)

@@ -121,3 +121,7 @@ class SlotPool:
     def info(self) -> list[dict]:
         now = time.perf_counter()
         return [s.info(now) for s in self.slots]
+
+    def step_depths(self) -> dict[int, int]:
+        """MTP auto's depth of the last step of each number of sequences decoding together."""
+        return {n: s.last_depth for n, s in sorted(dict(self.steppers).items())}

@@ -60,6 +60,11 @@ async def metrics(request: Request):
     lines += _line("mtp_slot_tokens_per_second", "gauge", "The slot's request: tokens per second so far.",
                    per_slot("tokens_per_second"))  # fmt: skip
     lines += _line("mtp_slot_draft_depth", "gauge", "The slot's draft depth in its last round.", per_slot("depth"))
+    steps = [(f'{{model="{m}",sequences="{n}"}}', float(d)) for m, per in st.engine.step_depths().items()
+             for n, d in per.items()]  # fmt: skip
+    lines += _line("mtp_step_draft_depth", "gauge",
+                   "MTP auto's draft depth for the last step of this many sequences decoding together.",
+                   steps or [("", 0)])  # fmt: skip
     lines += _line("mtp_slot_requests_total", "counter", "Requests the slot has decoded.", per_slot("requests"))
     lines += _line("mtp_slot_tokens_total", "counter", "Tokens the slot has generated.", per_slot("tokens_total"))
     lines += _line("mtp_requests_in_flight", "gauge", "Endpoint requests admitted and not finished.", [("", st.pending)])
