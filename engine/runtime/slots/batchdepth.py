@@ -66,11 +66,11 @@ class StepDepth:
         with self._lock:
             if step != self._step:
                 if step != self._seen:  # steps of other sizes ran since its last round
-                    self.policy._prev = None  # no wall time across them
+                    self.policy.forget_last_round()
                 self._step, self._depth = step, self.policy.next_depth()
                 self._choices += 1
                 c = self._choices % 2
-                self._probes[c], self._depths[c], self._less[c] = self.policy._probing, self._depth, 0
+                self._probes[c], self._depths[c], self._less[c] = self.policy.probing, self._depth, 0
             return self._depth, self._choices
 
     @property
@@ -268,7 +268,7 @@ class BatchDepth:
         s = self._stepper()
         if s is None:
             if self._used is not None and isinstance(self.inner, AdaptiveDepth):
-                self.inner._prev = None  # its last round was not the one before this: no wall time across
+                self.inner.forget_last_round()  # steps with others ran since its last round
             self._used = None
             return self.inner.next_depth()
         depth, choice = s.depth(self.batcher.steps)

@@ -205,6 +205,16 @@ class AdaptiveDepth:
 
     # ---------------------------------------------------------------- policy
     @property
+    def probing(self) -> bool:
+        """The last choice was a probe (one draft while drafting is off)."""
+        return self._probing
+
+    def forget_last_round(self) -> None:
+        """The next round observed does not follow the last one seen (others ran between):
+        no wall time is taken across them."""
+        self._prev = None
+
+    @property
     def idle(self) -> bool:
         return not self._drafting and bool(self.depth_counts) and 1 in self.costs.verify and self.off_tokens < self.probe_gap
 
