@@ -244,16 +244,7 @@ class BatchDepth:
             return self._make(inner, n)
 
     def _make(self, inner: AdaptiveDepth, n: int) -> StepDepth:
-        p = inner.batch.get(n)
-        if p is None:
-            # it starts from what the model's policy knows of the head (its acceptance, its
-            # depth) and measures what steps of n sequences cost: a round's cost alone says
-            # little of a step's (on a compute-bound machine 4 sequences' verify rows cost
-            # 4x one's, a deep depth that paid alone then loses)
-            p = AdaptiveDepth.from_state(inner.max_depth, inner.state(batch=False))
-            p.costs = RoundCosts(inner.max_depth)
-            p.probes_by_cost = True
-            inner.batch[n] = p
+        p = inner.for_batch(n)
         s = self.steppers.get(n)
         if s is None or s.policy is not p:
             s = self.steppers[n] = StepDepth(p, n)

@@ -360,6 +360,20 @@ class AdaptiveDepth:
             self.probe_gap = PROBE_MIN
 
 
+    def for_batch(self, n: int) -> AdaptiveDepth:
+        """The policy of steps of ``n`` sequences decoding together (slots:
+        engine.runtime.slots.batchdepth). Made the first time from what this one knows of
+        the head (acceptance by position, its depth), with step costs to measure afresh: a
+        round's cost alone says little of a step's (on a compute-bound machine four
+        sequences' verify rows cost four times one's, and a depth that paid alone loses)."""
+        p = self.batch.get(n)
+        if p is None:
+            p = self._restore(self.max_depth, self.state(batch=False)) or AdaptiveDepth(self.max_depth)
+            p.costs = RoundCosts(self.max_depth)
+            p.probes_by_cost = True
+            self.batch[n] = p
+        return p
+
     # ------------------------------------------------------------- persistence
     #: what is learned (the rest is per-generation bookkeeping)
     _LEARNED = ("reach", "acc", "prior_n", "off_tokens", "probe_gap", "current", "explore_gap", "_drafting")
