@@ -59,8 +59,8 @@ def run(args) -> int:
         targets: dict[str, tuple[str, str, dict]] = {}
         for a in arms:
             extra = {"mtp": "off"} if a == "off" else {"draft_depth": a if a == "auto" else int(a)}
-            # MTP's drafts only: every round sends the same prompts, so drafts from the
-            # store of recent outputs would copy the last round's answers
+            # MTP's drafts only: every arm sends the round's prompts, so drafts from the
+            # store of recent outputs would copy the last arm's answers
             extra["suffix_drafts"] = False
             targets[f"ours {a}"] = (ours.url, ours_model, extra)
         if binary:
@@ -72,10 +72,11 @@ def run(args) -> int:
                 targets[name] = (servers[name].url, "bench", {})
         for name, (url, model, extra) in targets.items():  # warm-up
             S.measure(url, model, 1, 16, extra)
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             for n in clients:
                 for name, (url, model, extra) in targets.items():
-                    results.setdefault(name, {}).setdefault(n, []).append(S.measure(url, model, n, args.tokens, extra))
+                    run = S.measure(url, model, n, args.tokens, extra, opening=f"Round {r + 1}. ")
+                    results.setdefault(name, {}).setdefault(n, []).append(run)
     except (RuntimeError, OSError) as e:
         return die(f"bench slots: {e}", EXIT_INVALID)
     finally:

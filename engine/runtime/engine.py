@@ -43,7 +43,7 @@ from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.modelstate import EngineState, Published
 from engine.runtime.request import resolve
-from engine.runtime.slots.pool import STEP_WAIT
+from engine.runtime.slots.pool import STEP_WAIT, Reservation
 from engine.runtime.worker import WorkerModel
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
@@ -259,12 +259,12 @@ class Engine:
         return lm if isinstance(lm, LoadedModel) and lm.slots is not None else None
 
     def _start_in_slot(self, handle: JobHandle, lm: LoadedModel) -> None:
-        """Hand ``handle`` to a free slot of ``lm`` (waiting for one: FIFO) and run it on
-        the slot's own thread."""
+        """Admit ``handle`` to ``lm``'s slots (waiting while all are taken: FIFO) and run it
+        on a thread of its own, which prepares its prompt and then takes the slot that
+        suits it (engine.runtime.slots.pool)."""
         assert lm.slots is not None
-        pool = lm.slots
-        slot = pool.acquire(handle.id, handle.cancel_event)
-        if slot is None:
+        reservation = lm.slots.reserve(handle.id, handle.cancel_event)
+        if reservation is None:
             handle._emit(J.Done(None, cancelled=True))
             return
         self._published.give_cache(lm)
@@ -273,16 +273,16 @@ class Engine:
 
         def run() -> None:
             try:
-                self._finish(handle, lambda: self._run_in_slot(handle, lm, slot))
+                with reservation:
+                    self._finish(handle, lambda: self._run_in_slot(handle, lm, reservation))
             finally:
-                pool.release(slot)
                 with self._lock:
                     self._in_slots.discard(handle)
 
-        threading.Thread(target=run, name=f"mtp-slot-{slot.index}", daemon=True).start()
+        threading.Thread(target=run, name=f"mtp-slot-job-{handle.id}", daemon=True).start()
 
-    def _run_in_slot(self, handle: JobHandle, lm: LoadedModel, slot) -> J.GenerateResult:
-        result = run_generate(handle.job, lm, self._state.texts_of(lm.name), handle, slot=slot, pool=lm.slots)
+    def _run_in_slot(self, handle: JobHandle, lm: LoadedModel, reservation: Reservation) -> J.GenerateResult:
+        result = run_generate(handle.job, lm, self._state.texts_of(lm.name), handle, reservation)
         self._count(result, result.prompt_tokens)
         return result
 

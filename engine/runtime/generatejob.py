@@ -15,18 +15,21 @@ from engine.runtime.handle import JobHandle
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts
 from engine.runtime.request import prepare
-from engine.runtime.slots.pool import Slot, SlotPool
+from engine.runtime.slots.pool import Reservation
 
 
-def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle, slot: Slot | None = None,
-                 pool: SlotPool | None = None) -> J.GenerateResult:  # fmt: skip
+def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle,
+                 reservation: Reservation | None = None) -> J.GenerateResult:  # fmt: skip
     """Run the resolved ``job`` on ``lm``, emitting its tokens (split into the reply's parts
-    when it has them) and rounds to ``h``; in ``slot`` of ``pool`` when the model decodes
-    several sequences together (its depth then per batch size: engine.runtime.slots.batchdepth)."""
+    when it has them) and rounds to ``h``; with a ``reservation`` in one of the model's slots,
+    the one its prompt suits, chosen once the prompt is known (its depth then per batch size:
+    engine.runtime.slots.batchdepth)."""
     prep = prepare(job, lm, texts)
+    slot = reservation.bind(prep.prompt) if reservation is not None else None
     session = slot.session if slot is not None else lm.session
-    if slot is not None and pool is not None and prep.params.depth is not None:
-        prep = replace(prep, params=replace(prep.params, depth=pool.depth_policy(slot, prep.params.depth)))
+    if slot is not None and reservation is not None and prep.params.depth is not None:
+        depth = reservation.pool.depth_policy(slot, prep.params.depth)
+        prep = replace(prep, params=replace(prep.params, depth=depth))
     session.phase_hook = job.phase_hook
     parser = prep.reply.parser() if prep.reply is not None else None
 

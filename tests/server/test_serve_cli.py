@@ -98,3 +98,24 @@ def test_serve_speaks_every_api_and_listens_where_ollama_clients_look(fixtures):
         assert r.json()["usage"]["output_tokens"] == 4
     finally:
         assert stop(proc) == 0
+
+
+def test_bench_slots_measures_each_arm_at_each_client_count(fixtures):
+    """`bench slots` starts this app's endpoint with slots in a process of its own and
+    streams N completions at once per arm and round: every arm has figures at every N."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GGML_NO_BACKTRACE="1", PATH=os.path.dirname(sys.executable))  # no llama-server here
+    cmd = [sys.executable, "-m", "app.launcher", "bench", "slots", "--model", str(fixtures["full"].path),
+           "--clients", "1,2", "--arms", "auto,off", "--tokens", "8", "--rounds", "2", "--parallel", "2", "--json"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(r["arms"]) == {"ours auto", "ours off"} and r["llama_server"] is None
+    for per in r["arms"].values():
+        assert set(per) == {"1", "2"}
+        for fig in per.values():
+            assert len(fig["rounds"]) == 2 and fig["tokens_per_second"] > 0 and fig["per_token_ms_p50"] > 0

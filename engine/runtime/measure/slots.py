@@ -7,7 +7,10 @@ after its first (its generation time over its tokens) and the time to its first 
 The same measurement runs against this app's endpoint (arms: request values such as MTP
 off or a draft depth) and against llama-server processes started on the same file (arms:
 their command lines), in alternating rounds: this machine's speed drifts between
-launches, so every arm's round r runs between the others' rounds r.
+launches, so every arm's round r runs between the others' rounds r. Each round's prompts
+open with the round's number, so no server reuses the last round's prompt: llama-server
+keeps a checkpoint of each slot's recurrent state near its prompt's end even with
+``--cache-ram 0``, and that reuse would count in its time per round, not its decoding.
 """
 
 from __future__ import annotations
@@ -51,14 +54,23 @@ class Run:
         return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def _one(url: str, model: str, prompt: str, max_tokens: int, extra: dict, out: list, i: int, start: threading.Event) -> None:
+def _one(url: str, model: str, prompt: str, max_tokens: int, extra: dict, out: list, i: int,
+         ready: threading.Barrier, start: threading.Event) -> None:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "ignore_eos": True, "stream_options": {"include_usage": True}, **extra}  # fmt: skip
-    start.wait()
-    t0 = time.perf_counter()
+    # the client is made before the start: making one (its TLS context) costs tens of ms of
+    # CPU, which would count in the round and in the first token's time
+    with httpx.Client(timeout=600) as c:
+        ready.wait()
+        start.wait()
+        t0 = time.perf_counter()
+        _stream(c, url, body, t0, out, i)
+
+
+def _stream(c: httpx.Client, url: str, body: dict, t0: float, out: list, i: int) -> None:
     first = last = None
     tokens = 0
-    with httpx.Client(timeout=600) as c, c.stream("POST", url + "/v1/completions", json=body) as r:
+    with c.stream("POST", url + "/v1/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -73,13 +85,16 @@ def _one(url: str, model: str, prompt: str, max_tokens: int, extra: dict, out: l
     out[i] = (tokens, (first or t0) - t0, (last or t0) - (first or t0))
 
 
-def measure(url: str, model: str, clients: int, max_tokens: int, extra: dict | None = None) -> Run:
+def measure(url: str, model: str, clients: int, max_tokens: int, extra: dict | None = None,
+            opening: str = "") -> Run:  # fmt: skip
+    """``clients`` completions at once, each of a prompt of :data:`PROMPTS` after ``opening``."""
     out: list = [None] * clients
-    start = threading.Event()
-    threads = [threading.Thread(target=_one, args=(url, model, PROMPTS[i % len(PROMPTS)], max_tokens, extra or {}, out, i,
-                                                   start)) for i in range(clients)]  # fmt: skip
+    ready, start = threading.Barrier(clients + 1), threading.Event()
+    threads = [threading.Thread(target=_one, args=(url, model, opening + PROMPTS[i % len(PROMPTS)], max_tokens, extra or {}, out, i,
+                                                   ready, start)) for i in range(clients)]  # fmt: skip
     for t in threads:
         t.start()
+    ready.wait()  # every client made
     t0 = time.perf_counter()
     start.set()
     for t in threads:

@@ -1,8 +1,13 @@
 """The slots of one loaded model: which are free, and what each is doing.
 
-:class:`SlotPool` hands a free slot (its :class:`~engine.runtime.decode.session.Session`)
-to each generation, first come first served: the engine thread takes jobs in order and
-waits for a slot when all are busy, so a request never overtakes one submitted before it.
+:class:`SlotPool` admits each generation first come first served: the engine thread takes
+jobs in order and waits while every slot is busy or promised (:meth:`SlotPool.reserve`), so
+a request never overtakes one submitted before it. Which slot it gets is decided on its
+own thread once its prompt is known (:meth:`Reservation.bind`): the free slot whose
+conversation shares the longest prefix with the prompt, whose cache the prefill then
+reuses (an agent's next turn, a subagent's, each in the slot it left), else the one idle
+longest, so that the most recent conversations stay. Until then the others' steps do not
+wait for it: rendering and tokenizing an agent's long request takes a step's time or more.
 A slot is given back when its generation ends, however it ends. The live figures
 (:meth:`SlotPool.info`) are what the Server page and ``/metrics`` show.
 """
@@ -13,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from engine.runtime.decode.entries import common_prefix
 from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.stats import RoundStats
@@ -22,6 +28,12 @@ from engine.runtime.slots.batchdepth import BatchDepth, StepDepth
 
 #: most seconds the owner thread waits for a step before it looks at its other work
 STEP_WAIT = 0.005
+
+#: a free slot's conversation is a prompt's own when they share more than this fraction of
+#: the prompt (llama-server's ``--slot-prompt-similarity``): the prompt goes to the slot
+#: sharing most; a smaller share (a BOS token, a short system prompt) is not worth another
+#: conversation's cache, and the prompt goes to the slot idle longest
+SIMILARITY = 0.5
 
 
 @dataclass
@@ -38,6 +50,8 @@ class Slot:
     #: over the slot's life
     requests: int = 0
     tokens_total: int = 0
+    #: when its last generation ended (perf_counter seconds; 0: never used)
+    released: float = 0.0
 
     def record(self, r: RoundStats) -> None:
         """A round of the slot's generation (for the Server page and /metrics)."""
@@ -67,6 +81,8 @@ class SlotPool:
         self.batcher = batcher
         self.slots = [Slot(i, s) for i, s in enumerate(sessions)]
         self._cv = threading.Condition()
+        #: generations admitted whose slot is not chosen yet
+        self._promised = 0
         #: the depth of steps of each batch size, with MTP auto (engine.runtime.slots.batchdepth)
         self.steppers: dict[int, StepDepth] = {}
 
@@ -75,30 +91,56 @@ class SlotPool:
 
     @property
     def busy(self) -> int:
-        return sum(s.busy for s in self.slots)
+        """Slots taken: generating, or promised to a generation that is preparing."""
+        return sum(s.busy for s in self.slots) + self._promised
 
-    def acquire(self, job_id: int, cancel: threading.Event | None = None) -> Slot | None:
-        """A free slot for job ``job_id``, stepping the busy ones while all are busy
-        (owner thread; None: the job was cancelled while it waited). Which slot does not
-        matter: the prompt cache restores into any."""
+    def reserve(self, job_id: int, cancel: threading.Event | None = None) -> Reservation | None:
+        """Admit job ``job_id``: a slot is promised to it, stepping the busy ones while
+        every slot is taken (owner thread; None: the job was cancelled while it waited)."""
         while True:
             with self._cv:
-                free = next((s for s in self.slots if not s.busy), None)
-                if free is not None:
-                    free.busy, free.job_id, free.started = True, job_id, time.perf_counter()
-                    free.tokens = free.drafted = free.accepted = free.depth = 0
-                    free.requests += 1
-                    self.batcher.join()  # before the slot's thread starts: steps wait for it
-                    return free
+                if self.busy < len(self.slots):
+                    self._promised += 1
+                    return Reservation(self, job_id)
             if cancel is not None and cancel.is_set():
                 return None
             self.batcher.step_once(STEP_WAIT)
+
+    def acquire(self, job_id: int, cancel: threading.Event | None = None,
+                prompt: list[int] | None = None) -> Slot | None:  # fmt: skip
+        """:meth:`reserve` and :meth:`Reservation.bind` at once, for a caller that knows
+        its prompt (tools, tests); give it back with :meth:`release`."""
+        r = self.reserve(job_id, cancel)
+        return r.bind(prompt or []) if r is not None else None
+
+    def _bind(self, job_id: int, prompt: list[int]) -> Slot:
+        with self._cv:
+            assert self._promised > 0
+            free = [s for s in self.slots if not s.busy]
+            shared = {s.index: common_prefix(s.session.target_tokens, prompt) for s in free}
+            own = [s for s in free if shared[s.index] > SIMILARITY * len(prompt)]
+            if own:
+                slot = max(own, key=lambda s: (shared[s.index], -s.released))
+            else:
+                slot = min(free, key=lambda s: s.released)
+            self._promised -= 1
+            slot.busy, slot.job_id, slot.started = True, job_id, time.perf_counter()
+            slot.tokens = slot.drafted = slot.accepted = slot.depth = 0
+            slot.requests += 1
+            self.batcher.join()  # before its first rows: steps wait for them from now on
+            return slot
+
+    def _unpromise(self) -> None:
+        with self._cv:
+            assert self._promised > 0
+            self._promised -= 1
+            self._cv.notify_all()
 
     def release(self, slot: Slot) -> None:
         """The slot's generation ended (finished, failed or cancelled)."""
         self.batcher.leave()
         with self._cv:
-            slot.busy, slot.job_id = False, None
+            slot.busy, slot.job_id, slot.released = False, None, time.perf_counter()
             self._cv.notify_all()
 
     def depth_policy(self, slot: Slot, policy: DepthPolicy) -> DepthPolicy:
@@ -125,3 +167,36 @@ class SlotPool:
     def step_depths(self) -> dict[int, int]:
         """MTP auto's depth of the last step of each number of sequences decoding together."""
         return {n: s.last_depth for n, s in sorted(dict(self.steppers).items())}
+
+
+class Reservation:
+    """A slot promised to one admitted generation (:meth:`SlotPool.reserve`); bound to a
+    slot once the prompt is known, given back on leaving the ``with`` block, bound or not."""
+
+    def __init__(self, pool: SlotPool, job_id: int):
+        self.pool = pool
+        self.job_id = job_id
+        self.slot: Slot | None = None
+        self._open = True
+
+    def bind(self, prompt: list[int]) -> Slot:
+        """The free slot for ``prompt``: the one whose conversation shares the longest
+        prefix with it (over :data:`SIMILARITY` of it), else the one idle longest."""
+        assert self._open and self.slot is None
+        self.slot = self.pool._bind(self.job_id, prompt)
+        return self.slot
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        if self.slot is not None:
+            self.pool.release(self.slot)
+        else:
+            self.pool._unpromise()
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

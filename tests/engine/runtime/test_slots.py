@@ -299,3 +299,63 @@ def test_auto_in_slots_chooses_per_step_and_is_saved_with_the_models_policy(fixt
         back = e.submit(J.Call(lambda st, c, ev: depth_policy(st.get(None), AUTO))).result()
     assert sorted(back.batch) == sorted(int(n) for n in saved["batch"])
     assert back.batch[4].acc == pytest.approx(saved["batch"]["4"]["acc"])  # (the save after the last round to end)
+
+
+def test_each_conversation_comes_back_to_the_slot_that_holds_it(model_path):
+    """Turns of two conversations sent one after the other each go to the slot holding the
+    conversation, whose context the prefill reuses (no prompt cache: only the slot itself
+    holds it); a new conversation takes the slot idle longest, so the most recent stays."""
+    with _engine(model_path, 2, prompt_cache_mb=0) as e:
+        tok = lambda text: e.submit(J.Call(lambda st, c, ev: st.get(None).model.tokenize(text))).result()  # noqa: E731
+        more = tok(" and then what happened next?")
+
+        def turn(prompt: list[int]) -> tuple[list[int], int]:
+            r = e.submit(J.Generate(prompt=prompt, max_tokens=8, ignore_eog=True, draft_depth=2)).result()
+            return prompt + r.tokens + more, r.stats.prompt_tokens_reused
+
+        a, _ = turn(tok(PROMPTS[0]))
+        b, _ = turn(tok(PROMPTS[1]))
+        a2, reused = turn(a)
+        assert reused >= len(a) - len(more) - 1, "A's second turn did not find A's slot"
+        b2, reused = turn(b)
+        assert reused >= len(b) - len(more) - 1, "B's second turn did not find B's slot"
+        turn(tok(PROMPTS[2]))  # a new conversation: A's slot was idle longer than B's
+        _, reused = turn(b2)
+        assert reused >= len(b2) - len(more) - 1
+        _, reused = turn(a2)
+        assert reused < len(a), "the new conversation should have taken A's slot, idle longest"
+
+
+def test_a_request_preparing_its_prompt_does_not_stall_the_running_stream(fixtures, monkeypatch):
+    """A request is rendered and tokenized on its own thread before it takes a slot (an
+    agent's long request takes a step's time or more): the running stream keeps emitting
+    meanwhile, and the request then runs as usual."""
+    import time
+
+    import engine.runtime.generatejob as generatejob
+
+    preparing = threading.Event()
+    window: list[float] = []
+    prepare = generatejob.prepare
+
+    def slow_prepare(job, lm, texts):
+        if job.prompt == PROMPTS[1]:  # the joining request's: slow, as a long one is
+            window.append(time.perf_counter())
+            preparing.set()
+            time.sleep(0.3)
+            window.append(time.perf_counter())
+        return prepare(job, lm, texts)
+
+    monkeypatch.setattr(generatejob, "prepare", slow_prepare)
+    emitted: list[float] = []
+    running = J.Generate(prompt=PROMPTS[0], max_tokens=400, ignore_eog=True, draft_depth=2)
+    with _engine(fixtures["partial"].path, 2) as e:
+        first = e.submit(running, on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()))
+        while not emitted:
+            time.sleep(0.001)
+        joining = e.submit(J.Generate(prompt=PROMPTS[1], max_tokens=8, ignore_eog=True))
+        assert preparing.wait(10)
+        assert len(joining.result().tokens) == 8
+        assert len(first.result().tokens) == 400
+    during = [t for t in emitted if window[0] < t < window[1]]
+    assert len(during) >= 5, f"the running stream emitted {len(during)} times while the other request prepared"
