@@ -249,6 +249,20 @@ def test_a_restored_policy_does_not_learn_again_that_drafting_does_not_pay():
     assert sum(after) < sum(before) / 2, (sum(after), sum(before))
 
 
+def test_a_restored_policy_times_again_the_depths_it_ruled_out_at_another_speed():
+    """Depths 3 and 4 were timed while the machine ran at half speed, so the saved policy
+    drafts 2. Now they cost what the others do: the restored policy must time them again,
+    though its old figures rule them out, and go deep (it stayed shallow: on the 200 MB
+    model, 0.8x depth 3 at four sequences after a benchmark's save)."""
+    slow = lambda n: (10 + 0.5 * n) * (1 if n <= 3 else 2)  # noqa: E731
+    learned = AdaptiveDepth(4)
+    _simulate(learned, 400, lambda i, a: True, slow)
+    assert learned.current == 2, learned.depth_counts
+    restored = AdaptiveDepth.from_state(4, json.loads(json.dumps(learned.state())))
+    picked = _simulate(restored, 600, lambda i, a: True, lambda n: 10 + 0.5 * n)
+    assert picked[-100:].count(4) > 80, restored.depth_counts
+
+
 @pytest.mark.parametrize(
     "state",
     [None, [], {"max_depth": 3}, {"max_depth": 4, "reach": [1, 2]}, {"max_depth": 4, "reach": ["x"] * 4},

@@ -277,7 +277,11 @@ class AdaptiveDepth:
         on a full window of their own verify times (a few slow first samples are outvoted
         first) and more than :data:`EXPLORE_SKIP_SHALLOW` below (on the demo, where
         depth 1 earns ~45% more than plain, a fresh session's plain tries cost ~4% of its
-        first 1,000 tokens)."""
+        first 1,000 tokens). A deeper one whose wall times are older than :data:`STALE`
+        is tried whatever its estimate: its figures (walls and verifies alike) may be of
+        another speed of the machine, in this session or the one that saved them, and
+        would otherwise rule it out for good (a policy saved after a slow benchmark kept
+        steps of four sequences at depths 1-2, 0.8x depth 3)."""
         self._since_explore = 0
         near = [d for d in (k + 1, k - 1, k + 2, k - 2) if 0 <= d <= self.max_depth]
         rates = self.rates(parts=True)
@@ -287,6 +291,8 @@ class AdaptiveDepth:
             if d < k:  # skipped only on a full window of its own verify times
                 w = self.costs.verify.get(d + 1)
                 skip = EXPLORE_SKIP_SHALLOW if w is not None and len(w) >= WINDOW else 0.0
+            elif self.costs.measured(d) and self.costs.age(d) > STALE:
+                skip = 0.0  # its figures are old: timed at another speed, they would rule it out for good
             else:
                 skip = EXPLORE_SKIP
             if skip == 0.0 or rates[d] >= rates[k] * (1 - skip):
