@@ -359,3 +359,28 @@ def test_a_request_preparing_its_prompt_does_not_stall_the_running_stream(fixtur
         assert len(first.result().tokens) == 400
     during = [t for t in emitted if window[0] < t < window[1]]
     assert len(during) >= 5, f"the running stream emitted {len(during)} times while the other request prepared"
+
+
+def test_a_request_that_fails_before_it_takes_a_slot_gives_its_place_back(fixtures, monkeypatch):
+    """A request whose preparation fails (a bad value found while rendering) has held a
+    place among the slots but no slot: it fails in words and every slot is free after it,
+    for a request that follows and for one that was running meanwhile."""
+    import engine.runtime.generatejob as generatejob
+    from engine.errors import InvalidRequestError
+
+    prepare = generatejob.prepare
+
+    def failing(job, lm, texts):
+        if job.prompt == PROMPTS[1]:
+            raise InvalidRequestError("bad value", param="prompt")
+        return prepare(job, lm, texts)
+
+    monkeypatch.setattr(generatejob, "prepare", failing)
+    with _engine(fixtures["partial"].path, 2) as e:
+        running = e.submit(_job(0, max_tokens=64))
+        with pytest.raises(InvalidRequestError):
+            e.submit(J.Generate(prompt=PROMPTS[1], max_tokens=8)).result()
+        assert len(running.result().tokens) == 64
+        assert len(e.submit(_job(2, max_tokens=8)).result().tokens) == 8
+        busy = e.submit(J.Call(lambda st, c, ev: st.get(None).slots.busy)).result(60)  # waits for every slot to be free
+    assert busy == 0
