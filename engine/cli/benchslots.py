@@ -87,6 +87,9 @@ def run(args) -> int:
         "threads": threads, "llama_server": binary,
         "arms": {name: {str(n): S.summarise(runs) for n, runs in per.items()} for name, per in results.items()},
     }  # fmt: skip
+    ours = {name: per for name, per in results.items() if name.startswith("ours ")}
+    if "ours auto" in ours and len(ours) > 1:
+        body["auto_vs_worst_paired"] = {str(n): r for n, r in S.paired(ours, "ours auto").items()}
     if args.json:
         print(json.dumps(body))
         return 0
@@ -97,6 +100,10 @@ def run(args) -> int:
         cells = "".join(f"{per[str(n)]['tokens_per_second']:>9.1f} ({per[str(n)]['per_token_ms_p50']:.1f}/"
                         f"{per[str(n)]['per_token_ms_p95']:.1f})".rjust(22) for n in clients)  # fmt: skip
         print(f"{name:<34}{cells}")
+    if "auto_vs_worst_paired" in body:
+        print(f"{'auto / the arm it does worst against':<34}" + "".join(
+            f"{body['auto_vs_worst_paired'].get(str(n), float('nan')):>22.3f}" for n in clients)
+            + "  (of ours; medians of the ratios within rounds)")  # fmt: skip
     if not binary:
         print("llama-server: not found (pass --llama-server PATH); its arms were skipped")
     return 0

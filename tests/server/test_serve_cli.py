@@ -119,3 +119,8 @@ def test_bench_slots_measures_each_arm_at_each_client_count(fixtures):
         assert set(per) == {"1", "2"}
         for fig in per.values():
             assert len(fig["rounds"]) == 2 and fig["tokens_per_second"] > 0 and fig["per_token_ms_p50"] > 0
+    # auto against off round by round: the ratio of each round's figures, its median
+    auto, off = r["arms"]["ours auto"], r["arms"]["ours off"]
+    for n in ("1", "2"):
+        ratios = sorted(a / b for a, b in zip(auto[n]["rounds"], off[n]["rounds"]))
+        assert r["auto_vs_worst_paired"][n] == pytest.approx(sum(ratios) / 2, abs=0.002)

@@ -90,8 +90,9 @@ def measure(url: str, model: str, clients: int, max_tokens: int, extra: dict | N
     """``clients`` completions at once, each of a prompt of :data:`PROMPTS` after ``opening``."""
     out: list = [None] * clients
     ready, start = threading.Barrier(clients + 1), threading.Event()
-    threads = [threading.Thread(target=_one, args=(url, model, opening + PROMPTS[i % len(PROMPTS)], max_tokens, extra or {}, out, i,
-                                                   ready, start)) for i in range(clients)]  # fmt: skip
+    prompts = [opening + PROMPTS[i % len(PROMPTS)] for i in range(clients)]
+    threads = [threading.Thread(target=_one, args=(url, model, p, max_tokens, extra or {}, out, i, ready, start))
+               for i, p in enumerate(prompts)]  # fmt: skip
     for t in threads:
         t.start()
     ready.wait()  # every client made
@@ -183,3 +184,23 @@ def summarise(runs: list[Run]) -> dict:
         "per_token_ms_p95": round(pct(per_tok, 0.95), 2),
         "first_token_ms_p50": round(pct(ttft, 0.5), 1),
     }
+
+
+def paired(arms: dict[str, dict[int, list[Run]]], arm: str) -> dict[int, float]:
+    """Per client count, ``arm`` against the other arm it does worst against, round by
+    round: for each other arm the median over rounds of the ratio of their round r, and
+    the smallest of those medians. An arm's round r runs beside the others' rounds r, so
+    a ratio within a round escapes the machine's drift between rounds, which the medians
+    of each arm carry. (A ratio to the best of the others in each round would be biased
+    low: the largest of several noisy figures is above their typical value.)"""
+    out: dict[int, float] = {}
+    for n, runs in arms.get(arm, {}).items():
+        per_arm = []
+        for name, per in arms.items():
+            ratios = [run.tokens_per_second / other.tokens_per_second
+                      for run, other in zip(runs, per.get(n, [])) if other.tokens_per_second > 0]  # fmt: skip
+            if name != arm and ratios:
+                per_arm.append(statistics.median(ratios))
+        if per_arm:
+            out[n] = round(min(per_arm), 3)
+    return out
