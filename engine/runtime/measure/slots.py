@@ -54,6 +54,10 @@ class Run:
         return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
+#: most seconds the clients take to be made before a round starts
+READY_S = 60.0
+
+
 def _one(url: str, model: str, prompt: str, max_tokens: int, extra: dict, out: list, i: int,
          ready: threading.Barrier, start: threading.Event) -> None:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
@@ -61,7 +65,7 @@ def _one(url: str, model: str, prompt: str, max_tokens: int, extra: dict, out: l
     # the client is made before the start: making one (its TLS context) costs tens of ms of
     # CPU, which would count in the round and in the first token's time
     with httpx.Client(timeout=600) as c:
-        ready.wait()
+        ready.wait(READY_S)
         start.wait()
         t0 = time.perf_counter()
         _stream(c, url, body, t0, out, i)
@@ -95,7 +99,7 @@ def measure(url: str, model: str, clients: int, max_tokens: int, extra: dict | N
                for i, p in enumerate(prompts)]  # fmt: skip
     for t in threads:
         t.start()
-    ready.wait()  # every client made
+    ready.wait(READY_S)  # every client made (BrokenBarrierError, a RuntimeError, if one could not be)
     t0 = time.perf_counter()
     start.set()
     for t in threads:
