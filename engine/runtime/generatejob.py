@@ -25,11 +25,13 @@ def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: Job
     the one its prompt suits, chosen once the prompt is known (its depth then per batch size:
     engine.runtime.slots.batchdepth)."""
     prep = prepare(job, lm, texts)
-    slot = reservation.bind(prep.prompt) if reservation is not None else None
+    slot = None
+    if reservation is not None:
+        slot = reservation.bind(prep.prompt)
+        if prep.params.depth is not None:
+            depth = reservation.pool.depth_policy(slot, prep.params.depth)
+            prep = replace(prep, params=replace(prep.params, depth=depth))
     session = slot.session if slot is not None else lm.session
-    if slot is not None and reservation is not None and prep.params.depth is not None:
-        depth = reservation.pool.depth_policy(slot, prep.params.depth)
-        prep = replace(prep, params=replace(prep.params, depth=depth))
     session.phase_hook = job.phase_hook
     parser = prep.reply.parser() if prep.reply is not None else None
 

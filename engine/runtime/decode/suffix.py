@@ -21,6 +21,7 @@ every draft is verified (docs/agent-speed.md).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.entries import Choose
+from engine.runtime.decode.policy.adaptive import expected_tokens
 from engine.runtime.decode.policy.costs import DEFAULT_SLOPE, RoundCosts, Window
 from engine.runtime.decode.prefill import Prefill, prefill
 from engine.runtime.decode.propose import MtpDraft, Proposal
@@ -381,11 +383,7 @@ class SuffixOrMtp:
             cost = self.verify_ms(k + 1)
             if k:
                 cost += L.draft_ms.median if L.draft_ms else DEFAULT_SLOPE * k * self.verify_ms(1)
-        e, chain = 1.0, 1.0
-        for p in ps:
-            chain *= p
-            e += chain
-        return ps, e, chain, max(cost, 1e-6)
+        return ps, expected_tokens(ps)[-1], math.prod(ps), max(cost, 1e-6)
 
     def extension_width(self, width: int, bucket: int, k: int) -> int:
         """How many of ``width`` suffix tokens to append after an MTP chain of ``k``: the

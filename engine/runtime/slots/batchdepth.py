@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 
-from engine.runtime.decode.policy.adaptive import CHOOSE_EVERY, PROBE_DECAY, AdaptiveDepth
+from engine.runtime.decode.policy.adaptive import CHOOSE_EVERY, PROBE_DECAY, AdaptiveDepth, expected_tokens
 from engine.runtime.decode.policy.costs import RoundCosts
 from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.stats import RoundStats
@@ -139,7 +139,7 @@ class OwnDrafts:
         self._gap = SIT_OUT_PROBE_MIN
 
     def tokens(self, depth: int) -> float:
-        return _tokens([a / r if r > 0 else 0.0 for a, r in zip(self.acc, self.reach)], depth)
+        return expected_tokens([a / r if r > 0 else 0.0 for a, r in zip(self.acc[:depth], self.reach)])[-1]
 
     def observe(self, r: RoundStats) -> None:
         if not r.drafted:
@@ -195,17 +195,8 @@ class OwnDrafts:
             w_out = wall - min(part, wall) * share
         if w_out <= 0:
             return False
-        others = (n - 1) * _tokens(p.acceptances(), depth)
+        others = (n - 1) * expected_tokens(p.acceptances()[:depth])[-1]
         return (others + 1.0) / w_out > (others + self.tokens(depth)) / w_in * (1 + SIT_OUT_MARGIN)
-
-
-def _tokens(p: list[float], depth: int) -> float:
-    """Expected tokens of a round drafting ``depth`` with conditional acceptances ``p``."""
-    tokens = chain = 1.0
-    for i in range(depth):
-        chain *= p[i]
-        tokens += chain
-    return tokens
 
 
 SIT_OUT_MARGIN = 0.03  # a sequence sits out when the step's goodput gains this much by it

@@ -80,6 +80,18 @@ CHOOSE_EVERY = 4  # drafting rounds between choices (a choice costs ~40 us of Py
 # 0.91x the best fixed depth on one recorded-cost seed)
 
 
+def expected_tokens(acceptances: list[float]) -> list[float]:
+    """Expected tokens of a round drafting 0, 1, …, ``len(acceptances)`` tokens, a draft
+    kept with its conditional acceptance once the ones before it were (the target's own
+    next token always): 1, 1 + p1, 1 + p1 + p1·p2, …"""
+    out, tokens, chain = [1.0], 1.0, 1.0
+    for p in acceptances:
+        chain *= p
+        tokens += chain
+        out.append(tokens)
+    return out
+
+
 class AdaptiveDepth:
     """Depth policy for ``draft_depth="auto"``. One per loaded model: what it learns
     about costs carries over between generations."""
@@ -140,15 +152,8 @@ class AdaptiveDepth:
         """Expected tokens per ms of a steady round at each depth 0..max_depth (``parts``:
         every depth's cost from its parts, measured walls aside, so depths compare on
         the same footing whatever speed the machine ran at when each was last timed)."""
-        p = self.acceptances()
         cost = self.costs.parts_ms if parts else self.costs.round_ms
-        out = [1.0 / cost(0)]
-        tokens, chain = 1.0, 1.0
-        for k in range(1, self.max_depth + 1):
-            chain *= p[k - 1]
-            tokens += chain
-            out.append(tokens / cost(k))
-        return out
+        return [tokens / cost(k) for k, tokens in enumerate(expected_tokens(self.acceptances()))]
 
     def _could_pay(self) -> bool:
         """Drafting would beat plain decoding at some depth timed lately if every draft
