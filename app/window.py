@@ -43,6 +43,11 @@ class MainWindow(QMainWindow):
         self.model_label = QLabel("no model")
         self.model_label.setObjectName("Hint")
         self.statusBar().addPermanentWidget(self.model_label)
+        #: said once, for as long as it holds: this CPU's repacked kernels crash, so they are off
+        self.repack_label = QLabel("repacking off on this CPU")
+        self.repack_label.setObjectName("Hint")
+        self.repack_label.setVisible(False)
+        self.statusBar().addPermanentWidget(self.repack_label)
 
         self.nav = QListWidget()
         self.nav.setObjectName("Nav")
@@ -105,6 +110,9 @@ class MainWindow(QMainWindow):
     def _on_loaded(self, info: dict) -> None:
         pool = f" · {len(info['rpc'])} RPC server{'s' if len(info['rpc']) > 1 else ''}" if info.get("rpc") else ""
         self.model_label.setText(f"{info['name']} · MTP {info['mtp']} · ctx {info['n_ctx']}{pool}")
+        notice = info.get("repack_notice")
+        self.repack_label.setVisible(bool(notice))
+        self.repack_label.setToolTip(notice or "")
         notes = list(self.models.notes)
         if context_lowered(info):
             notes.insert(0, context_line(info))

@@ -24,6 +24,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from engine.runtime.llama import repack
 from engine.rpc.server import free_port
 from engine.synth.demo import demo_model_path
 
@@ -131,7 +132,7 @@ def _ours(model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
 def _theirs(exe: str, model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen([exe, "-m", str(model), "--port", str(port), "-c", str(ctx), "-np", "1",
-                             "--no-webui", "--jinja"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                             "--no-webui", "--jinja", *repack.llama_server_args()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return proc, f"http://127.0.0.1:{port}"
 
 

@@ -29,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.demo import PROMPTS
+from engine.runtime.llama import repack
 from engine.rpc.server import free_port
 from engine.synth.demo import demo_model_path
 
@@ -42,7 +43,7 @@ class Server:
     def __init__(self, exe: str, model: Path, arm: str, threads: int, ctx: int):
         self.port = free_port()
         cmd = [exe, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-               "-tb", str(threads), "-c", str(ctx), "-np", "1", "--no-webui"]  # fmt: skip
+               "-tb", str(threads), "-c", str(ctx), "-np", "1", "--no-webui", *repack.llama_server_args()]  # fmt: skip
         if arm != "0":
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-n-max", arm, "--spec-draft-n-min", "0"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         f"mtp-studio self-test: {'ok' if ok else 'FAILED'}: demo model ({info['mtp']} MTP) "
         f"{len(plain.tokens)} tokens, greedy == MTP: {verdict}, "
         f"acceptance {spec.stats.acceptance:.2f}, {spec.stats.tokens_per_second:.0f} tok/s, "
-        f"devices {devices}, frozen {bool(getattr(sys, 'frozen', False))}, {time.perf_counter() - t0:.1f} s; "
+        f"devices {devices}, CPU weight repacking {'on' if info.get('extra_bufts') else 'off'}, frozen {bool(getattr(sys, 'frozen', False))}, {time.perf_counter() - t0:.1f} s; "
         f"identity here: {info.get('identity')}"
     )
     return 0 if ok else 1

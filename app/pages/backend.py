@@ -42,7 +42,18 @@ def _detect_and_plan(report, cancel):
         rpc = rpc_available()
     except Exception as e:  # a broken build must not break the page
         devices, lib, rpc = [], f"cannot load: {e}", False
-    return d, plan, devices, lib, load_manifest(), rpc
+    from engine.runtime.llama.repack import verdict
+
+    # the repacked kernels' verdict: remembered, or probed once per CPU and build (seconds)
+    return d, plan, devices, lib, load_manifest(), rpc, verdict()
+
+
+def _repack_line(v) -> str:
+    """The Backend page's word on llama.cpp's CPU weight repacking (engine.runtime.llama.repack)."""
+    if not v.allowed:
+        return f"<b style='color:#b3261e'>CPU weight repacking: off on this CPU.</b> {html.escape(v.reason)}"
+    why = {"ran": "its kernels ran on this CPU with this build", "override": v.reason}.get(v.status, v.reason)
+    return f"<b>CPU weight repacking:</b> on — {html.escape(why)}."
 
 
 class BackendPage(QWidget):
@@ -138,7 +149,7 @@ class BackendPage(QWidget):
         return task.start()
 
     def _show(self, value) -> None:
-        d, plan, devices, lib, manifest, rpc = value
+        d, plan, devices, lib, manifest, rpc, repack = value
         self.plan = plan
         self.detection = d
         rows = [("OS", f"{d.os} {d.arch}"), ("CPU", f"{d.cpu} ({', '.join(d.cpu_features) or 'no SIMD detected'})")]
@@ -165,6 +176,7 @@ class BackendPage(QWidget):
             f"<p><b>In use:</b> build <i>{selected}</i> on {used} — running on the {'GPU' if on_gpu else 'CPU'}; "
             f"RPC {'built in' if rpc else 'not built in (other machines need a build with RPC)'}."
             f"<br><span style='color:#6b7385'>{html.escape(lib)}</span></p>"
+            f"<p>{_repack_line(repack)}</p>"
             f"<p><b>Recommended:</b> {plan.backend.upper()} build<br><code>CMAKE_ARGS=\"{html.escape(plan.cmake_args)}\"</code></p>"
             f"<ul>{reasons}{problems}</ul>"
         )

@@ -317,4 +317,8 @@ class ChatPage(QWidget):
         self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · {context_line(info)}")
         self.figures.setToolTip(f"Chat template: {info.get('chat_template')}")
         if info.get("fallbacks") and self.ctx.messages is not None:
-            self.ctx.messages.error("The model needed a fallback to run safely", "\n\n".join(info["fallbacks"]))
+            text = "\n\n".join(info["fallbacks"])
+            if info.get("fallbacks_found_now"):  # said once: later loads of the same files reuse it
+                self.ctx.messages.error("The model needed a fallback to run safely", text)
+            else:
+                self.ctx.messages.status(f"Loaded with a fallback found earlier: {text}", 15000)

@@ -67,6 +67,10 @@ def _in_use() -> dict:
         info["rpc"] = False
     gpus = [d for d in info.get("devices", []) if d["type"] in ("gpu", "igpu")]
     info["backend"] = "gpu" if gpus else "cpu"
+    if "error" not in info:
+        from engine.runtime.llama.repack import verdict
+
+        info["repack"] = verdict().to_json()  # remembered, or probed once for this CPU and build
     return info
 
 
@@ -94,6 +98,9 @@ def run_detect(args) -> int:
     use = d["in_use"]
     devices = ", ".join(f"{x['name']} ({x['type']})" for x in use.get("devices", [])) or use.get("error", "?")
     print(f"in use        build {use['build']}: {devices}; RPC {'built in' if use.get('rpc') else 'not built in'}")
+    if (rp := use.get("repack")) is not None:
+        print(f"repacking     {'on' if rp['allowed'] else 'off'}" + (f": {rp['reason']}" if rp["reason"] else
+                                                                   ": llama.cpp's repacked CPU kernels ran on this CPU"))
     for e in d["errors"]:
         print(f"note          {e}")
     return EXIT_OK

@@ -227,8 +227,8 @@ def run(args) -> int:
             if args.json:
                 result = engine.submit(job).result()
                 out = result.to_json()
-                keys = ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks", "exact", "identity",
-                        "rpc", "placement")  # fmt: skip
+                keys = ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks", "extra_bufts",
+                        "exact", "identity", "rpc", "placement")  # fmt: skip
                 out["model"] = {k: info.get(k) for k in keys}
                 sys.stdout.write(json.dumps(out) + "\n")
                 return 0

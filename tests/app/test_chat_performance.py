@@ -119,6 +119,9 @@ def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
     had to work around is told to the user (forced at the probe's seam)."""
     from engine.runtime.load.loadcheck import CRASH_ENV
 
+    from engine.runtime.llama.repack import OVERRIDE_ENV
+
+    monkeypatch.setenv(OVERRIDE_ENV, "on")  # a machine whose repacked kernels run, but not for this model
     monkeypatch.setenv(CRASH_ENV, "extra-bufts")
     info = load(qtbot, window, gemma)
     chat = window.pages["chat"]
@@ -137,6 +140,11 @@ def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
     assert reply.strip()
     for marker in ("<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>"):
         assert marker not in reply and marker not in chat.transcript.toPlainText()
+    shown = len(window.ctx.messages.open_dialogs)
+    load(qtbot, window, gemma)  # the same file again: the fallback is remembered, and said in the status bar only
+    assert len(window.ctx.messages.open_dialogs) == shown
+    again = window.models.current
+    assert again["fallbacks"] == info["fallbacks"] and not again["fallbacks_found_now"]
 
 
 def test_chat_samples_with_mtp_and_keeps_sampling_per_chat(qtbot, window, fixtures):

@@ -11,10 +11,11 @@ import itertools
 
 import pytest
 from PySide6.QtCore import QPoint, Qt, QUrl
-from PySide6.QtGui import QFontInfo, QTextCursor, QTextDocument
+from PySide6.QtGui import QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication
 
 from app.bridge import JobSignals
+from app.markdown import mono_family
 from engine.runtime import jobs as J
 from engine.runtime.decode.stats import GenerationStats
 from engine.runtime.prompt.reply import Part, Reply
@@ -96,6 +97,14 @@ def click_text(qtbot, chat, needle: str) -> None:
     qtbot.mouseClick(chat.transcript.viewport(), Qt.MouseButton.LeftButton, pos=point)
 
 
+def in_code_font(fmt) -> bool:
+    """Set in the system's fixed-width font, the one the app asks Qt for. Not whether Qt
+    calls the font fixed-pitch: that depends on the machine's fonts (Qt says no to Noto
+    Sans Mono, a common desktop "monospace")."""
+    font = fmt.font()
+    return mono_family() in (font.families() or [font.family()])
+
+
 def format_at(chat, needle: str):
     found = chat.transcript.document().find(needle)
     assert not found.isNull(), needle
@@ -162,8 +171,8 @@ def test_markdown_reply_with_a_monospace_code_block_and_a_copy_link(qtbot, chat)
     assert "Show me <i>code</i> & more" in shown  # the user's text is text
     assert "<b>raw html</b>" in shown and "**" not in shown and "```" not in shown
     assert format_at(chat, "bold").fontWeight() >= 600
-    assert QFontInfo(format_at(chat, "return a + b").font()).fixedPitch()
-    assert not QFontInfo(format_at(chat, "Done.").font()).fixedPitch()
+    assert in_code_font(format_at(chat, "return a + b"))
+    assert not in_code_font(format_at(chat, "Done."))
     assert format_at(chat, "Copy").anchorHref() == "copy:0"
     QApplication.clipboard().setText("something else")
     click_text(qtbot, chat, "Copy")
@@ -194,7 +203,7 @@ def test_tool_calls_show_as_cards_with_pretty_arguments(qtbot, chat):
     assert '"city": "Paris",' in shown and '\n  "days": [\n    1,' in shown  # indented, one value a line
     assert "<tool_call>" not in shown
     assert chat.conv.messages[-1]["calls"] == [{"name": "get_weather", "arguments": call.arguments, "id": "call_7"}]
-    assert QFontInfo(format_at(chat, '"city"').font()).fixedPitch()
+    assert in_code_font(format_at(chat, '"city"'))
 
 
 # -------------------------------------------------------------------- Think box

@@ -197,6 +197,29 @@ def test_backend_page_shows_what_is_in_use(qtbot, window):
     assert page.build_btn.text().startswith("Build CPU")
 
 
+
+def test_repacking_off_is_said_in_the_status_bar_and_on_the_backend_page_not_in_a_dialog(qtbot, window, fixtures,
+                                                                                          monkeypatch):
+    """Where repacking is off for the machine (here the user's override; on a CPU whose
+    repacked kernels crash, the probe's verdict), every load follows it without a word
+    of its own: one label in the status bar, one line on the Backend page."""
+    from engine.runtime.llama.repack import OVERRIDE_ENV
+
+    monkeypatch.setenv(OVERRIDE_ENV, "off")
+    assert not window.repack_label.isVisible()
+    info = load(qtbot, window, fixtures["partial"].path, "integrated")
+    assert info["extra_bufts"] is False and info["fallbacks"] == []
+    assert window.repack_label.isVisible() and "off on this CPU" in window.repack_label.toolTip()
+    assert not window.ctx.messages.open_dialogs
+    page = window.pages["backend"]
+    window.show_page("backend")
+    qtbot.waitUntil(lambda: page.plan is not None, timeout=20000)
+    assert f"CPU weight repacking: off on this CPU. {OVERRIDE_ENV}=off turns it off" in page.plan_view.toPlainText()
+    monkeypatch.delenv(OVERRIDE_ENV)
+    load(qtbot, window, fixtures["full"].path, "integrated")
+    assert window.repack_label.isVisible() is (not window.models.current["extra_bufts"])
+
+
 # ---------------------------------------------------------- settings/restart
 def test_settings_and_history_survive_a_restart(qtbot, settings_path, tmp_path, monkeypatch, fixtures):
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))

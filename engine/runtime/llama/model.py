@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import Cancelled, ModelLoadError
+from engine.runtime.llama import repack
 from engine.runtime.llama.lib import llama
 from engine.runtime.llama.owned import OwnedPtr
 
@@ -73,14 +74,19 @@ class Model(OwnedPtr):
         progress: Callable[[float], None] | None = None,
         cancel: threading.Event | None = None,
         metadata_only: bool = False,
-        use_extra_bufts: bool = True,
+        use_extra_bufts: bool | None = None,
         placement=None,
     ) -> Model:
         """Load ``path`` (which must already be validated: llama.cpp can abort on bad
         input). Raises :class:`Cancelled` when ``cancel`` is set during the load.
         ``metadata_only`` allocates no tensor data (a fast structural check);
-        ``use_extra_bufts=False`` turns off llama.cpp's CPU weight repacking (extra buffer
-        types such as AMX), the known-safe fallback when its kernels crash."""
+        ``use_extra_bufts`` is llama.cpp's CPU weight repacking (extra buffer types such as
+        AMX); None: as this machine's verdict says (:mod:`engine.runtime.llama.repack`,
+        probed once per CPU and build), False: off, the known-safe fallback when its
+        kernels crash."""
+        if use_extra_bufts is None:
+            use_extra_bufts = False if metadata_only else repack.allowed()  # no data, no kernels
+        repack.simulate_crash_if_asked(use_extra_bufts and not metadata_only)
         L = llama()
         params = L.llama_model_default_params()
         params.load_mtp = bool(load_mtp)

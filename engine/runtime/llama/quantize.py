@@ -20,8 +20,11 @@ from engine.runtime.llama.lib import default_threads, llama
 QUANT_TYPES = {name: ftype for ftype, name in FILE_TYPES.items() if name in ("Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K", "F16")}
 
 
-def quantize(src: str | Path, dst: str | Path, quant: str, *, threads: int | None = None) -> Path:
-    """Write ``src`` quantized to ``quant`` (e.g. ``"Q4_K_M"``) at ``dst``."""
+def quantize(
+    src: str | Path, dst: str | Path, quant: str, *, threads: int | None = None, requantize: bool = False
+) -> Path:
+    """Write ``src`` quantized to ``quant`` (e.g. ``"Q4_K_M"``) at ``dst``. ``requantize``
+    allows a quantized input (llama.cpp refuses one otherwise: quality is lost twice)."""
     if quant not in QUANT_TYPES:
         raise InvalidRequestError(f"unknown quantization {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
     src, dst = Path(src), Path(dst)
@@ -31,6 +34,7 @@ def quantize(src: str | Path, dst: str | Path, quant: str, *, threads: int | Non
     params = L.llama_model_quantize_default_params()
     params.ftype = QUANT_TYPES[quant]
     params.nthread = threads or default_threads()
+    params.allow_requantize = bool(requantize)
     tmp = dst.with_name(f".{dst.name}.partial-{os.getpid()}")
     try:
         rc = L.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)

@@ -20,6 +20,7 @@ from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.llama.devices import list_devices, loaded_lib_dir
+from engine.runtime.llama import repack
 from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.demo import demo_model_path
@@ -50,6 +51,7 @@ def _child(expect: str) -> int:
     report: dict = {"ok": False, "expect": expect, "lib_dir": str(loaded_lib_dir())}
     report["devices"] = list_devices()
     report["system_info"] = system_info()
+    report["repack"] = repack.verdict().to_json()  # this build's on this CPU: the load below follows it
     gpu_devices = [d for d in report["devices"] if d["type"] in ("gpu", "igpu")]
     lm = load(LoadSpec(demo_model_path(), mtp=MtpSource.INTEGRATED, n_gpu_layers=-1, n_ctx=512, probe=False))
     try:

@@ -6,9 +6,11 @@ crash with SIGSEGV on the first decode of quantized models on some Xeons
 checks. The engine is in-process, so that would close the app. Before a (model files,
 llama.cpp build, load settings) combination is first decoded here, a child process
 (:mod:`engine.runtime.load.loadcheck_child`) loads it and decodes a few tokens, plain and with
-MTP when there is a draft source. When the child crashes, it is diagnosed and the
+MTP when there is a draft source. The child loads as this machine's repacking verdict
+says (:mod:`engine.runtime.llama.repack`: where the CPU's repacked kernels crash, no
+model tries them). When the child crashes with repacking on, it is diagnosed and the
 known-safe fallback is tried (CPU weight repacking, llama.cpp's "extra buffer types",
-off); what worked is cached, so later loads are instant.
+off) for this model; what worked is cached, so later loads are instant.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from engine.childproc import ChildOutcome, run_child
 from engine.errors import ModelLoadError, NativeCrashError
 from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
+from engine.runtime.llama import repack
 from engine.runtime.llama.cachekey import model_key
 
 PROBE_VERSION = 2
@@ -48,29 +51,19 @@ class ProbeRequest:
 class LoadVerdict:
     """What the probe established: the settings to load with, and what it had to do."""
 
-    use_extra_bufts: bool = True
+    #: None: no probe ran, so as this machine's verdict says (engine.runtime.llama.repack)
+    use_extra_bufts: bool | None = None
     #: user-facing sentences, one per fallback taken (empty when none was needed)
     fallbacks: list[str] = field(default_factory=list)
     cached: bool = False
     seconds: float = 0.0
 
 
-def cpu_has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return "amx_int8" in line.split() or "amx_tile" in line.split()
-    except OSError:
-        pass
-    return False
-
-
 # ------------------------------------------------------------------------ cache
 def _key(req: ProbeRequest) -> str:
     return model_key(
         PROBE_VERSION, req.path, req.head, req.mtp, req.n_gpu_layers, req.max_draft_depth, req.exact,
-        os.environ.get(CRASH_ENV, ""),
+        os.environ.get(CRASH_ENV, ""), repack.allowed(),
     )
 
 
@@ -151,12 +144,13 @@ def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.E
     if hit is not None:
         return hit
     t0 = time.perf_counter()
-    first = _run(req, True, timeout, cancel)
+    machine = repack.allowed()  # off where this CPU's repacked kernels crash: no model tries them
+    first = _run(req, machine, timeout, cancel)
     if first.returncode == 0 and first.last.get("ok"):
-        verdict = LoadVerdict(True, [])
+        verdict = LoadVerdict(machine, [])
     elif first.returncode == 0 and first.last.get("error"):
         raise ModelLoadError(f"llama.cpp rejects {Path(req.path).name}: {first.last['error']}")
-    elif first.last.get("stage") in ("load", "start", None) or first.timed_out:
+    elif not machine or first.last.get("stage") in ("load", "start", None) or first.timed_out:
         # the repack kernels run on decode: a crash before it has no known-safe fallback
         raise NativeCrashError(
             f"{_describe_crash(first)}. MTP Studio kept running; {Path(req.path).name} cannot be used with this "
@@ -166,7 +160,7 @@ def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.E
         crash = _describe_crash(first)
         second = _run(req, False, timeout, cancel)
         if second.returncode == 0 and second.last.get("ok"):
-            amx = " (this CPU has AMX, whose repack kernels are known to crash: ggml-org/llama.cpp#20824)" if cpu_has_amx() else ""
+            amx = " (this CPU has AMX, whose repack kernels are known to crash: ggml-org/llama.cpp#20824)" if repack.cpu_has_amx() else ""
             verdict = LoadVerdict(
                 False,
                 [

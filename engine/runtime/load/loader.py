@@ -33,6 +33,7 @@ from engine.gguf.families import family, no_mtp_reason
 from engine.gguf.validate import MtpFacts, nextn_missing_problem, validate_path
 from engine.rpc.endpoints import parse_endpoints
 from engine.runtime.llama import exact as exact_mod
+from engine.runtime.llama import repack
 from engine.runtime import limits
 from engine.runtime.load import fit, rpcdevices
 from engine.runtime.load.placement import LlamaParams, LocalOnly, plan_placement
@@ -77,7 +78,8 @@ class LoadSpec:
     #: build and settings); off only inside that child and in tools that are children
     probe: bool = True
     name: str | None = None
-    #: llama.cpp's CPU weight repacking (extra buffer types); None: as the probe found
+    #: llama.cpp's CPU weight repacking (extra buffer types); None: as the probe found, or
+    #: without a probe as this machine's verdict says (engine.runtime.llama.repack)
     extra_bufts: bool | None = None
     #: batch-invariant arithmetic (engine.runtime.llama.exact): MTP output bit-identical to
     #: one-token-at-a-time decoding, at a cost in speed
@@ -287,7 +289,10 @@ def load(
             ),
             cancel=cancel,
         )
-    extra_bufts = verdict.use_extra_bufts if spec.extra_bufts is None else spec.extra_bufts
+    # the spec's word, else the probe's, else this machine's (engine.runtime.llama.repack)
+    extra_bufts = spec.extra_bufts if spec.extra_bufts is not None else verdict.use_extra_bufts
+    if extra_bufts is None:
+        extra_bufts = repack.allowed()
     if spec.exact:
         extra_bufts = False  # repacked kernels differ between one row and several
 
@@ -367,8 +372,12 @@ def load(
         #: the tool-call family its template writes (prompt.calls)
         "tool_format": template.calls.format.name if template.calls is not None else GENERIC.name,
         "extra_bufts": extra_bufts,
+        #: this machine's repacking verdict (engine.runtime.llama.repack): a sentence while it is off
+        "repack_notice": repack.verdict().notice,
         #: fallbacks the load probe had to take, as sentences for the user
         "fallbacks": list(verdict.fallbacks),
+        #: the probe found them on this load (False: remembered from an earlier one)
+        "fallbacks_found_now": bool(verdict.fallbacks) and not verdict.cached,
         "exact": spec.exact,
         #: what the identity guarantee is for this load (docs/mtp.md: "Speculation and identity")
         "identity": _identity_claim(spec, quant, source),

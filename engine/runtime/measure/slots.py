@@ -29,6 +29,8 @@ from pathlib import Path
 
 import httpx2 as httpx
 
+from engine.runtime.llama import repack
+
 PROMPTS = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
     "Explain how a refrigerator works to a ten-year-old.",
@@ -154,7 +156,11 @@ class ServerProcess:
 
     @classmethod
     def llama_server(cls, binary: str, model: Path, args: list[str], threads: int) -> ServerProcess:
-        return cls([binary, "-m", str(model), "--host", "127.0.0.1", "-t", str(threads), "--no-webui", *args])
+        """llama-server on ``model``, with weight repacking as ours has it on this machine
+        (like with like; and where this CPU's repacked kernels crash, llama-server dies
+        with them on its first request unless started with ``--no-repack``)."""
+        return cls([binary, "-m", str(model), "--host", "127.0.0.1", "-t", str(threads), "--no-webui",
+                    *repack.llama_server_args(), *args])  # fmt: skip
 
     @classmethod
     def ours(cls, model: Path, parallel: int, ctx: int) -> ServerProcess:

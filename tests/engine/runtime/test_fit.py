@@ -52,7 +52,10 @@ def test_kv_and_weights_match_llama_cpp_on_an_attention_model(dense, buffers, n_
         est = estimate(ModelShape.of_set(open_set(dense)), n_ctx, mtp=False, depth=lm.max_draft_depth)
         assert _logged(buffers, "kv") == [est.kv_bytes]  # exactly: 4 layers x cells x 2 heads x 128 x 2 B
         assert est.kv_bytes == 4 * pad(n_ctx) * 2 * (64 + 64) * 2
-        (weights,) = _logged(buffers, "weights")
+        # one buffer, or two where llama.cpp repacks the weights its CPU kernels read
+        # (CPU_REPACK, AMX): the estimate is of the sum
+        weights = sum(_logged(buffers, "weights"))
+        assert 1 <= len(_logged(buffers, "weights")) <= 2
         assert abs(est.weights_bytes - weights) <= 0.01 * weights + (1 << 20)  # MiB-rounded log line
         (compute,) = _logged(buffers, "compute")
         assert 0.5 * compute <= est.compute_bytes - RUNTIME_BYTES <= 1.6 * compute

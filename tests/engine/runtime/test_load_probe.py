@@ -3,7 +3,9 @@ diagnosed and the known-safe fallback taken, settings llama.cpp asserts on are r
 
 This machine's CPU may lack AMX (whose repack kernels crash on quantized models), so the
 crash is forced at the one true seam: the probe child kills itself with SIGSEGV exactly
-where the AMX kernel would (``MTP_STUDIO_PROBE_CRASH``)."""
+where the AMX kernel would (``MTP_STUDIO_PROBE_CRASH``). These tests are of one model's
+crash on a machine whose repacked kernels otherwise run (``MTP_STUDIO_REPACK=on``, so they
+hold on every CPU); a CPU whose kernels always crash is tests/engine/runtime/test_repack.py's."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from engine.errors import GGUFError, InvalidSettingError, NativeCrashError
 from engine.gguf.validate import validate_path
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine
+from engine.runtime.llama import repack
 from engine.runtime.load.loadcheck import CRASH_ENV, ProbeRequest, check_load
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.qwen35 import build_model
@@ -37,11 +40,13 @@ def fresh_copy(fixtures, tmp_path):
 
 
 def test_a_crash_on_first_decode_falls_back_to_repacking_off_and_is_remembered(fresh_copy, monkeypatch):
+    monkeypatch.setenv(repack.OVERRIDE_ENV, "on")
     monkeypatch.setenv(CRASH_ENV, "extra-bufts")
     lm = load(LoadSpec(fresh_copy, mtp=MtpSource.INTEGRATED, n_ctx=256))
     try:
         assert lm.info["extra_bufts"] is False
         (note,) = lm.info["fallbacks"]
+        assert lm.info["fallbacks_found_now"]
         assert "SIGSEGV" in note and "repacking" in note and "decoding the first tokens" in note
         g = run(lm, PROMPTS[0], 2)  # and it decodes, with MTP
         assert g.tokens and g.stats.drafted > 0
@@ -50,6 +55,11 @@ def test_a_crash_on_first_decode_falls_back_to_repacking_off_and_is_remembered(f
     req = ProbeRequest(str(fresh_copy), None, "integrated", -1, 4)
     again = check_load(req)
     assert again.cached and again.use_extra_bufts is False and again.fallbacks == [note]
+    lm = load(LoadSpec(fresh_copy, mtp=MtpSource.INTEGRATED, n_ctx=256))  # said once: known now
+    try:
+        assert lm.info["fallbacks"] == [note] and not lm.info["fallbacks_found_now"]
+    finally:
+        lm.close()
 
 
 def test_a_crash_with_every_setting_is_a_typed_error_and_the_engine_lives_on(fresh_copy, fixtures, monkeypatch):
@@ -67,7 +77,7 @@ def test_a_crash_with_every_setting_is_a_typed_error_and_the_engine_lives_on(fre
 def test_the_probe_is_cached_per_file_identity(fresh_copy):
     req = ProbeRequest(str(fresh_copy), None, "integrated", -1, 4)
     first = check_load(req)
-    assert not first.cached and first.use_extra_bufts is True
+    assert not first.cached and first.use_extra_bufts is repack.allowed()  # as this machine's verdict
     assert check_load(req).cached
     os.utime(fresh_copy, ns=(1, 1))  # a changed file is probed again
     assert not check_load(req).cached
