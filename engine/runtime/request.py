@@ -37,7 +37,6 @@ from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_gramm
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import Penalties
 from engine.runtime.decode.policy.base import DepthPolicy, FixedDepth
-from engine.runtime.decode.policy.store import load_policy, policy_path
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model
@@ -299,10 +298,7 @@ def depth_policy(lm: LoadedModel, depth: DraftDepth) -> DepthPolicy:
     """The policy for ``depth`` on ``lm``: auto's is one per loaded model, starting from
     what this machine learned before; a fixed depth must fit the contexts' sizing."""
     if depth.is_auto:
-        if lm.auto_policy is None:
-            lm.auto_policy_path = policy_path(lm)
-            lm.auto_policy = load_policy(lm.auto_policy_path, lm.max_draft_depth)
-        return lm.auto_policy
+        return lm.auto_depth()
     assert depth.fixed is not None
     if depth.fixed > lm.max_draft_depth:
         raise InvalidRequestError(

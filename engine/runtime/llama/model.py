@@ -52,7 +52,6 @@ class Model(OwnedPtr):
         self.add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
         #: llguidance tokenizers by end-token set (engine.runtime.llama.vocab)
         self.grammar_tokenizers: dict = {}
 
@@ -166,17 +165,18 @@ class Model(OwnedPtr):
         return tokens
 
     def piece(self, token: int) -> bytes:
-        """Bytes of one token as it appears in generated text (control tokens render empty)."""
+        """Bytes of one token as it appears in generated text (control tokens render empty).
+        Any thread: each call reads into a buffer of its own (the library call releases
+        the GIL), and the cache only ever holds a token's own bytes."""
         p = self._pieces.get(token)
         if p is None:
             L = llama()
-            n = L.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+            buf = ctypes.create_string_buffer(64)
+            n = L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)
                 n = L.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
-                p = buf.raw[:n]
-            else:
-                p = self._piece_buf.raw[:n]
+            p = buf.raw[:n]
             self._pieces[token] = p
         return p
 

@@ -41,6 +41,8 @@ from engine.runtime.llama.context import Context
 from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
+from engine.runtime.decode.policy.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.store import load_policy, policy_path
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.suffix import OutputStore
@@ -119,9 +121,10 @@ class LoadedModel:
     info: dict = field(default_factory=dict)
     template: ChatTemplate = field(default_factory=lambda: ChatTemplate.of("default", "chatml"))
     #: the adaptive-depth policy of this model, kept across requests, and where it is saved
-    #: (engine.runtime.decode.policy.store)
+    #: (engine.runtime.decode.policy.store): made once, by :meth:`auto_depth`
     auto_policy: Any = None
     auto_policy_path: Path | None = None
+    _policy_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: the prompt cache: snapshots of this model's prompt prefixes (set by the engine)
     snapshots: SnapshotCache | None = None
     #: with ``parallel`` > 1: the slots (``session`` is slot 0's), and the shared contexts
@@ -129,6 +132,16 @@ class LoadedModel:
     shared: tuple[Context, ...] = ()
     #: recent outputs, for suffix drafts in later requests (bounded; lost with the model)
     outputs: OutputStore = field(default_factory=OutputStore)
+
+    def auto_depth(self) -> AdaptiveDepth:
+        """This model's adaptive-depth policy, shared by every request on it: made on first
+        use from what this machine learned before. Any thread (the slots' threads ask at once
+        after a load): it is made once, under a lock."""
+        with self._policy_lock:
+            if self.auto_policy is None:
+                self.auto_policy_path = policy_path(self)
+                self.auto_policy = load_policy(self.auto_policy_path, self.max_draft_depth)
+            return self.auto_policy
 
     @property
     def max_draft_depth(self) -> int:

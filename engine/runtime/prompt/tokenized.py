@@ -9,30 +9,29 @@ Not the prompt cache: that one holds decoding state
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 
 class TokenizedTexts:
     """Text and tokens of the last few prompts plus their generated replies (one per
-    conversation that took turns lately), newest last."""
+    conversation that took turns lately), newest last.
+
+    Shared by every request on one model, prepared and finished on their own threads:
+    any thread may call it; a lock keeps the list whole (tokenizing runs outside it)."""
 
     def __init__(self, size: int = 16):
         self.size = size
         self._entries: list[tuple[str, tuple[int, ...]]] = []
-
-    @property
-    def text(self) -> str:
-        return self._entries[-1][0] if self._entries else ""
-
-    @property
-    def tokens(self) -> tuple[int, ...]:
-        return self._entries[-1][1] if self._entries else ()
+        self._lock = threading.Lock()
 
     def tokenize(self, text: str, tokenize: Callable[[str], list[int]]) -> list[int]:
         """Tokens for ``text``, reusing the tokens of the longest remembered text that
         ``text`` extends."""
+        with self._lock:
+            entries = list(self._entries)
         best = None
-        for known, tokens in self._entries:
+        for known, tokens in entries:
             if known and len(text) > len(known) and text.startswith(known) and (best is None or len(known) > len(best[0])):
                 best = (known, tokens)
         if best is not None:
@@ -43,7 +42,9 @@ class TokenizedTexts:
         text = prompt_text + reply_text
         if not text:
             return
-        # the conversation's earlier turn is superseded by this one
-        self._entries = [e for e in self._entries if not text.startswith(e[0])]
-        self._entries.append((text, (*prompt_tokens, *reply_tokens)))
-        del self._entries[: -self.size]
+        entry = (text, (*prompt_tokens, *reply_tokens))
+        with self._lock:
+            # the conversation's earlier turn is superseded by this one
+            self._entries = [e for e in self._entries if not text.startswith(e[0])]
+            self._entries.append(entry)
+            del self._entries[: -self.size]
