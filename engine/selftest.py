@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with Engine() as engine:
             info = engine.submit(J.LoadModel(LoadSpec(demo_model_path(), mtp=MtpSource.INTEGRATED))).result(120)
-            prompt = engine.submit(J.Call(lambda st, *_: st.get(None).model.prompt_tokens(PROMPT))).result(60)
+            prompt = engine.submit(J.Call(lambda st, *_: st.get(None).model.prompt_tokens(PROMPT), access="read")).result(60)
             plain = engine.submit(J.Generate(prompt=prompt, max_tokens=TOKENS, mtp=Mtp.OFF, ignore_eog=True)).result(120)
             spec = engine.submit(J.Generate(prompt=prompt, max_tokens=TOKENS, draft_depth=3, ignore_eog=True)).result(120)
             off_noise = []

@@ -5,8 +5,9 @@ receive events. Jobs are taken in submission order (FIFO is the fairness rule: a
 never waits behind one submitted later). A model loaded with several slots
 (``LoadSpec.parallel``) decodes that many generations together: the engine thread hands
 each to a free slot, which runs it on a thread of its own
-(:mod:`engine.runtime.slots`), and waits for one when all are busy; any other job waits
-until the slots are idle. A bounded queue rejects work with :class:`QueueFullError`
+(:mod:`engine.runtime.slots`), and waits for one when all are busy. A read-only
+:class:`~engine.runtime.jobs.Call` (``access="read"``: counting a prompt's tokens) runs
+between the slots' steps; any other job waits until the slots are idle. A bounded queue rejects work with :class:`QueueFullError`
 instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
@@ -207,8 +208,9 @@ class Engine:
             except MtpStudioError as e:
                 refused = e
         pool_model = self._slotted(handle.job) if refused is None else None
-        if pool_model is None:
-            self._drain()  # anything but a generation in a slot has the models to itself
+        reads = isinstance(handle.job, J.Call) and handle.job.access == "read"
+        if pool_model is None and not reads:
+            self._drain()  # anything else that is not a generation in a slot has the models to itself
         handle._emit(J.Started(handle.id))
         if refused is not None:
             handle._emit(J.Failed(refused, refused.code, str(refused)))

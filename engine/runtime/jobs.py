@@ -124,10 +124,24 @@ class Generate:
 class Call:
     """Run ``fn(engine_state)`` on the engine thread (bench, tests, tools that need a
     loaded model). ``fn`` gets the :class:`~engine.runtime.engine.EngineState`, the
-    cancel event and an ``emit`` function for progress events."""
+    cancel event and an ``emit`` function for progress events.
+
+    ``access`` is what ``fn`` needs: ``"exclusive"`` (the default) has the models to
+    itself, after every running generation has ended; ``"read"`` only reads them —
+    renders, tokenizes, reads a model's facts, never decodes nor loads — and runs between
+    the running generations' steps, so a count does not wait for every stream to end."""
 
     fn: Callable[[Any, threading.Event, Callable[[Event], None]], Any]
     label: str = "call"
+    access: str = "exclusive"
+
+    def __post_init__(self) -> None:
+        if self.access not in CALL_ACCESS:
+            raise ValueError(f"access must be one of {', '.join(CALL_ACCESS)}, got {self.access!r}")
+
+
+#: what a Call may need of the loaded models
+CALL_ACCESS = ("exclusive", "read")
 
 
 # ----------------------------------------------------------------------- events

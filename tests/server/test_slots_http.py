@@ -78,3 +78,39 @@ def test_a_client_that_disconnects_frees_its_slot(served):
         time.sleep(0.05)
     assert all(s["state"] == "idle" for s in eng.slots()["tiny"])
     assert _values(srv.url)["mtp_slots_busy"] == 0
+
+
+def test_count_tokens_answers_while_streams_run(served):
+    """Claude Code sends /v1/messages/count_tokens constantly, beside its running streams:
+    the count is answered between their steps (with the official ``anthropic`` client),
+    while both streams are still running."""
+    from anthropic import Anthropic
+    from openai import OpenAI
+
+    srv, _ = served
+    first_text = [threading.Event(), threading.Event()]
+    ended: list[float] = []
+
+    def stream(i: int) -> None:
+        with OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
+            chunks = client.completions.create(model="tiny", prompt=PROMPTS[i], max_tokens=440, temperature=0,
+                                               stream=True, extra_body={"ignore_eos": True})  # fmt: skip
+            for c in chunks:
+                if c.choices and c.choices[0].text:
+                    first_text[i].set()
+        ended.append(time.perf_counter())
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        assert all(ev.wait(60) for ev in first_text)
+        client = Anthropic(base_url=srv.url, api_key="unused", max_retries=0)
+        n = client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": "How long is this?"}])
+        counted = time.perf_counter()
+        assert n.input_tokens > 5
+        assert not ended, "the count waited for the streams to end"
+    finally:
+        for t in threads:
+            t.join(120)
+    assert len(ended) == 2 and min(ended) > counted

@@ -59,7 +59,7 @@ async def count_tokens(request: Request):
     engine = request.app.state.engine
     req = M.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults, count_only=True)
     try:
-        handle = engine.submit(J.Call(partial(count_prompt, req.job), label="count_tokens"))
+        handle = engine.submit(J.Call(partial(count_prompt, req.job), label="count_tokens", access="read"))
     except Exception as e:  # the engine queue is full, or the engine stopping
         raise E.from_exception(e, request.app.state.settings.retry_after_s) from None
     try:
