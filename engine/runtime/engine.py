@@ -3,9 +3,10 @@
 The GUI and the HTTP server never touch llama.cpp; they :meth:`Engine.submit` jobs and
 receive events. Jobs are taken in submission order (FIFO is the fairness rule: a request
 never waits behind one submitted later). A model loaded with several slots
-(``LoadSpec.parallel``) decodes that many generations together: the engine thread hands
-each to a free slot, which runs it on a thread of its own
-(:mod:`engine.runtime.slots`), and waits for one when all are busy. A read-only
+(``LoadSpec.parallel``) decodes that many generations together: the engine thread admits
+each to a free slot (waiting for one when all are busy), a thread of the request's own
+prepares its prompt, and its decode loop then runs here, on the engine thread, one of the
+sequences its batcher steps together (:mod:`engine.runtime.slots`). A read-only
 :class:`~engine.runtime.jobs.Call` (``access="read"``: counting a prompt's tokens) runs
 between the slots' steps; any other job waits until the slots are idle. A bounded queue rejects work with :class:`QueueFullError`
 instead of growing without limit.
@@ -38,13 +39,13 @@ from engine.errors import (
     RpcConnectionLostError,
 )
 from engine.runtime import jobs as J
-from engine.runtime.generatejob import run_generate
+from engine.runtime.generatejob import decode_prepared, prepare_in_slot, run_generate
 from engine.runtime.handle import EventFn, JobHandle
 from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.modelstate import EngineState, Published
 from engine.runtime.request import resolve
-from engine.runtime.slots.pool import STEP_WAIT, Reservation
+from engine.runtime.slots.pool import STEP_WAIT
 from engine.runtime.worker import WorkerModel
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
@@ -224,15 +225,22 @@ class Engine:
         """Run a job's body and end its event stream: Done (cancelled too) or Failed."""
         try:
             result = run()
-        except Cancelled:
-            handle._emit(J.Done(None, cancelled=True))
-        except MtpStudioError as e:
-            handle._emit(J.Failed(e, e.code, str(e)))
-        except Exception as e:  # never let a job kill the engine thread
-            log.exception("job %s failed", handle.id)
-            handle._emit(J.Failed(e, "internal_error", f"Internal error: {e}"))
+        except Exception as e:
+            self._fail(handle, e)
         else:
             handle._emit(J.Done(result, cancelled=handle.cancelled))
+
+    @staticmethod
+    def _fail(handle: JobHandle, e: Exception) -> None:
+        """End ``handle``'s event stream for a body that raised ``e``: a cancel is not an
+        error; a typed error is told as it is; anything else is an internal error (logged)."""
+        if isinstance(e, Cancelled):
+            handle._emit(J.Done(None, cancelled=True))
+        elif isinstance(e, MtpStudioError):
+            handle._emit(J.Failed(e, e.code, str(e)))
+        else:  # never let a job kill the engine thread
+            log.exception("job %s failed", handle.id, exc_info=e)
+            handle._emit(J.Failed(e, "internal_error", f"Internal error: {e}"))
 
     # ------------------------------------------------------------------ slots
     def _take(self) -> JobHandle | None:
@@ -261,30 +269,45 @@ class Engine:
         return lm if isinstance(lm, LoadedModel) and lm.slots is not None else None
 
     def _start_in_slot(self, handle: JobHandle, lm: LoadedModel) -> None:
-        """Admit ``handle`` to ``lm``'s slots (waiting while all are taken: FIFO) and run it
-        on a thread of its own, which prepares its prompt and then takes the slot that
-        suits it (engine.runtime.slots.pool)."""
+        """Admit ``handle`` to ``lm``'s slots (waiting while all are taken: FIFO). A thread of
+        its own prepares its prompt and takes the slot that suits it
+        (engine.runtime.slots.pool); its decode loop then runs on this thread, in the steps
+        of the model's batcher, from the next step until it ends."""
         assert lm.slots is not None
-        reservation = lm.slots.reserve(handle.id, handle.cancel_event)
+        pool = lm.slots
+        reservation = pool.reserve(handle.id, handle.cancel_event)
         if reservation is None:
             handle._emit(J.Done(None, cancelled=True))
             return
         self._published.give_cache(lm)
         with self._lock:
             self._in_slots.add(handle)
+        texts = self._state.texts_of(lm.name)
 
-        def run() -> None:
+        def leave() -> None:
+            reservation.close()
+            with self._lock:
+                self._in_slots.discard(handle)
+
+        def prepare_and_join() -> None:  # the request's thread: render, tokenize, choose the slot
             try:
-                with reservation:
-                    self._finish(handle, lambda: self._run_in_slot(handle, lm, reservation))
-            finally:
-                with self._lock:
-                    self._in_slots.discard(handle)
+                prep, slot = prepare_in_slot(handle.job, lm, texts, reservation)
 
-        threading.Thread(target=run, name=f"mtp-slot-job-{handle.id}", daemon=True).start()
+                def decode() -> None:  # the engine thread, in the steps
+                    try:
+                        self._finish(handle, lambda: self._decode_in_slot(handle, lm, prep, texts, slot))
+                    finally:
+                        leave()
 
-    def _run_in_slot(self, handle: JobHandle, lm: LoadedModel, reservation: Reservation) -> J.GenerateResult:
-        result = run_generate(handle.job, lm, self._state.texts_of(lm.name), handle, reservation)
+                pool.batcher.start(decode)
+            except Exception as e:
+                self._fail(handle, e)
+                leave()
+
+        threading.Thread(target=prepare_and_join, name=f"mtp-prepare-{handle.id}", daemon=True).start()
+
+    def _decode_in_slot(self, handle: JobHandle, lm: LoadedModel, prep, texts, slot) -> J.GenerateResult:
+        result = decode_prepared(handle.job, prep, lm, texts, handle, slot)
         self._count(result, result.prompt_tokens)
         return result
 

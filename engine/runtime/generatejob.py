@@ -1,6 +1,8 @@
 """One generation on a model in this process: a resolved :class:`~engine.runtime.jobs.Generate`
 met with its model, decoded, its events emitted, and what it leaves behind kept (the
-conversation's tokens, what auto learned). Engine thread only.
+conversation's tokens, what auto learned). Preparing (:func:`~engine.runtime.request.prepare`)
+and choosing a slot (:func:`prepare_in_slot`) may run on any thread; decoding runs on the engine
+thread (a slot's, in a sequence of its batcher's steps).
 """
 
 from __future__ import annotations
@@ -14,23 +16,34 @@ from engine.runtime.decode.stopping import StopReason
 from engine.runtime.handle import JobHandle
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts
-from engine.runtime.request import prepare
-from engine.runtime.slots.pool import Reservation
+from engine.runtime.request import Prepared, prepare
+from engine.runtime.slots.pool import Reservation, Slot
 
 
-def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle,
-                 reservation: Reservation | None = None) -> J.GenerateResult:  # fmt: skip
-    """Run the resolved ``job`` on ``lm``, emitting its tokens (split into the reply's parts
-    when it has them) and rounds to ``h``; with a ``reservation`` in one of the model's slots,
-    the one its prompt suits, chosen once the prompt is known (its depth then per batch size:
-    engine.runtime.slots.batchdepth)."""
+def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle) -> J.GenerateResult:
+    """Run the resolved ``job`` on ``lm``'s own session (a model without slots), emitting
+    its tokens (split into the reply's parts when it has them) and rounds to ``h``."""
+    return decode_prepared(job, prepare(job, lm, texts), lm, texts, h)
+
+
+def prepare_in_slot(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts,
+                    reservation: Reservation) -> tuple[Prepared, Slot]:  # fmt: skip
+    """Prepare ``job`` (render, tokenize: any thread) and take the slot its prompt suits;
+    with MTP auto its depth policy is then the step's, per batch size
+    (engine.runtime.slots.batchdepth)."""
     prep = prepare(job, lm, texts)
-    slot = None
-    if reservation is not None:
-        slot = reservation.bind(prep.prompt)
-        if prep.params.depth is not None:
-            depth = reservation.pool.depth_policy(slot, prep.params.depth)
-            prep = replace(prep, params=replace(prep.params, depth=depth))
+    slot = reservation.bind(prep.prompt)
+    if prep.params.depth is not None:
+        depth = reservation.pool.depth_policy(slot, prep.params.depth)
+        prep = replace(prep, params=replace(prep.params, depth=depth))
+    return prep, slot
+
+
+def decode_prepared(job: J.Generate, prep: Prepared, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle,
+                    slot: Slot | None = None) -> J.GenerateResult:  # fmt: skip
+    """Decode a prepared generation on ``slot``'s session (one of the model's slots, in the
+    steps of its batcher) or the model's own, emitting to ``h``, and keep what it leaves
+    behind (the conversation's tokens, what auto learned)."""
     session = slot.session if slot is not None else lm.session
     session.phase_hook = job.phase_hook
     parser = prep.reply.parser() if prep.reply is not None else None

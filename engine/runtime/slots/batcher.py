@@ -1,41 +1,57 @@
-"""One decode for every waiting sequence: the step of continuous batching.
+"""One decode for every waiting sequence: the step of continuous batching, on one thread.
 
-A sequence's thread submits its rows (:meth:`Batcher.submit`) and waits. When every
-sequence taking part is waiting, the thread that owns the model (the one that loaded it:
-the engine thread) runs the step — always that thread: ggml's CPU threads are an OpenMP
-team of the thread that calls it, and a decode from another thread runs beside that team
-spinning, 1.65x slower on this machine's two cores. The owner steps in
-:meth:`Batcher.step_once` between its other work, and inline when it decodes itself
-(tools using slot 0 while no slot is busy). The rows of all of
-them go to llama.cpp in as few decodes as the context's batch and logit-row limits
-allow: the MTP context's (one per head with chained heads, whose decodes select a head
-for the whole batch) while any sequence is drafting, else the target's — so every target
-decode carries every sequence's rows, however out of step they arrived. Each request then reads its own rows
-of the output buffers in place. A later decode of the same context overwrites them: a
-sequence that submitted to the other context since (its prompt's MTP entries, before it
-reads the prompt's last logits) may still need them, so before a context decodes again
-the rows of every sequence that is not decoding on it now are copied out (no sequence
-reads anything during a step: all are waiting). When a step needs more than one decode
-of a context, the rows of all but the last are copied too.
+Every sequence's decode loop runs on the thread that owns the model (the one that loaded
+it: the engine thread), each in a greenlet of its own: the ordinary loop
+(:mod:`engine.runtime.decode.loop`), unchanged. Its one suspension point is a decode: a
+sequence hands its rows over (:meth:`Batcher.submit`) and switches back to the scheduler
+(:meth:`Batcher.step_once`), which resumes every sequence until each is waiting for a
+decode or has ended, then runs the step, then resumes the sequences whose rows it decoded.
+No thread hands over to another, no lock is waited for and nothing is woken that has
+nothing to do: a step costs its decodes, the sequences' own Python, and one greenlet
+switch per sequence and decode. ggml's CPU threads are an OpenMP team of the thread that
+calls it, and every decode runs on the owner (from another thread the same decode ran
+1.65x slower on this machine's two cores).
+
+A sequence arrives from any thread (:meth:`Batcher.start`: the request's thread prepared
+its prompt) and starts at the next step; it takes part from then until its loop returns.
+The rows of every waiting sequence go to llama.cpp in as few decodes as the context's
+batch and logit-row limits allow: the MTP context's (one per head with chained heads,
+whose decodes select a head for the whole batch) while any sequence is drafting, else the
+target's — so every target decode carries every sequence's rows, however out of step they
+arrived. Each sequence then reads its own rows of the output buffers in place. A later
+decode of the same context overwrites them: a sequence that submitted to the other
+context since (its prompt's MTP entries, before it reads the prompt's last logits) may
+still need them, so before a context decodes again the rows of every sequence that is not
+decoding on it now are copied out. When a step needs more than one decode of a context,
+the rows of all but the last are copied too.
 
 A decode llama.cpp refuses is retried one request at a time, so a failure lands on the
-sequence that caused it, never on the others. Every other llama.cpp call on the shared
-contexts (rolling back, snapshots) holds :attr:`Batcher.lock`, as a step does.
+sequence that caused it, never on the others.
+
+Ownership: everything here, and every sequence's session and its slot of the shared
+contexts, belongs to the owner thread; only :meth:`start` and :attr:`active` are for other
+threads (under ``_cv``). :attr:`lock` is kept for llama.cpp calls on the shared contexts
+made outside a sequence (tools and tests on the owner thread).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from greenlet import getcurrent, greenlet
 
 from engine.errors import DecodeError
 from engine.runtime.decode.policy.costs import RoundCosts
 from engine.runtime.llama.batch import Batch
 from engine.runtime.llama.context import Context
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -79,13 +95,18 @@ class Batcher:
     def __init__(self, target: Context, draft: Context | None):
         self.target = target
         self.draft = draft
-        #: held for every llama.cpp call on the shared contexts
+        #: held for llama.cpp calls on the shared contexts made outside a step
         self.lock = threading.RLock()
+        #: guards what other threads hand over: arrivals, and the count of sequences
         self._cv = threading.Condition(threading.Lock())
-        self._active = 0
+        self._arrivals: list[Callable[[], None]] = []
+        #: owner thread only: sequences taking part, those to resume, rows waiting for a step
+        self._sequences: set[greenlet] = set()
+        self._runnable: deque[greenlet] = deque()
         self._pending: list[Request] = []
+        self._waiters: dict[int, greenlet] = {}  # id(request) -> the sequence waiting for it
         self._batches: dict[int, Batch] = {}
-        #: the thread that runs every step
+        #: the thread that runs every step and every sequence
         self.owner = threading.get_ident()
         self._closed = False
         #: per context, the requests whose rows are views of its output buffers
@@ -101,73 +122,111 @@ class Batcher:
         self.target_decodes: deque[tuple[int, float]] = deque(maxlen=256)
 
     # ------------------------------------------------------------ taking part
-    def join(self) -> None:
-        """A sequence starts taking part: steps wait for its rows too."""
+    def start(self, run: Callable[[], None]) -> None:
+        """Any thread: run ``run()`` — one sequence's decode loop — on the owner thread,
+        taking part in the steps from the next one until it returns. ``run`` reports its
+        own outcome (what it raises is logged and dropped)."""
         with self._cv:
-            self._active += 1
-
-    def leave(self) -> None:
-        """A sequence stops taking part (finished, failed or cancelled): a step that
-        waited only for it runs now."""
-        with self._cv:
-            self._active -= 1
-            assert self._active >= 0
-            self._cv.notify_all()
-
-    def close(self) -> None:
-        """Refuse further decodes (the model is being unloaded); waiting ones fail."""
-        with self._cv:
-            self._closed = True
-            for r in self._pending:
-                r.error, r.done = DecodeError("the model was unloaded"), True
-            self._pending.clear()
+            if self._closed:
+                raise DecodeError("the model was unloaded")
+            self._arrivals.append(run)
             self._cv.notify_all()
 
     @property
     def active(self) -> int:
-        return self._active
+        """Sequences taking part, those about to start included (any thread)."""
+        with self._cv:
+            return len(self._sequences) + len(self._arrivals)
+
+    def close(self) -> None:
+        """Refuse further decodes (the model is being unloaded): sequences still waiting
+        fail their decode and end (owner thread)."""
+        with self._cv:
+            self._closed = True
+            arrivals, self._arrivals = self._arrivals, []
+        for r in self._pending:
+            r.error, r.done = DecodeError("the model was unloaded"), True
+            self._wake(r)
+        self._pending.clear()
+        for run in arrivals:  # each reports its own failure
+            self._begin(run)
+        self._resume()
 
     # ---------------------------------------------------------------- submit
     def submit(self, req: Request) -> Request:
-        """Decode ``req`` in the next step (now, when every other sequence is waiting or
-        none takes part). Raises what llama.cpp's decode of these rows raised."""
-        owner = threading.get_ident() == self.owner
-        with self._cv:
-            if self._closed:
-                raise DecodeError("the model was unloaded")
-            self._pending.append(req)
-            self._cv.notify_all()
+        """Decode ``req`` in the next step. From a sequence: it waits (the scheduler runs
+        the others and the step meanwhile); from the owner thread outside any sequence (a
+        tool on a slot while none is busy): the steps run here until its rows are decoded.
+        Raises what llama.cpp's decode of these rows raised."""
+        if self._closed:
+            raise DecodeError("the model was unloaded")
+        me = getcurrent()
+        self._pending.append(req)
+        if me in self._sequences:
+            self._waiters[id(req)] = me
+            me.parent.switch()  # back to the scheduler, until the step has decoded these rows
+        else:
+            assert threading.get_ident() == self.owner, "decodes run on the thread that owns the model"
             while not req.done:
-                if owner and self._ready():
-                    self._step()
-                else:
-                    self._cv.wait()
+                self.step_once(0.0)
         if req.error is not None:
             raise req.error
         return req
 
     # ------------------------------------------------------------------ step
-    def _ready(self) -> bool:
-        return bool(self._pending) and len(self._pending) >= self._active
-
     def step_once(self, timeout: float) -> bool:
-        """Owner thread: run a step once every taking part sequence is waiting, waiting
-        up to ``timeout`` seconds for that; False when none ran."""
+        """Owner thread, outside any sequence: start the sequences that arrived, resume
+        every sequence until each waits for a decode or ends, and run one step of the
+        waiting rows; with nothing to do, wait up to ``timeout`` seconds for a sequence to
+        arrive. False when no step ran."""
         assert threading.get_ident() == self.owner, "steps run on the thread that owns the model"
+        assert getcurrent() not in self._sequences, "a sequence cannot run the steps"
         with self._cv:
-            if not self._ready():
+            if not self._arrivals and not self._runnable and not self._pending and timeout > 0:
                 self._cv.wait(timeout)
-                if not self._ready():
-                    return False
-            self._step()
-            return True
+            arrivals, self._arrivals = self._arrivals, []
+        for run in arrivals:
+            self._begin(run)
+        self._resume()
+        if not self._pending:
+            return False
+        self._step()
+        self._resume()  # the sequences whose rows came back go on to their next decode
+        return True
+
+    def _begin(self, run: Callable[[], None]) -> None:
+        def body() -> None:
+            try:
+                run()
+            except BaseException:  # a sequence reports its own outcome: this is a bug
+                log.exception("a sequence's loop raised")
+            finally:
+                with self._cv:
+                    self._sequences.discard(g)
+
+        g = greenlet(body)
+        with self._cv:
+            self._sequences.add(g)
+        self._runnable.append(g)
+
+    def _resume(self) -> None:
+        """Run every runnable sequence until it waits for a decode or ends."""
+        while self._runnable:
+            g = self._runnable.popleft()
+            g.parent = getcurrent()
+            g.switch()
+
+    def _wake(self, r: Request) -> None:
+        g = self._waiters.pop(id(r), None)
+        if g is not None:
+            self._runnable.append(g)
 
     def _step(self) -> None:
-        """Run the pending MTP decodes, or when there are none, the target decodes (the
-        condition's lock is held). Target rows wait while any sequence is drafting: its
-        verify rows come soon, and one target decode with everyone's rows costs about what
-        one with a single sequence's does. So sequences that arrived at different moments
-        fall into step: every target decode carries every sequence's rows."""
+        """Run the pending MTP decodes, or when there are none, the target decodes. Target
+        rows wait while any sequence is drafting: its verify rows come soon, and one target
+        decode with everyone's rows costs about what one with a single sequence's does. So
+        sequences that arrived at different moments fall into step: every target decode
+        carries every sequence's rows."""
         drafting = [r for r in self._pending if r.ctx.is_mtp]
         if drafting:
             pending, self._pending = drafting, [r for r in self._pending if not r.ctx.is_mtp]
@@ -186,7 +245,7 @@ class Batcher:
         finally:
             for r in pending:
                 r.done = True
-            self._cv.notify_all()
+                self._wake(r)
 
     def _run(self, reqs: list[Request], head: int) -> None:
         ctx = reqs[0].ctx

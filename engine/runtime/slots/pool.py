@@ -2,8 +2,8 @@
 
 :class:`SlotPool` admits each generation first come first served: the engine thread takes
 jobs in order and waits while every slot is busy or promised (:meth:`SlotPool.reserve`), so
-a request never overtakes one submitted before it. Which slot it gets is decided on its
-own thread once its prompt is known (:meth:`Reservation.bind`): the free slot whose
+a request never overtakes one submitted before it. Which slot it gets is decided on the
+thread that prepares its prompt, once the prompt is known (:meth:`Reservation.bind`): the free slot whose
 conversation shares the longest prefix with the prompt, whose cache the prefill then
 reuses (an agent's next turn, a subagent's, each in the slot it left), else the one idle
 longest, so that the most recent conversations stay. Until then the others' steps do not
@@ -127,7 +127,6 @@ class SlotPool:
             slot.busy, slot.job_id, slot.started = True, job_id, time.perf_counter()
             slot.tokens = slot.drafted = slot.accepted = slot.depth = 0
             slot.requests += 1
-            self.batcher.join()  # before its first rows: steps wait for them from now on
             return slot
 
     def _unpromise(self) -> None:
@@ -138,7 +137,6 @@ class SlotPool:
 
     def release(self, slot: Slot) -> None:
         """The slot's generation ended (finished, failed or cancelled)."""
-        self.batcher.leave()
         with self._cv:
             slot.busy, slot.job_id, slot.released = False, None, time.perf_counter()
             self._cv.notify_all()

@@ -50,8 +50,10 @@ def main(src: str, out: str) -> None:
     got: list = [None] * 4
     rows: list = [None] * 4
 
-    def run(i: int) -> None:
-        slot = lm.slots.acquire(i)
+    slots = [lm.slots.acquire(i) for i in range(4)]
+
+    def run(i: int) -> None:  # on this thread, one of the batcher's sequences
+        slot = slots[i]
         try:
             s = slot.session
             toks = lm.model.prompt_tokens(PROMPTS[i])
@@ -62,10 +64,9 @@ def main(src: str, out: str) -> None:
         finally:
             lm.slots.release(slot)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
+    for i in range(4):
+        lm.slots.batcher.start(lambda i=i: run(i))
+    while lm.slots.batcher.active:
         lm.slots.batcher.step_once(0.005)
     lm.close()
     diff = max(float(np.abs(a - b).max()) for a, b in zip(rows, rows_alone))

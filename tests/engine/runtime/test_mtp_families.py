@@ -317,18 +317,17 @@ def test_two_sequences_together_on_chained_heads_and_a_shared_memory_assistant(f
                        parallel=2))  # fmt: skip
     try:
         got: list = [None, None]
+        slots = [lm.slots.acquire(i) for i in range(2)]
 
-        def run(i: int) -> None:
-            slot = lm.slots.acquire(i)
+        def run(i: int) -> None:  # on this thread, one of the batcher's sequences
             try:
-                got[i] = generate(slot.session, lm.model.prompt_tokens(prompts[i]), params)
+                got[i] = generate(slots[i].session, lm.model.prompt_tokens(prompts[i]), params)
             finally:
-                lm.slots.release(slot)
+                lm.slots.release(slots[i])
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        while any(t.is_alive() for t in threads):  # this thread owns the model: it runs the steps
+        for i in range(2):
+            lm.slots.batcher.start(lambda i=i: run(i))
+        while lm.slots.batcher.active:  # this thread owns the model: it runs the steps and the sequences
             lm.slots.batcher.step_once(0.005)
         assert [g.tokens for g in got] == want
         assert all(g.stats.accepted > 0 for g in got)

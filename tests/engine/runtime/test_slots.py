@@ -220,23 +220,21 @@ def test_a_joining_prompt_goes_in_bounded_chunks_beside_a_running_stream(fixture
     try:
         got: list = [None, None]
         streaming = threading.Event()
+        slots = [lm.slots.acquire(i) for i in range(2)]
 
-        def run(i: int) -> None:
-            slot = lm.slots.acquire(i)
+        def run(i: int) -> None:  # on this thread, one of the batcher's sequences
             try:
-                got[i] = generate(slot.session, prompts[i], params,
+                got[i] = generate(slots[i].session, prompts[i], params,
                                   on_emit=(lambda *a: streaming.set()) if i == 0 else None)  # fmt: skip
             finally:
-                lm.slots.release(slot)
+                lm.slots.release(slots[i])
 
-        first = threading.Thread(target=run, args=(0,))
-        first.start()
+        lm.slots.batcher.start(lambda: run(0))
         while not streaming.is_set():
             lm.slots.batcher.step_once(0.005)
         lm.slots.batcher.target_decodes.clear()
-        second = threading.Thread(target=run, args=(1,))
-        second.start()
-        while first.is_alive() or second.is_alive():
+        lm.slots.batcher.start(lambda: run(1))
+        while lm.slots.batcher.active:
             lm.slots.batcher.step_once(0.005)
         rows = [r for r, _ in lm.slots.batcher.target_decodes]
         assert [g.tokens for g in got] == want
