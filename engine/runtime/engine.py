@@ -78,7 +78,7 @@ class Engine:
         self._state = EngineState()
         self._stopping = False
         self._current: JobHandle | None = None
-        #: generations running in slots (their own threads)
+        #: generations admitted to slots (prepared on threads of their own, decoded on this one)
         self._in_slots: set[JobHandle] = set()
         self._lock = threading.Lock()
         #: the loaded models and prompt-cache figures as other threads see them
@@ -398,7 +398,7 @@ class Engine:
         return result
 
     def _count(self, r: J.GenerateResult, prompt_tokens: int) -> None:
-        with self._lock:  # slots finish on their own threads
+        with self._lock:  # read by other threads
             self.counters["generated_tokens"] += len(r.tokens)
             self.counters["drafted"] += r.stats.drafted
             self.counters["accepted"] += r.stats.accepted

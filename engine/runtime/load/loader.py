@@ -135,8 +135,8 @@ class LoadedModel:
 
     def auto_depth(self) -> AdaptiveDepth:
         """This model's adaptive-depth policy, shared by every request on it: made on first
-        use from what this machine learned before. Any thread (the slots' threads ask at once
-        after a load): it is made once, under a lock."""
+        use from what this machine learned before. Any thread (requests' prepare threads ask at
+        once after a load): it is made once, under a lock."""
         with self._policy_lock:
             if self.auto_policy is None:
                 self.auto_policy_path = policy_path(self)

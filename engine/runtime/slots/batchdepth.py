@@ -50,7 +50,7 @@ class StepDepth:
     def __init__(self, policy: AdaptiveDepth, n: int):
         self.policy = policy
         self.n = n
-        self._lock = threading.Lock()  # the sequences' threads ask and tell at once
+        self._lock = threading.Lock()  # sequences ask and tell on the engine thread; uncontended, kept for safety
         self._step = -1  # the target step the current choice was made after
         self._depth = 0
         self._choices = 0  # choices made: a round's index
@@ -231,7 +231,7 @@ class BatchDepth:
         s = self.steppers.get(n)
         if s is not None and s.policy is inner.batch.get(n):
             return s
-        with _MAKING:  # the sequences' threads ask at once: one policy per batch size
+        with _MAKING:  # one policy per batch size, whoever asks first
             return self._make(inner, n)
 
     def _make(self, inner: AdaptiveDepth, n: int) -> StepDepth:

@@ -49,7 +49,7 @@ def load_policy(path: Path, max_depth: int) -> AdaptiveDepth:
 def save_policy(path: Path, policy: AdaptiveDepth) -> None:
     try:
         state = policy.state()
-    except RuntimeError:  # a slot's thread changed a window while it was read: the next save takes it
+    except RuntimeError:  # a window changed while it was read: the next save takes it
         return
     try:
         write_json_atomic(path, state, fsync=False)
