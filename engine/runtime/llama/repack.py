@@ -38,6 +38,7 @@ import os
 import platform
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -192,10 +193,11 @@ def probe() -> RepackVerdict:
     """Run the check in children now (no cache): repacking on; after a crash, repacking off."""
     t0 = time.perf_counter()
     cpu = cpu_name()
-    on = run_child(CHILD_MODULE, timeout=PROBE_TIMEOUT)
-    if on.returncode == 0 and on.last.get("ok"):
-        return RepackVerdict(True, "ran", "", cpu, seconds=time.perf_counter() - t0)
-    off = run_child(CHILD_MODULE, "--no-repack", timeout=PROBE_TIMEOUT)
+    with tempfile.TemporaryDirectory(prefix="mtp-studio-repack-") as work:  # removed here, crash or not
+        on = run_child(CHILD_MODULE, "--work", work, timeout=PROBE_TIMEOUT)
+        if on.returncode == 0 and on.last.get("ok"):
+            return RepackVerdict(True, "ran", "", cpu, seconds=time.perf_counter() - t0)
+        off = run_child(CHILD_MODULE, "--no-repack", "--work", work, timeout=PROBE_TIMEOUT)
     seconds = time.perf_counter() - t0
     if off.returncode == 0 and off.last.get("ok") and (on.crashed or on.timed_out):
         amx = " (this CPU has AMX; see ggml-org/llama.cpp#20824)" if cpu_has_amx() else ""

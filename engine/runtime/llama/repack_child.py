@@ -52,6 +52,7 @@ def _decode(path: Path, repack: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="engine.runtime.llama.repack_child")
     ap.add_argument("--no-repack", action="store_true", help="the control run: repacking off")
+    ap.add_argument("--work", help="an empty folder for the quantized files (the parent's: a crash leaves nothing)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr, format="%(message)s")
     repack = not a.no_repack
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.synth.demo import demo_model_path
 
     demo = demo_model_path()
-    with tempfile.TemporaryDirectory(prefix="mtp-studio-repack-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mtp-studio-repack-", dir=a.work) as tmp:
         files = [("Q8_0", demo)]
         for quant in QUANTS:
             _say(stage=f"quantizing the demo model to {quant}")

@@ -120,6 +120,8 @@ class Batcher:
         self.verify_costs = RoundCosts(1)
         #: (rows, milliseconds) of the recent target decodes (benchmarks and tests)
         self.target_decodes: deque[tuple[int, float]] = deque(maxlen=256)
+        #: seconds spent inside llama.cpp's decodes, target and MTP (benchmarks/step_share.py)
+        self.decode_seconds = 0.0
 
     # ------------------------------------------------------------ taking part
     def start(self, run: Callable[[], None]) -> None:
@@ -297,6 +299,7 @@ class Batcher:
         finally:
             if ctx.is_mtp and head:
                 ctx.set_nextn_layer_offset(0)
+            self.decode_seconds += time.perf_counter() - t0
         if not ctx.is_mtp:
             ms = (time.perf_counter() - t0) * 1000
             self.target_decodes.append((b.n, ms))

@@ -102,8 +102,8 @@ def test_the_user_can_turn_repacking_off_without_a_probe(var, value, monkeypatch
 
 
 # ------------------------------------------------------- a CPU whose kernels crash
-def test_the_probe_child_dies_like_the_crashing_cpu_and_runs_without_repacking(crashing_cpu):
-    cmd = [sys.executable, "-m", repack.CHILD_MODULE]
+def test_the_probe_child_dies_like_the_crashing_cpu_and_runs_without_repacking(crashing_cpu, tmp_path):
+    cmd = [sys.executable, "-m", repack.CHILD_MODULE, "--work", str(tmp_path)]
     on = subprocess.run(cmd, capture_output=True, text=True, env=_env(crashing_cpu), timeout=180)
     assert on.returncode == -signal.SIGILL
     assert json.loads(on.stdout.strip().splitlines()[-1])["stage"].startswith("decoding a")
@@ -176,3 +176,15 @@ def test_on_a_crashing_cpu_rpc_serve_and_generate_rpc_run(crashing_cpu):
         assert out["tokens"] and proc.poll() is None
     finally:
         _stop(proc)
+
+
+def test_a_crashing_probe_leaves_no_files_behind(crashing_cpu, tmp_path):
+    """The quantized copies live in a folder the parent owns: a child killed by the kernels
+    cannot clean up after itself."""
+    work = tmp_path / "tmp"
+    work.mkdir()
+    code = "from engine.runtime.llama import repack; v = repack.probe(); print(v.status)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=_env({**crashing_cpu, "TMPDIR": str(work)}))  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "crashed", proc.stderr[-2000:]
+    assert list(work.iterdir()) == []
