@@ -8,7 +8,9 @@ each to a free slot (waiting for one when all are busy), a thread of the request
 prepares its prompt, and its decode loop then runs here, on the engine thread, one of the
 sequences its batcher steps together (:mod:`engine.runtime.slots`). A read-only
 :class:`~engine.runtime.jobs.Call` (``access="read"``: counting a prompt's tokens) runs
-between the slots' steps; any other job waits until the slots are idle. A bounded queue rejects work with :class:`QueueFullError`
+between the slots' steps. A load is built on a thread of its own while this thread keeps
+the running streams stepping, and the model is handed over when ready; an unload waits for
+its own model's streams only. Any other job waits until the slots are idle. A bounded queue rejects work with :class:`QueueFullError`
 instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
@@ -25,6 +27,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -209,9 +212,8 @@ class Engine:
             except MtpStudioError as e:
                 refused = e
         pool_model = self._slotted(handle.job) if refused is None else None
-        reads = isinstance(handle.job, J.Call) and handle.job.access == "read"
-        if pool_model is None and not reads:
-            self._drain()  # anything else that is not a generation in a slot has the models to itself
+        if pool_model is None and not self._beside_streams(handle.job):
+            self._drain()  # it has the models to itself
         handle._emit(J.Started(handle.id))
         if refused is not None:
             handle._emit(J.Failed(refused, refused.code, str(refused)))
@@ -242,7 +244,56 @@ class Engine:
             log.exception("job %s failed", handle.id, exc_info=e)
             handle._emit(J.Failed(e, "internal_error", f"Internal error: {e}"))
 
+    @staticmethod
+    def _beside_streams(job: J.Job) -> bool:
+        """Jobs that run while other generations stream: a read-only call (between steps), a
+        load (built off the stepping path) and an unload (which waits for its own model's
+        streams only)."""
+        return isinstance(job, (J.LoadModel, J.UnloadModel)) or (isinstance(job, J.Call) and job.access == "read")
+
     # ------------------------------------------------------------------ slots
+    def _busy_pools(self, models: list | None = None) -> list:
+        models = list(self._state.models.values()) if models is None else models
+        return [lm.slots for lm in models if isinstance(lm, LoadedModel) and lm.slots is not None and lm.slots.busy]
+
+    def _step_while(self, waiting: Callable[[], bool], idle: Callable[[float], Any] = time.sleep) -> None:
+        """Run every busy model's steps while ``waiting()``: their streams go on meanwhile;
+        with none busy, ``idle(seconds)`` instead."""
+        while waiting():
+            pools = self._busy_pools()
+            if not pools:
+                idle(STEP_WAIT)
+                continue
+            for pool in pools:
+                pool.batcher.step_once(STEP_WAIT / len(pools))
+
+    def _off_path(self, work: Callable[[Callable[[float, str], None]], Any], h: JobHandle) -> Any:
+        """``work(progress)`` — a load — on a thread of its own while this thread keeps the
+        running streams stepping; its progress is emitted from here. With no stream running
+        it runs here, as any job does."""
+        if not self._busy_pools():
+            return work(lambda f, m: h._emit(J.Progress(f, m)))
+        events: queue.SimpleQueue = queue.SimpleQueue()
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                out["value"] = work(lambda f, m: events.put(J.Progress(f, m)))
+            except BaseException as e:  # re-raised on this thread
+                out["error"] = e
+
+        def flush() -> None:
+            while not events.empty():
+                h._emit(events.get())
+
+        t = threading.Thread(target=run, name=f"mtp-load-{h.id}", daemon=True)
+        t.start()
+        self._step_while(lambda: (flush(), t.is_alive())[1], idle=t.join)
+        flush()
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
+
     def _take(self) -> JobHandle | None:
         """The next job; while slots are busy this thread runs their steps meanwhile
         (decodes run on the thread that owns the model: engine.runtime.slots.batcher)."""
@@ -311,11 +362,10 @@ class Engine:
         self._count(result, result.prompt_tokens)
         return result
 
-    def _drain(self) -> None:
-        """Until no slot of any model is busy."""
-        for lm in list(self._state.models.values()):
-            if isinstance(lm, LoadedModel) and lm.slots is not None:
-                lm.slots.wait_idle()
+    def _drain(self, models: list | None = None) -> None:
+        """Until no slot of ``models`` (None: every model) is busy; every busy model's
+        streams go on meanwhile."""
+        self._step_while(lambda: bool(self._busy_pools(models)))
 
     def _publish_models(self) -> None:
         self._published.publish(self._state)
@@ -338,17 +388,26 @@ class Engine:
 
     # ---------------------------------------------------------------- handlers
     def _load(self, job: J.LoadModel, h: JobHandle) -> dict:
+        """Load beside the running streams (off the stepping path), then hand the model
+        over; one it replaces (by name, or every model with ``replace``) ends its streams
+        first — ``replace`` before the load, to free its memory."""
         if job.replace:
             self._unload(J.UnloadModel(None), h)
-        progress = lambda f, m: h._emit(J.Progress(f, m))  # noqa: E731
-        lm: LoadedModel | WorkerModel
-        if job.spec.rpc and self.defaults.isolate_rpc:
-            lm = WorkerModel.start(job.spec, progress=progress, cancel=h.cancel_event,
-                                   prompt_cache_bytes=self._published.prompt_cache_bytes)  # fmt: skip
-        else:
-            lm = load(job.spec, progress=progress, cancel=h.cancel_event)
-        old = self._state.models.pop(lm.name, None)
+        prompt_cache_bytes = self._published.prompt_cache_bytes
+
+        def work(progress: Callable[[float, str], None]) -> LoadedModel | WorkerModel:
+            if job.spec.rpc and self.defaults.isolate_rpc:
+                return WorkerModel.start(job.spec, progress=progress, cancel=h.cancel_event,
+                                         prompt_cache_bytes=prompt_cache_bytes)  # fmt: skip
+            return load(job.spec, progress=progress, cancel=h.cancel_event)
+
+        lm: LoadedModel | WorkerModel = self._off_path(work, h)
+        if isinstance(lm, LoadedModel) and lm.slots is not None:
+            lm.slots.batcher.adopt()  # this thread runs its steps, wherever it was made
+        old = self._state.models.get(lm.name)
         if old is not None:
+            self._drain([old])
+            del self._state.models[lm.name]
             old.close()
         self._state.models[lm.name] = lm
         self._state.texts.pop(lm.name, None)
@@ -358,11 +417,14 @@ class Engine:
         return dict(lm.info, name=lm.name)
 
     def _unload(self, job: J.UnloadModel, h: JobHandle) -> list[str]:
+        """Unload after the model's own streams end (other models' go on)."""
         names = list(self._state.models) if job.name is None else [job.name]
         for name in names:
-            lm = self._state.models.pop(name, None)
+            lm = self._state.models.get(name)
             if lm is None:
                 raise NoModelLoadedError(f"Model {name!r} is not loaded.")
+            self._drain([lm])
+            del self._state.models[name]
             lm.close()
             self._state.texts.pop(name, None)
         self._publish_models()

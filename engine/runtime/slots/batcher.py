@@ -124,6 +124,12 @@ class Batcher:
         self.decode_seconds = 0.0
 
     # ------------------------------------------------------------ taking part
+    def adopt(self) -> None:
+        """The calling thread runs the steps from now on (a model loaded on another thread
+        and handed to the engine thread); before any sequence takes part."""
+        assert not self._sequences and not self._pending
+        self.owner = threading.get_ident()
+
     def start(self, run: Callable[[], None]) -> None:
         """Any thread: run ``run()`` — one sequence's decode loop — on the owner thread,
         taking part in the steps from the next one until it returns. ``run`` reports its

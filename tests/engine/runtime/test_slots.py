@@ -404,3 +404,35 @@ def test_a_count_is_answered_between_the_steps_of_running_streams(fixtures):
         assert [len(h.result().tokens) for h in streams] == [440, 440]
     with pytest.raises(ValueError, match="access must be one of exclusive, read"):
         J.Call(lambda *_: None, access="write")
+
+
+def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_own(fixtures, tmp_path):
+    """A load is built off the stepping path: the running stream keeps emitting while the
+    new model is checked in a child and loaded, and it is handed over while the stream still
+    runs. Unloading it waits for its own streams only."""
+    import shutil
+    import time
+
+    other = tmp_path / "other.gguf"
+    shutil.copyfile(fixtures["full"].path, other)  # a file never seen: its load probe runs in a child
+    emitted: list[float] = []
+    with Engine().start() as e:
+        e.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=4096, probe=False, fit="off", parallel=2,
+                                      name="partial"))).result()  # fmt: skip
+        stream = e.submit(_job(0, max_tokens=4000),
+                          on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()))  # fmt: skip
+        while not emitted:
+            time.sleep(0.001)
+        t0 = time.perf_counter()
+        info = e.submit(J.LoadModel(LoadSpec(other, n_ctx=256, parallel=2, name="other"), replace=False)).result(120)
+        t1 = time.perf_counter()
+        still = not stream.done.is_set()
+        assert info["name"] == "other" and set(e.models()) == {"partial", "other"}
+        during = [t for t in emitted if t0 < t < t1]
+        assert still and len(during) >= 10, f"the stream emitted {len(during)} times in a {t1 - t0:.2f} s load; running after: {still}"
+        beside = e.submit(_job(1, max_tokens=8, model="other"))
+        assert len(beside.result(60).tokens) == 8
+        e.submit(J.UnloadModel("other")).result(60)
+        assert set(e.models()) == {"partial"} and not stream.done.is_set()
+        stream.cancel()
+        assert stream.result(60).tokens
