@@ -1,13 +1,22 @@
 """Engine jobs seen from asyncio: submit on the engine's queue, await its events.
 
-The engine thread calls ``on_event``; events cross to the server's event loop with
-``call_soon_threadsafe``. Cancelling the stream (a client disconnect) cancels the job;
-the engine then leaves its contexts holding exactly the tokens emitted so far.
+The engine thread calls ``on_event``: the event is appended to the stream's buffer, and the
+server's event loop is woken (``call_soon_threadsafe``) only when no wake-up is pending, so a
+burst of events costs one. The loop takes buffered events without waiting (:meth:`JobStream.poll`),
+and waits on a plain future (:meth:`JobStream.waiter`) only when the buffer is empty: no task
+per event. Cancelling the stream (a client disconnect) cancels the job; the engine then leaves
+its contexts holding exactly the tokens emitted so far.
+
+Ownership: the buffer is appended to by the engine thread and read by the loop (a deque's
+append and popleft are atomic); ``_scheduled`` is shared under ``_lock``; the waiter is the
+loop's alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,18 +27,51 @@ from engine.runtime.engine import Engine, JobHandle
 class JobStream:
     def __init__(self, engine: Engine, job: Any):
         self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self.handle: JobHandle = engine.submit(job, on_event=self._on_event)
+        self._events: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._waiter: asyncio.Future | None = None
         self.final: J.Done | J.Failed | None = None
+        self.handle: JobHandle = engine.submit(job, on_event=self._on_event)
 
     def _on_event(self, event: Any) -> None:  # engine thread
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        self._events.append(event)
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._wake)
 
-    async def next(self) -> Any:
-        ev = await self._queue.get()
+    def _wake(self) -> None:  # the loop
+        with self._lock:
+            self._scheduled = False
+        w, self._waiter = self._waiter, None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def poll(self) -> Any | None:
+        """The next buffered event, or None when there is none yet (the loop; never waits)."""
+        if not self._events:
+            return None
+        ev = self._events.popleft()
         if isinstance(ev, (J.Done, J.Failed)):
             self.final = ev
         return ev
+
+    def waiter(self) -> asyncio.Future:
+        """A future resolved once an event may be buffered (the loop)."""
+        if self._waiter is None or self._waiter.done():
+            self._waiter = self._loop.create_future()
+            if self._events:
+                self._waiter.set_result(None)
+        return self._waiter
+
+    async def next(self) -> Any:
+        while True:
+            ev = self.poll()
+            if ev is not None:
+                return ev
+            await self.waiter()
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         while self.final is None:

@@ -84,16 +84,22 @@ class Flow:
         the client went away (the job is then cancelled and drained)."""
         if self._pending:
             return self._pending.pop(0)
-        nxt = asyncio.ensure_future(self.stream.next())
-        done, _ = await asyncio.wait({nxt, self._watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if nxt in done:
-            return nxt.result()
-        nxt.cancel()
-        if self._watcher in done:
-            self.left = True
-            await self.stream.wait_cancelled()
-            return None
-        return PING
+        while True:
+            if self._watcher.done():
+                return await self._left()
+            ev = self.stream.poll()  # buffered: no waiting, no task
+            if ev is not None:
+                return ev
+            done, _ = await asyncio.wait({self.stream.waiter(), self._watcher}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            if not done:
+                return PING
+
+    async def _left(self) -> None:
+        """The client went away: the job is cancelled and drained."""
+        self.left = True
+        await self.stream.wait_cancelled()
+        return None
 
     async def first(self, timeout: float | None) -> Any:
         """The first token, the end, or :data:`PING` (nothing yet after ``timeout``), or
