@@ -72,9 +72,11 @@ class SeqContext:
             raise DecodeError(
                 f"a decode asked for {batch.n_logits} logit rows; this sequence may read at most {self.n_outputs}"
             )
+        # views of the session's own batch: the sequence waits for the step that decodes
+        # them and touches nothing meanwhile, so its rows are copied once, into the step's batch
         req = Request(
-            self.ctx, self.seq, batch.tokens[:n].copy(), batch.pos[:n].copy(), batch.logits[:n].copy(),
-            batch.embd[:n].copy() if batch.embd is not None and self.is_mtp else None, self._head,
+            self.ctx, self.seq, batch.tokens[:n], batch.pos[:n], batch.logits[:n],
+            batch.embd[:n] if batch.embd is not None and self.is_mtp else None, self._head,
         )  # fmt: skip
         self._req = None
         self.batcher.submit(req)
