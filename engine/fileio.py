@@ -31,3 +31,13 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o666, fsync: boo
 
 def write_json_atomic(path: Path, obj: object, *, indent: int | None = None, mode: int = 0o666, fsync: bool = True) -> None:
     write_atomic(path, json.dumps(obj, indent=indent), mode=mode, fsync=fsync)
+
+
+def read_json_dict(path: Path) -> dict:
+    """The JSON object a cache file holds, or ``{}`` when it is missing, unreadable or not
+    an object (a cache is rebuilt, never trusted)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -33,7 +33,6 @@ once (an app and its children) each leave a whole file.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import signal
@@ -44,7 +43,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from engine.childproc import ChildOutcome, run_child
-from engine.fileio import write_json_atomic
+from engine.fileio import read_json_dict, write_json_atomic
 from engine.paths import cache_dir
 from engine.runtime.llama.cachekey import build_identity
 
@@ -136,11 +135,7 @@ def _cache_file():
 
 
 def _read_cache() -> dict:
-    try:
-        data = json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_dict(_cache_file())
 
 
 def cached_verdict() -> RepackVerdict | None:

@@ -15,7 +15,6 @@ off) for this model; what worked is cached, so later loads are instant.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from engine.childproc import ChildOutcome, run_child
 from engine.errors import ModelLoadError, NativeCrashError
-from engine.fileio import write_json_atomic
+from engine.fileio import read_json_dict, write_json_atomic
 from engine.paths import cache_dir
 from engine.runtime.llama import repack
 from engine.runtime.llama.cachekey import model_key
@@ -72,11 +71,7 @@ def _cache_file() -> Path:
 
 
 def _read_cache() -> dict:
-    try:
-        data = json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_dict(_cache_file())
 
 
 def _remember(key: str, verdict: LoadVerdict) -> None:
