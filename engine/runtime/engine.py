@@ -10,8 +10,8 @@ sequences its batcher steps together (:mod:`engine.runtime.slots`). A read-only
 :class:`~engine.runtime.jobs.Call` (``access="read"``: counting a prompt's tokens) runs
 between the slots' steps. A load is built on a thread of its own while this thread keeps
 the running streams stepping, and the model is handed over when ready; an unload waits for
-its own model's streams only. Any other job waits until the slots are idle. A bounded queue rejects work with :class:`QueueFullError`
-instead of growing without limit.
+its own model's streams only. Any other job waits until the slots are idle. A bounded
+queue rejects work with :class:`QueueFullError` instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
 pass ``on_event`` to be called on the engine thread — keep that callback quick) and
@@ -286,9 +286,13 @@ class Engine:
             while not events.empty():
                 h._emit(events.get())
 
+        def loading() -> bool:
+            flush()
+            return t.is_alive()
+
         t = threading.Thread(target=run, name=f"mtp-load-{h.id}", daemon=True)
         t.start()
-        self._step_while(lambda: (flush(), t.is_alive())[1], idle=t.join)
+        self._step_while(loading, idle=t.join)
         flush()
         if "error" in out:
             raise out["error"]
@@ -389,8 +393,9 @@ class Engine:
     # ---------------------------------------------------------------- handlers
     def _load(self, job: J.LoadModel, h: JobHandle) -> dict:
         """Load beside the running streams (off the stepping path), then hand the model
-        over; one it replaces (by name, or every model with ``replace``) ends its streams
-        first — ``replace`` before the load, to free its memory."""
+        over. With ``replace`` every model ends its streams and is unloaded first, to free
+        its memory; a loaded model of the same name ends its streams once the new one is
+        ready, and is closed then."""
         if job.replace:
             self._unload(J.UnloadModel(None), h)
         prompt_cache_bytes = self._published.prompt_cache_bytes

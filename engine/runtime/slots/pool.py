@@ -149,12 +149,6 @@ class SlotPool:
             return policy
         return BatchDepth(policy, self.batcher, self.steppers)
 
-    def wait_idle(self) -> None:
-        """Step until no slot is busy (owner thread; before a job that needs the model
-        to itself)."""
-        while self.busy:
-            self.batcher.step_once(STEP_WAIT)
-
     def close(self) -> None:
         self.batcher.close()
 
