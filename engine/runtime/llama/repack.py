@@ -32,6 +32,7 @@ once (an app and its children) each leave a whole file.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -87,8 +88,9 @@ class RepackVerdict:
 
 
 # ------------------------------------------------------------------ identity
+@functools.cache
 def cpu_name() -> str:
-    """The CPU's model name as the OS reports it."""
+    """The CPU's model name as the OS reports it (read once per process)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
@@ -106,16 +108,18 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def cpu_flags() -> list[str]:
-    """The CPU's feature flags (Linux; elsewhere the architecture), sorted."""
+@functools.cache
+def cpu_flags() -> tuple[str, ...]:
+    """The CPU's feature flags (Linux; elsewhere the architecture), sorted (read once per
+    process: /proc/cpuinfo is large on many-core machines, and every load asks)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
                 if line.startswith(("flags", "Features")):
-                    return sorted(set(line.split(":", 1)[1].split()))
+                    return tuple(sorted(set(line.split(":", 1)[1].split())))
     except OSError:
         pass
-    return [platform.machine()]
+    return (platform.machine(),)
 
 
 def cpu_has_amx() -> bool:
