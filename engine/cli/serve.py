@@ -102,6 +102,8 @@ def run(args) -> int:
               f"Ollama {server.url}" + (f" and port {server.ollama_port}" if server.ollama_port else ""), flush=True)
         for note in info.get("fallbacks", []):
             print(f"note: {note}", file=sys.stderr, flush=True)
+        if info.get("repack_notice"):  # once, where a server's user looks: its console
+            print(f"note: {info['repack_notice']}", file=sys.stderr, flush=True)
         if info.get("placement"):
             from engine.cli.generate import placement_line
 

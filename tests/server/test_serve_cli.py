@@ -60,6 +60,15 @@ def test_api_key_from_the_environment_is_required_and_not_printed(fixtures):
     assert secret not in out + err
 
 
+def test_serve_says_once_that_repacking_is_off(fixtures):
+    """On a CPU whose repacked kernels crash (here the user's own switch, as llama-server's)
+    the console says so once, with the reason."""
+    proc, url = start_serve(fixtures["full"].path, env_extra={"LLAMA_ARG_REPACK": "0", "MTP_STUDIO_REPACK": ""})
+    stop(proc)
+    _, err = proc.communicate()
+    assert err.count("CPU weight repacking is off on this CPU") == 1 and "LLAMA_ARG_REPACK=0 turns it off" in err
+
+
 def test_bench_server_runs_on_the_base_install(fixtures, tmp_path):
     """`bench server` speaks HTTP with the standard library: it runs where the test
     extra's HTTP clients cannot be imported."""
