@@ -63,9 +63,22 @@ def test_api_key_from_the_environment_is_required_and_not_printed(fixtures):
 def test_serve_says_once_that_repacking_is_off(fixtures):
     """On a CPU whose repacked kernels crash (here the user's own switch, as llama-server's)
     the console says so once, with the reason."""
+    import threading
+
     proc, url = start_serve(fixtures["full"].path, env_extra={"LLAMA_ARG_REPACK": "0", "MTP_STUDIO_REPACK": ""})
+    seen: list[str] = []
+
+    def read() -> None:  # the note follows the start-up lines: stop the server only after it
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("note:"):
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
     stop(proc)
-    _, err = proc.communicate()
+    err = "".join(seen) + proc.communicate()[1]
     assert err.count("CPU weight repacking is off on this CPU") == 1 and "LLAMA_ARG_REPACK=0 turns it off" in err
 
 
