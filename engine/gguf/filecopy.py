@@ -196,7 +196,12 @@ def check_outputs(outs: list[Path], inputs: list[Path], overwrite: bool) -> None
 
 
 def check_space(folder: Path, needed: int, headroom: int = 64 << 20) -> None:
-    """Raise :class:`DiskSpaceError` unless ``folder`` has ``needed`` bytes plus headroom."""
-    free = shutil.disk_usage(folder).free
+    """Raise :class:`DiskSpaceError` unless ``folder`` has ``needed`` bytes plus headroom.
+    A folder that does not exist yet (a fresh install's library) is measured on the disk
+    it will be made on: its nearest existing parent's."""
+    probe = Path(folder).absolute()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
     if free < needed + headroom:
         raise DiskSpaceError(needed + headroom, free, str(folder))

@@ -308,7 +308,7 @@ class Library:
         if not report.valid:
             raise GGUFError(f"not imported: {report.errors[0]}", file=str(path), code=report.errors[0].code)
         size = ms.total_size
-        check_space(self.root if self.root.exists() else self.root.parent, size)
+        check_space(self.root, size)  # a library not made yet is measured on its parent's disk
         if self.limit_bytes is not None and size > (self.space_left() or 0):
             raise DiskSpaceError(size, self.space_left() or 0, f"the library (limit {self.limit_bytes} bytes)")
         self.root.mkdir(parents=True, exist_ok=True)

@@ -87,3 +87,13 @@ def test_cli_search_pull_models_rm(hub, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     p = mtp_studio("search", "tiny")
     assert p.returncode == 1 and "Offline" in p.stderr
+
+
+def test_import_on_a_fresh_install_makes_the_library(fixtures, tmp_path):
+    """The first command a new user may type: the library folder does not exist yet, and
+    its free space is measured on the disk it will be made on (it was a traceback:
+    ``FileNotFoundError`` from ``shutil.disk_usage``)."""
+    home = tmp_path / "fresh"
+    proc = mtp_studio("import", str(fixtures["full"].path), env={"MTP_STUDIO_HOME": str(home)})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "imported" in proc.stdout and list(home.rglob("*.gguf"))
