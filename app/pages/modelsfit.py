@@ -235,9 +235,14 @@ class RecommendedBox(QWidget):
             item.setToolTip(f"{r.group.name}: {r.fit.line()}")
             self.list.addItem(item)
         on = machine_line(devices)
+        checked = n_repos - len(errors)
+        if not checked:  # nothing was read: no verdict on what fits
+            self.status.setText(f"Could not check the {n_repos} recommended models: {user_text(errors[0]).rstrip('.')}. "
+                                "Check the connection to Hugging Face and press Check again.")  # fmt: skip
+            return
         text = f"{len(recs)} of {n_repos} fit at context {n_ctx} with MTP ({on}); pick one to see its files."
         if not recs:
-            text = f"None of the {n_repos} recommended models fits at context {n_ctx} ({on})."
+            text = f"None of the {checked} recommended models checked fits at context {n_ctx} ({on})."
         if errors:
             text += f" {len(errors)} could not be checked: {user_text(errors[0])}"
         self.status.setText(text)

@@ -181,3 +181,19 @@ def test_a_load_that_does_not_fit_is_refused_then_loaded_anyway(qtbot, window, f
     assert window.pages["chat"].figures.text().endswith("· context 4096")
     assert "loaded without the memory check" in window.statusBar().currentMessage()
     assert window.ctx.messages.open_dialogs == []
+
+
+def test_recommendations_when_the_hub_cannot_be_reached_say_so(qtbot, window, monkeypatch):
+    """No repository could be read: that is no verdict on what fits this machine (it said
+    "None of the 4 recommended models fits at context 4096")."""
+    from engine.rpc.server import free_port
+
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    page = window.pages["models"]
+    box = page.recommended
+    box.repos = ("acme/One-GGUF", "acme/Two-GGUF")
+    window.show_page("models")
+    qtbot.waitUntil(lambda: box.results is not None, timeout=60000)
+    text = box.status.text()
+    assert text.startswith("Could not check the 2 recommended models: ") and "Check again" in text, text
+    assert "fits" not in text and box.list.count() == 0
