@@ -93,7 +93,12 @@ def install_file_open_handler(app, models) -> object:
 def run_gui(argv: list[str]) -> int:
     import os
 
+    from app.displaycheck import xcb_problem
+
     _setup_logging()
+    if (problem := xcb_problem()) is not None:  # before Qt aborts with no word of what is missing
+        print(f"mtp-studio: {problem}", file=sys.stderr)
+        return 1
     app, window, ctx = build_app(argv)
     install_file_open_handler(app, window.models)
     window.show()
