@@ -116,6 +116,8 @@ class MainWindow(QMainWindow):
         notes = list(self.models.notes)
         if context_lowered(info):
             notes.insert(0, context_line(info))
+        if info.get("fallbacks") and not info.get("fallbacks_found_now"):  # its dialog came at the first load
+            notes.append("with a fallback found earlier: " + " ".join(info["fallbacks"]))
         text = "; ".join(notes)
         said = f"Loaded {info['name']}" + (f" — {text}" if text else "")
         self.ctx.messages.status(said, 15000 if text else 5000)  # type: ignore[union-attr]

@@ -145,6 +145,7 @@ def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
     assert len(window.ctx.messages.open_dialogs) == shown
     again = window.models.current
     assert again["fallbacks"] == info["fallbacks"] and not again["fallbacks_found_now"]
+    assert "with a fallback found earlier: " in window.statusBar().currentMessage()
 
 
 def test_chat_samples_with_mtp_and_keeps_sampling_per_chat(qtbot, window, fixtures):
