@@ -60,10 +60,13 @@ class ChildOutcome:
 
 
 def run_child(
-    module: str, *args: str, timeout: float, cancel: threading.Event | None = None, env: dict | None = None
+    module: str, *args: str, timeout: float, cancel: threading.Event | None = None, env: dict | None = None,
+    nice: int = 0,
 ) -> ChildOutcome:
     """Run ``module`` in a child process and collect its outcome. Polls ``cancel`` and
-    kills the child when it is set (then raises :class:`engine.errors.Cancelled`)."""
+    kills the child when it is set (then raises :class:`engine.errors.Cancelled`).
+    ``nice`` > 0 runs it at a lower CPU priority (POSIX): background work that must not
+    slow this process's decodes down."""
 
     proc = subprocess.Popen(
         module_command(module, *args),
@@ -73,6 +76,11 @@ def run_child(
         text=True,
         env=env or child_env(),
     )
+    if nice > 0 and hasattr(os, "setpriority"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+        except OSError:
+            pass  # it ran before we could lower it, or the platform refuses: it runs as it is
     deadline = time.monotonic() + timeout
     timed_out = False
     while True:

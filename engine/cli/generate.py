@@ -20,10 +20,16 @@ def depth_arg(value: str) -> DraftDepth:
         raise argparse.ArgumentTypeError("must be an integer >= 1 or 'auto'") from None
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Options shared by every command that loads a model."""
-    p.add_argument("--model", required=True, help="target GGUF (shard 1 of a split set)")
-    p.add_argument("--head", help="separate MTP head GGUF (mtp-*.gguf)")
+def add_model_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
+    """Options shared by every command that loads a model; ``many``: ``--model`` may be
+    given several times or not at all (``serve``: the library, on demand)."""
+    if many:
+        p.add_argument("--model", action="append", default=[], metavar="GGUF",
+                       help="serve this GGUF, loaded at start (repeatable); without --model every library model is "
+                            "served by name, loaded on demand")  # fmt: skip
+    else:
+        p.add_argument("--model", required=True, help="target GGUF (shard 1 of a split set)")
+    p.add_argument("--head", help="separate MTP head GGUF (mtp-*.gguf)" + (" for the first --model" if many else ""))
     p.add_argument(
         "--mtp",
         choices=["off", "integrated", "external", "auto"],

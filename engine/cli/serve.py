@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, context_line, depth_arg, load_spec
 from engine.settings import DEFAULT_PARALLEL
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
+from engine.runtime.ondemand.residency import BUDGET_SHARE, DEFAULT_IDLE_TTL_S, DEFAULT_MAX_LOADED
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve a model through a local OpenAI-compatible endpoint")
-    add_model_args(p)
+    p = sub.add_parser("serve", help="serve models through a local OpenAI-, Anthropic- and Ollama-compatible endpoint")
+    add_model_args(p, many=True)
+    p.add_argument("--library", action="store_true",
+                   help="with --model: also serve every library model by name, loaded on demand")  # fmt: skip
+    p.add_argument("--idle-ttl", type=float, default=DEFAULT_IDLE_TTL_S, metavar="SECONDS",
+                   help="unload a model loaded on demand after this long without requests (default "
+                        f"{DEFAULT_IDLE_TTL_S:g}; -1: never); requests may set their own (keep_alive, ttl)")  # fmt: skip
+    p.add_argument("--max-models", type=int, default=DEFAULT_MAX_LOADED, metavar="N",
+                   help=f"models loaded at once (default {DEFAULT_MAX_LOADED}); the least recently used idle one "
+                        "is unloaded to make room")  # fmt: skip
+    p.add_argument("--memory-budget", type=int, default=None, metavar="MB",
+                   help=f"memory loaded models may take, by their estimates (default {BUDGET_SHARE:.0%} of this "
+                        "machine's: its GPUs' with a GPU build)")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument(
@@ -80,34 +94,65 @@ def run(args) -> int:
     # the endpoint's --draft-depth (in its settings) over the engine's (auto)
     if args.cache_ram < 0:
         return die("--cache-ram must be 0 (off) or a size in MB", EXIT_USAGE)
+    if args.max_models < 1:
+        return die("--max-models must be at least 1", EXIT_USAGE)
+    if args.head and len(args.model) != 1:
+        return die("--head goes with exactly one --model", EXIT_USAGE)
+    from dataclasses import replace
+
+    from engine.runtime.ondemand.catalog import Catalog
+    from engine.runtime.ondemand.residency import Residency
+    from engine.runtime.load.loader import MtpSource
+
+    base = load_spec(argparse.Namespace(**{**vars(args), "model": args.model[0] if args.model else ""}))
+    library = None
+    if not args.model or args.library:
+        from engine.hub.library import Library
+
+        library = Library()
+    catalog = Catalog(library, tuple(Path(m) for m in args.model))
+
+    def spec_for(s) -> "LoadSpec":
+        if s.kind != "chat":  # embeddings and reranking: one pooled context, no drafting
+            return replace(base, path=s.path, head=None, mtp=MtpSource.OFF, parallel=1, name=s.name)
+        return replace(base, path=s.path, head=s.head if not s.named else base.head, name=s.name)
+
     with Engine(EngineDefaults(request=INTERACTIVE, prompt_cache_mb=args.cache_ram)) as engine:
+        infos = []
         try:
-            info = engine.submit(J.LoadModel(load_spec(args))).result()
+            for m in args.model:
+                s = catalog.get(Path(m).name.removesuffix(".gguf"))
+                infos.append(engine.submit(J.LoadModel(spec_for(s), replace=False)).result())
         except MtpStudioError as e:
             return die(str(e), EXIT_INVALID)
-        server = ServerThread(engine, settings)
+        residency = Residency(
+            engine, catalog, spec_for, max_loaded=max(args.max_models, len(infos)),
+            idle_ttl=None if args.idle_ttl < 0 else args.idle_ttl,
+            memory_budget=args.memory_budget << 20 if args.memory_budget else None,
+        )  # fmt: skip
+        server = ServerThread(engine, settings, residency=residency)
         try:
             server.start()
             server.wait_ready()
         except OSError as e:
+            residency.close()
             return die(str(e), EXIT_INVALID)
         key = "API key required" if settings.api_key else "no API key"
-        print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
-        print(f"chat template: {info.get('chat_template')}", flush=True)
-        print(context_line(info), flush=True)
-        if info.get("parallel", 1) < info.get("parallel_requested", 1):
-            print(f"parallel: {info['parallel']} of {info['parallel_requested']} requested (what fits this machine's memory)",
-                  flush=True)  # fmt: skip
-        print(f"APIs: OpenAI {server.url}/v1 (chat, completions, responses) · Anthropic {server.url} (messages) · "
-              f"Ollama {server.url}" + (f" and port {server.ollama_port}" if server.ollama_port else ""), flush=True)
-        for note in info.get("fallbacks", []):
-            print(f"note: {note}", file=sys.stderr, flush=True)
-        if info.get("repack_notice"):  # once, where a server's user looks: its console
-            print(f"note: {info['repack_notice']}", file=sys.stderr, flush=True)
-        if info.get("placement"):
-            from engine.cli.generate import placement_line
+        for info in infos:
+            print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
+            _describe_load(info)
+        if library is not None:
+            n = len([s for s in catalog.items() if not s.named])
+            ttl = "never unloaded" if args.idle_ttl < 0 else f"unloaded after {args.idle_ttl:g} s idle"
+            print(f"serving {n} library model(s) by name at {server.url}/v1 ({key}): loaded on demand, {ttl}, "
+                  f"at most {residency.max_loaded} at once", flush=True)
+        print(f"APIs: OpenAI {server.url}/v1 (chat, completions, responses, embeddings) · Anthropic {server.url} "
+              f"(messages) · Ollama {server.url}" + (f" and port {server.ollama_port}" if server.ollama_port else ""),
+              flush=True)  # fmt: skip
+        from engine.runtime.llama import repack
 
-            print(f"layers: {placement_line(info['placement'])}", flush=True)
+        if notice := repack.verdict().notice:  # once, where a server's user looks: its console
+            print(f"note: {notice}", file=sys.stderr, flush=True)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
@@ -115,4 +160,20 @@ def run(args) -> int:
             pass
         print("stopping", file=sys.stderr)
         server.stop()
+        residency.close()
     return 0
+
+
+def _describe_load(info: dict) -> None:
+    """What one load chose, for the console."""
+    print(f"chat template: {info.get('chat_template')}", flush=True)
+    print(context_line(info), flush=True)
+    if info.get("parallel", 1) < info.get("parallel_requested", 1):
+        print(f"parallel: {info['parallel']} of {info['parallel_requested']} requested (what fits this machine's memory)",
+              flush=True)  # fmt: skip
+    for note in info.get("fallbacks", []):
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    if info.get("placement"):
+        from engine.cli.generate import placement_line
+
+        print(f"layers: {placement_line(info['placement'])}", flush=True)

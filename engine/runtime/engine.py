@@ -35,6 +35,7 @@ from typing import Any
 from engine.errors import (
     Cancelled,
     EngineStoppedError,
+    InvalidRequestError,
     MtpStudioError,
     NoModelLoadedError,
     NativeCrashError,
@@ -44,6 +45,7 @@ from engine.errors import (
 from engine.runtime import jobs as J
 from engine.runtime.generatejob import decode_prepared, prepare_in_slot, run_generate
 from engine.runtime.handle import EventFn, JobHandle
+from engine.runtime import pooled
 from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.modelstate import EngineState, Published
@@ -91,6 +93,8 @@ class Engine:
             J.UnloadModel: self._unload,
             J.Generate: self._generate,
             J.Call: self._call,
+            J.Embed: self._pooled,
+            J.Rerank: self._pooled,
         }
         self.counters = {"jobs": 0, "generated_tokens": 0, "drafted": 0, "accepted": 0, "prompt_tokens": 0}
         self._observers: list[Callable[[JobHandle, J.Event], None]] = []
@@ -247,9 +251,11 @@ class Engine:
     @staticmethod
     def _beside_streams(job: J.Job) -> bool:
         """Jobs that run while other generations stream: a read-only call (between steps), a
-        load (built off the stepping path) and an unload (which waits for its own model's
-        streams only)."""
-        return isinstance(job, (J.LoadModel, J.UnloadModel)) or (isinstance(job, J.Call) and job.access == "read")
+        load (built off the stepping path), an unload (which waits for its own model's
+        streams only), and embeddings or reranking (a pooling model has no streams)."""
+        return isinstance(job, (J.LoadModel, J.UnloadModel, J.Embed, J.Rerank)) or (
+            isinstance(job, J.Call) and job.access == "read"
+        )
 
     # ------------------------------------------------------------------ slots
     def _busy_pools(self, models: list | None = None) -> list:
@@ -441,6 +447,31 @@ class Engine:
             return self._in_worker(target, job, h)
         return job.fn(self._state, h.cancel_event, h._emit)
 
+    def _pooled(self, job: J.Embed | J.Rerank, h: JobHandle) -> J.PooledResult:
+        """Embeddings or rerank scores on a pooling model (engine.runtime.pooled)."""
+        lm = self._state.get(job.model)
+        kind = lm.info.get("kind", "chat")
+        want = "rerank" if isinstance(job, J.Rerank) else "embedding"
+        if not isinstance(lm, LoadedModel) or kind != want:
+            raise InvalidRequestError(pooled_refusal(lm.name, kind, want))
+        t0 = time.perf_counter()
+        ctx, model = lm.session.target, lm.model
+        limit = ctx.n_batch
+
+        def cut(toks: list[int]) -> list[int]:
+            return toks[:limit] if getattr(job, "truncate", True) else toks
+
+        if isinstance(job, J.Rerank):
+            inputs = [cut(pooled.rerank_tokens(model, job.query, d)) for d in job.documents]
+            out = pooled.embed(ctx, inputs, normalize=False, cancel=h.cancel_event)
+            return J.PooledResult(scores=[float(p.vector[0]) for p in out], tokens=sum(p.n_tokens for p in out),
+                                  ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
+        inputs = [cut(list(x) if not isinstance(x, str) else model.tokenize(x, add_special=True, parse_special=True))
+                  for x in job.inputs]  # fmt: skip
+        out = pooled.embed(ctx, inputs, normalize=job.normalize, cancel=h.cancel_event)
+        return J.PooledResult(vectors=[p.vector for p in out], tokens=sum(p.n_tokens for p in out),
+                              ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
+
     def _in_worker(self, wm: WorkerModel, job: J.Generate | J.Call, h: JobHandle) -> Any:
         try:
             return wm.run(job, h, prompt_cache_bytes=self._published.prompt_cache_bytes)
@@ -456,6 +487,8 @@ class Engine:
 
     def _generate(self, job: J.Generate, h: JobHandle) -> J.GenerateResult:
         lm = self._state.get(job.model)
+        if (kind := lm.info.get("kind", "chat")) != "chat":
+            raise InvalidRequestError(pooled_refusal(lm.name, kind, "chat"))
         if isinstance(lm, WorkerModel):
             result = self._in_worker(lm, job, h)
         else:
@@ -470,3 +503,14 @@ class Engine:
             self.counters["drafted"] += r.stats.drafted
             self.counters["accepted"] += r.stats.accepted
             self.counters["prompt_tokens"] += prompt_tokens
+
+
+def pooled_refusal(name: str, kind: str, want: str) -> str:
+    """Why model ``name`` (a ``kind`` model) cannot answer a ``want`` request, and what to use."""
+    what = {"chat": "a chat model", "embedding": "an embedding model", "rerank": "a reranking model"}
+    use = {"chat": "/v1/chat/completions (or /api/chat)", "embedding": "/v1/embeddings (or /api/embed)",
+           "rerank": "/v1/rerank"}  # fmt: skip
+    need = {"chat": "a chat model", "embedding": "an embedding model (a GGUF that sets a pooling type)",
+            "rerank": "a reranking model (a GGUF with rank pooling)"}  # fmt: skip
+    return f"{name} is {what.get(kind, kind)}: it answers {use.get(kind, kind)}. This request needs {need[want]}."
+

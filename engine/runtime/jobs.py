@@ -242,6 +242,39 @@ class GenerateResult:
 
 
 #: everything the engine thread runs
-Job = LoadModel | UnloadModel | Generate | Call
+@dataclass(frozen=True)
+class Embed:
+    """Pooled vectors of ``inputs`` (texts, or token ids) on an embedding model
+    (engine.runtime.pooled); ``truncate`` cuts an input to what one decode takes instead of
+    refusing it."""
+
+    model: str | None
+    inputs: tuple[str | tuple[int, ...], ...]
+    truncate: bool = True
+    normalize: bool = True
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """Relevance scores of ``documents`` to ``query`` on a reranking model."""
+
+    model: str | None
+    query: str
+    documents: tuple[str, ...]
+    truncate: bool = True
+
+
+@dataclass(frozen=True)
+class PooledResult:
+    """One vector per input (embeddings), or one score per document (rerank, in input
+    order), and the tokens decoded."""
+
+    vectors: list = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    tokens: int = 0
+    ms: float = 0.0
+
+
+Job = LoadModel | UnloadModel | Generate | Call | Embed | Rerank
 #: everything a job reports, in order: Started, then Progress/Tokens/Round, then Done or Failed
 Event = Started | Progress | Tokens | Round | Done | Failed

@@ -29,12 +29,12 @@ from starlette.responses import JSONResponse
 from engine.errors import MtpStudioError
 from engine.runtime.engine import Engine
 from engine.server import errors as E
-from engine.server.routes import chat, completions, health, messages, metrics, models, ollama, responses
+from engine.server.routes import chat, completions, embeddings, health, messages, metrics, models, ollama, responses
 from engine.server.settings import ServerSettings
 
 log = logging.getLogger("mtp_studio.server")
 
-ROUTE_MODULES = (models, chat, completions, responses, messages, ollama, health, metrics)
+ROUTE_MODULES = (models, chat, completions, responses, messages, ollama, embeddings, health, metrics)
 PUBLIC_PATHS = {"/health", "/api/version"}
 
 RequestLogFn = Callable[[dict[str, Any]], None]
@@ -254,7 +254,8 @@ async def _handle_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return E.response(E.from_exception(exc), request.url.path)
 
 
-def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None) -> Starlette:
+def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None,
+               residency=None) -> Starlette:
     settings.check()
     middleware = []
     if settings.cors_origins:
@@ -286,6 +287,8 @@ def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestL
         },
     )
     app.state.engine = engine
+    #: loads models by name on demand (engine.runtime.ondemand.Residency); None: serve what is loaded
+    app.state.residency = residency
     app.state.settings = settings
     app.state.pending = 0
     app.state.requests = Counter()

@@ -23,6 +23,7 @@ from engine.errors import EngineStoppedError
 from engine.runtime import jobs as J
 from engine.server import errors as E
 from engine.server.bridge import JobStream
+from engine.server.ondemand import take
 
 #: how long a streamed request waits for its first token before it answers with a
 #: stream that carries keep-alives instead
@@ -43,6 +44,8 @@ class Flow:
         self._held = True
         self._pending: list[Any] = []
         self.left = False  # the client went away
+        #: the request's lease on its model (engine.server.ondemand): given back on release
+        self.lease = take(request)
 
     @classmethod
     def open(cls, request: Request, job: J.Generate) -> Flow:
@@ -74,6 +77,8 @@ class Flow:
             self._watcher.cancel()
             if self.stream.final is None:
                 self.stream.cancel()
+            if self.lease is not None:
+                self.lease.release()
 
     @property
     def retry_after_s(self) -> int:

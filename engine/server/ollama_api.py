@@ -5,8 +5,9 @@ Ollama (VS Code Copilot, Open WebUI, Continue, Cline, aider's ``ollama_chat/``, 
 and tool results) or a ``prompt``, ``tools``, ``think`` (on/off, or an effort), ``format``
 (``"json"`` or a JSON schema: the job's grammar) and ``options`` (``num_predict``,
 ``temperature``, ``top_p``, ``top_k``, ``seed``, ``stop``; ``num_ctx`` is honoured up to the
-loaded context and refused with words beyond it); ``keep_alive`` is accepted (the model
-stays loaded). Replies stream as NDJSON, one object a line, the last with ``done: true``
+loaded context and refused with words beyond it); ``keep_alive`` sets how long the model
+stays loaded after the reply (engine.runtime.ondemand; a body without a prompt only loads,
+or with ``keep_alive: 0`` unloads). Replies stream as NDJSON, one object a line, the last with ``done: true``
 and Ollama's counts and durations. The job is decided where every request is
 (:meth:`Engine.resolve <engine.runtime.engine.Engine.resolve>`).
 """
@@ -36,6 +37,12 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def iso_in(seconds: float) -> str:
+    """The UTC time ``seconds`` from now, as Ollama writes times."""
+    t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+    return t.isoformat().replace("+00:00", "Z")
+
+
 def model_name(body: Any, models: dict[str, dict]) -> str:
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
@@ -58,6 +65,8 @@ def details(info: dict) -> dict:
 
 
 def capabilities(info: dict) -> list[str]:
+    if info.get("kind", "chat") != "chat":
+        return ["embedding"]
     caps = ["completion"]
     if info.get("tool_format"):
         caps.append("tools")

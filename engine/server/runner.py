@@ -19,10 +19,13 @@ log = logging.getLogger("mtp_studio.server")
 
 
 class ServerThread:
-    def __init__(self, engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None):
+    def __init__(self, engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None,
+                 residency=None):
         self.engine = engine
         self.settings = settings
         self.on_request = on_request
+        #: loads the models requests name (engine.runtime.ondemand); None: only what is loaded
+        self.residency = residency
         self._server = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
@@ -43,7 +46,7 @@ class ServerThread:
     def start(self) -> ServerThread:
         import uvicorn
 
-        app = create_app(self.engine, self.settings, on_request=self.on_request)
+        app = create_app(self.engine, self.settings, on_request=self.on_request, residency=self.residency)
         sock = self._listen(self.settings.port)
         self.port = sock.getsockname()[1]
         self.socket = sock

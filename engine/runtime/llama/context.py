@@ -51,6 +51,7 @@ class Context(OwnedPtr):
         offload_kqv: bool = True,
         n_outputs: int = 0,
         n_seq: int = 1,
+        pooled: bool = False,
     ):
         self._own()
         L = llama()
@@ -62,11 +63,11 @@ class Context(OwnedPtr):
             p.type_k = p.type_v = EXACT_KV_TYPE
         # several sequences (engine.runtime.slots): a KV stream of n_ctx cells each, so one
         # never takes another's cells and attends over its own only
-        p.n_ctx = n_ctx * n_seq
+        p.n_ctx = n_ctx if pooled else n_ctx * n_seq
         p.n_batch = n_batch
         p.n_ubatch = n_batch  # >= max(K+1, n_rs_seq+2), or every decode asserts
         p.n_seq_max = n_seq
-        p.kv_unified = n_seq == 1
+        p.kv_unified = n_seq == 1 or pooled  # pooled: the inputs of one decode share the cells
         # logit rows one decode may ask for (0: n_batch, llama.cpp's default). Each context
         # reserves n_vocab x n_outputs floats in its compute buffer: 1 GiB for nothing
         # on a 248k vocabulary at 512 when a decode reads at most depth + 1 rows
@@ -77,6 +78,8 @@ class Context(OwnedPtr):
         p.n_threads_batch = threads
         p.no_perf = True
         p.offload_kqv = bool(offload_kqv)  # off: the KV cache stays in host memory (MTP context next to RPC devices)
+        if pooled:  # embeddings and reranking (engine.runtime.pooled): the file's own pooling
+            p.embeddings = True
         if mtp_target is not None:
             p.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
             p.ctx_other = mtp_target.ptr

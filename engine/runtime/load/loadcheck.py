@@ -30,6 +30,8 @@ from engine.runtime.llama.cachekey import model_key
 
 PROBE_VERSION = 2
 CHILD_MODULE = "engine.runtime.load.loadcheck_child"
+#: how much lower the probe child's CPU priority is than this process's (POSIX nice)
+PROBE_NICE = 19
 #: test seam: make the child crash like the AMX kernels do ("extra-bufts": only with
 #: extra buffer types on; "always"), on machines whose CPU does not crash by itself
 CRASH_ENV = "MTP_STUDIO_PROBE_CRASH"
@@ -63,6 +65,9 @@ def _key(req: ProbeRequest) -> str:
     return model_key(
         PROBE_VERSION, req.path, req.head, req.mtp, req.n_gpu_layers, req.max_draft_depth, req.exact,
         os.environ.get(CRASH_ENV, ""), repack.allowed(),
+        # the CPU too (its name and flags): a cache folder shared between machines (a
+        # synced or network home) must not carry one machine's verdict to another
+        repack.cpu_name(), ",".join(repack.cpu_flags()),
     )
 
 
@@ -101,7 +106,11 @@ def _run(req: ProbeRequest, extra_bufts: bool, timeout: float, cancel: threading
         args.append("--no-extra-bufts")
     if req.exact:
         args.append("--exact")
-    return run_child(CHILD_MODULE, *args, timeout=timeout, cancel=cancel)
+    # at the lowest priority: on a machine with few cores a probe's decodes beside running
+    # streams stalled them (llama.cpp's threads wait on each other at every op; a thread
+    # the probe displaced held a stream's token back 0.77 s on 2 cores), and at the lowest
+    # priority the probe takes only the CPU they leave
+    return run_child(CHILD_MODULE, *args, timeout=timeout, cancel=cancel, nice=PROBE_NICE)
 
 
 def _describe_crash(o: ChildOutcome) -> str:

@@ -41,6 +41,7 @@ from engine.runtime.llama.context import Context
 from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
+from engine.runtime.pooled import POOLING
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.store import load_policy, policy_path
 from engine.runtime.decode.session import Session
@@ -167,6 +168,14 @@ class LoadedModel:
         self.model.close()
 
 
+def pooling_of_file(ms: ModelSet) -> int | None:
+    """The pooling type a GGUF sets (llama.h: 1 mean, 2 cls, 3 last, 4 rank), None when it
+    sets none: a model that generates text."""
+    first = ms.first
+    value = first.get(f"{first.architecture}.pooling_type")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4 else None
+
+
 def _checked(path: str | Path, what: str) -> tuple[ModelSet, MtpFacts]:
     report, facts, ms = validate_path(path)
     if not report.valid or ms is None:
@@ -252,6 +261,14 @@ def load(
     if endpoints and spec.parallel > 1:
         spec = replace(spec, parallel=1)  # a model over RPC runs in a worker process, one sequence at a time
     target_set, facts = _checked(spec.path, "The model")
+    pooling = pooling_of_file(target_set)
+    if pooling is not None:  # embeddings or reranking: one pooled context, no drafting, no slots
+        if spec.mtp in (MtpSource.INTEGRATED, MtpSource.EXTERNAL):
+            raise MtpUnavailableError(
+                f"This is {'a reranking' if pooling == 4 else 'an embedding'} model: it does not generate text, so it "
+                "has nothing to draft. Load it with MTP off (or auto)."
+            )
+        spec = replace(spec, mtp=MtpSource.OFF, head=None, parallel=1)
     if spec.exact and (problem := exact_mod.head_dims_problem(target_set.first)):
         raise InvalidSettingError(problem)
     head_set = head_facts = None
@@ -339,6 +356,7 @@ def load(
             spec, source, model, head_model, local_kv=placement is not None,
             heads=heads,
             holes_ok=fam.mrope if fam is not None else True,
+            pooled=pooling is not None,
         )  # fmt: skip
         if (mode == "shared") != session.shared:  # the table and llama.cpp disagree: never draft on a guess
             for ctx in shared or tuple(c for c in (session.draft, session.target) if c is not None):
@@ -363,6 +381,9 @@ def load(
         "architecture": facts.architecture,
         "description": model.description,
         "n_ctx": session.n_ctx,
+        #: chat | embedding | rerank (engine.runtime.pooled): what requests it answers
+        "kind": "chat" if pooling is None else "rerank" if pooling == 4 else "embedding",
+        "pooling": POOLING[pooling] if pooling is not None else None,
         #: sequences decoded together (1: one at a time)
         "parallel": len(pool) if pool is not None else 1,
         "parallel_requested": requested_parallel,
@@ -405,6 +426,9 @@ def load(
 
 
 FIT_CHECKS = ("check", "shrink", "off")
+#: a pooled context's size (its batch: one input's most tokens) and the inputs one decode takes
+POOLED_MAX_BATCH = 8192
+POOLED_SEQS = 16
 
 
 def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: MtpSource) -> tuple[LoadSpec, fit.Fit]:
@@ -462,7 +486,8 @@ def _quant_name(ms: ModelSet) -> str | None:
 
 
 def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None, *, local_kv: bool = False,
-              heads: int = 1, holes_ok: bool = True) -> tuple[Session, SlotPool | None, tuple[Context, ...]]:  # fmt: skip
+              heads: int = 1, holes_ok: bool = True, pooled: bool = False,
+              ) -> tuple[Session, SlotPool | None, tuple[Context, ...]]:  # fmt: skip
     """The target and MTP contexts and the session over them; with ``spec.parallel`` > 1,
     contexts of that many sequences, a session per slot over views of them
     (:mod:`engine.runtime.slots`), and the shared contexts (the MTP one first)."""
@@ -471,6 +496,13 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
     n_ctx = limits.effective_ctx(spec.n_ctx, model.n_ctx_train)
     depth = max(1, spec.max_draft_depth)
     n_batch = limits.batch_for(spec.n_batch, depth, n_ctx)
+    if pooled:
+        # every input in one decode (an encoder attends over all of it at once), several
+        # inputs to a decode as sequences of one unified cache (engine.runtime.pooled)
+        n_ctx = n_batch = min(n_ctx, POOLED_MAX_BATCH)
+        target = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=spec.n_threads, n_outputs=n_batch,
+                         n_seq=POOLED_SEQS, pooled=True)  # fmt: skip
+        return Session(target, None), None, ()
     target = Context(
         model,
         n_ctx=n_ctx,

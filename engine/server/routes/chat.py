@@ -8,6 +8,7 @@ from starlette.routing import Route
 from engine.runtime import jobs as J
 from engine.runtime.prompt.reply import CALL_ARGS, CALL_START, CONTENT, REASONING
 from engine.server.generation import Shape, chat_logprobs, run
+from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 from engine.server.schemas import parse_chat
 
@@ -64,10 +65,11 @@ SHAPE = Shape(
 )
 
 
+@on_demand
 async def chat_completions(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
-    parsed = parse_chat(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults)
+    parsed = parse_chat(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults)
     return await run(request, parsed, SHAPE)
 
 

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from engine.server.generation import Shape, completion_logprobs, run
+from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 from engine.server.schemas import parse_completion
 
@@ -20,10 +21,11 @@ SHAPE = Shape(
 )
 
 
+@on_demand
 async def completions(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
-    parsed = parse_completion(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults)
+    parsed = parse_completion(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults)
     return await run(request, parsed, SHAPE)
 
 

@@ -18,14 +18,16 @@ from engine.server import messages_api as M
 from engine.server.schemas import new_id
 from engine.server.flow import PING, Flow, answer
 from engine.server.replyblocks import Blocks
+from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 from engine.server.routes.responses import SKIPPED_HEADER
 
 
+@on_demand
 async def create(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
-    req = M.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults)
+    req = M.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults)
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
     mid = new_id("msg")
     return await answer(request, req.job, stream=req.stream, headers=headers,
@@ -54,10 +56,11 @@ async def _events(flow: Flow, req: M.MessagesRequest, mid: str):
         flow.release()
 
 
+@on_demand
 async def count_tokens(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
-    req = M.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults, count_only=True)
+    req = M.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, count_only=True)
     try:
         handle = engine.submit(J.Call(partial(count_prompt, req.job), label="count_tokens", access="read"))
     except Exception as e:  # the engine queue is full, or the engine stopping

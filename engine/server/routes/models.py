@@ -1,4 +1,4 @@
-"""GET /v1/models"""
+"""GET /v1/models: every model the endpoint serves, loaded or loaded on demand."""
 
 from __future__ import annotations
 
@@ -6,30 +6,42 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from engine.server.modellist import CHAT, listing
+
+#: LM Studio's model types, by what a model is for
+_TYPES = {CHAT: "llm", "embedding": "embeddings", "rerank": "embeddings"}
+
 
 async def list_models(request: Request):
     st = request.app.state
-    data = [
-        {
-            "id": name,
+    data = []
+    for m in listing(st):
+        info = m.info
+        data.append({
+            "id": m.name,
             "object": "model",
             "created": st.started,
             "owned_by": "mtp-studio",
             # the context a client may fill, under the names clients read it by (vLLM's,
             # LM Studio's, OpenRouter's)
-            "context_length": info.get("n_ctx"),
-            "max_model_len": info.get("n_ctx"),
-            "max_context_length": info.get("n_ctx"),
+            "context_length": m.context_length,
+            "max_model_len": m.context_length,
+            "max_context_length": m.context_length,
+            # LM Studio's: loaded now, or loaded by the first request that names it
+            "state": "loaded" if m.loaded else "not-loaded",
+            "type": _TYPES.get(m.kind, "llm"),
             "meta": {
-                "architecture": info.get("architecture"),
-                "n_ctx": info.get("n_ctx"),
+                "architecture": m.architecture,
+                "n_ctx": info.get("n_ctx", m.context_length),
                 "n_vocab": info.get("n_vocab"),
-                "mtp": info.get("mtp"),
+                "mtp": m.mtp,
                 "max_draft_depth": info.get("max_draft_depth"),
+                "size_bytes": m.size,
+                "quantization": m.quantization,
+                "capabilities": m.capabilities,
+                "kind": m.kind,
             },
-        }
-        for name, info in st.engine.models().items()
-    ]
+        })  # fmt: skip
     return JSONResponse({"object": "list", "data": data})
 
 

@@ -5,24 +5,25 @@
 from __future__ import annotations
 
 import json
-import os
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from engine.errors import MtpStudioError, NoModelLoadedError
 from engine.runtime import jobs as J
 from engine.server import errors as E
 from engine.server import ollama_api as O
 from engine.server.flow import Flow, answer
+from engine.server.modellist import Listed, listing
+from engine.server.ondemand import hold, on_demand, take
 from engine.server.request import json_body
 
 
-def _size(info: dict) -> int:
-    try:
-        return os.path.getsize(info.get("path") or "")
-    except OSError:
-        return 0
+def _info(m: Listed) -> dict:
+    """What :func:`O.tag` reads, for a model loaded or not."""
+    return m.info or {"architecture": m.architecture, "quantization": m.quantization, "kind": m.kind}
 
 
 async def version(request: Request):
@@ -30,23 +31,43 @@ async def version(request: Request):
 
 
 async def tags(request: Request):
-    models = request.app.state.engine.models()
-    return JSONResponse({"models": [O.tag(n, i, _size(i)) for n, i in models.items()]})
+    return JSONResponse({"models": [O.tag(m.name, _info(m), m.size) for m in listing(request.app.state)]})
 
 
 async def ps(request: Request):
-    models = request.app.state.engine.models()
-    out = [{**O.tag(n, i, _size(i)), "expires_at": "9999-12-31T23:59:59Z", "size_vram": 0,
-            "context_length": i.get("n_ctx")} for n, i in models.items()]  # fmt: skip
+    """The loaded models, each with when it unloads (Ollama's far future: never)."""
+    out = []
+    for m in listing(request.app.state):
+        if not m.loaded:
+            continue
+        left = m.residency.get("expires_in_s")
+        expires = O.iso_in(left) if left is not None else NEVER
+        vram = m.info.get("memory", {}) or {}
+        out.append({**O.tag(m.name, _info(m), m.size), "expires_at": expires,
+                    "size_vram": int(vram.get("offloaded_bytes") or 0),
+                    "context_length": m.info.get("n_ctx")})  # fmt: skip
     return JSONResponse({"models": out})
 
 
+#: what ``/api/ps`` says of a model kept loaded (Ollama writes the same far future)
+NEVER = "2318-08-31T00:00:00Z"
+
+
+@on_demand
 async def show(request: Request):
     body = await json_body(request)
-    models = request.app.state.engine.models()
-    name = O.model_name(body, models)
-    info = models[name]
-    return JSONResponse(O.show(name, info, info.get("chat_template") or ""))
+    st = request.app.state
+    listed = {m.name: m for m in listing(st)}
+    name = body.get("model") or body.get("name") if isinstance(body, dict) else None
+    if isinstance(name, str) and getattr(st, "residency", None) is not None and name.removesuffix(":latest") not in listed:
+        try:
+            name, _ = st.residency.resolve(name)  # another name of a model: answered without loading it
+        except MtpStudioError:
+            pass
+    models = {n: _info(m) for n, m in listed.items()}
+    key = O.model_name(dict(body, model=name) if isinstance(body, dict) and name else body, models)
+    info = models[key]
+    return JSONResponse(O.show(key, info, info.get("chat_template") or ""))
 
 
 async def chat(request: Request):
@@ -57,13 +78,39 @@ async def generate(request: Request):
     return await _generate(request, chat=False)
 
 
+@on_demand
 async def _generate(request: Request, *, chat: bool):
     body = await json_body(request)
     engine = request.app.state.engine
-    req = O.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults, chat=chat)
+    models = await hold(request, body, keys=("model", "name"))
+    if isinstance(body, dict) and getattr(request.app.state, "residency", None) is not None and not body.get("messages" if chat else "prompt"):
+        return await _load_only(request, body, chat=chat)
+    req = O.parse(body, models, engine.resolve, request.app.state.settings.request_defaults, chat=chat)
     # NDJSON has no keep-alive: a stream waits for its first token
     return await answer(request, req.job, stream=req.stream, media_type="application/x-ndjson", keep_alive=False,
                         result=lambda res: O.final(req, res, whole=True), events=lambda flow: _lines(flow, req))
+
+
+async def _load_only(request: Request, body: dict, *, chat: bool) -> JSONResponse:
+    """A body with a model and no prompt loads it (held above), or with ``keep_alive: 0``
+    unloads it: Ollama's way to preload and to free memory."""
+    lease = take(request)
+    assert lease is not None
+    lease.release()
+    reason = "load"
+    if lease.keep_alive == 0:
+        await run_in_threadpool(_unload_quietly, request.app.state.residency, lease.name)
+        reason = "unload"
+    out = {"model": lease.name, "created_at": O.now_iso(), "done": True, "done_reason": reason}
+    out.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
+    return JSONResponse(out)
+
+
+def _unload_quietly(residency, name: str) -> None:
+    try:
+        residency.unload(name)
+    except NoModelLoadedError:
+        pass  # already gone (its expiry came first)
 
 
 def _line(obj: dict) -> bytes:

@@ -20,6 +20,7 @@ from engine.server import errors as E
 from engine.server import responses_api as R
 from engine.server.flow import PING, Flow, answer
 from engine.server.replyblocks import Blocks
+from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 
 #: stored responses kept at most (the oldest goes first)
@@ -58,6 +59,7 @@ def _store(request: Request) -> ResponseStore:
     return st.responses
 
 
+@on_demand
 async def create(request: Request):
     body = await json_body(request)
     engine, store = request.app.state.engine, _store(request)
@@ -65,7 +67,7 @@ async def create(request: Request):
     if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
         obj, history = store.get(body["previous_response_id"])
         previous = history
-    req = R.parse(body, engine.models(), engine.resolve, request.app.state.settings.request_defaults, previous)
+    req = R.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, previous)
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
     rid, created = R.new_id("resp"), R.now()
 

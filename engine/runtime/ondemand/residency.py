@@ -1,0 +1,392 @@
+"""Which models are loaded: loaded when a request names one, unloaded when idle.
+
+:class:`Residency` stands between the endpoint (or the app) and the engine. A request
+takes a :class:`Lease` on the model it names (:meth:`Residency.acquire`): a loaded model
+is leased at once; one that is not is loaded first (one load however many requests ask
+at once: the others wait for it). Before a load, room is made: the load's memory estimate
+plus those of the models already loaded must stay within the budget, and the number of
+loaded models within ``max_loaded``; idle models are unloaded least recently used first to
+make it. A model with a lease is never unloaded, nor one that is loading; when even
+unloading every idle model would not make room the request is refused in words with the
+figures (no evict-and-retry loop).
+
+When its last lease ends, a model's expiry is set: the request's keep-alive (Ollama's
+``keep_alive``, LM Studio's ``ttl``) or the idle TTL; ``0`` unloads it now, a negative one
+keeps it. A thread of its own unloads expired models. Models loaded outside the residency
+(the app's Load, ``serve --model``) are pinned: never unloaded for room or time, only by a
+request that says so (``keep_alive: 0``) or by hand.
+
+Loads and unloads are engine jobs (a load builds off the engine's stepping path, so the
+streams of other models go on: engine.runtime.engine). Any thread; every method that
+waits for the engine blocks its caller (the endpoint calls them from a worker thread).
+Ownership: everything here is guarded by ``_cv``; the engine owns the models themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.errors import InsufficientMemoryError, InvalidRequestError, NoModelLoadedError
+from engine.runtime import jobs as J
+from engine.runtime.load.loader import LoadSpec
+from engine.runtime.ondemand.catalog import Catalog, Servable
+
+log = logging.getLogger(__name__)
+
+#: LM Studio's idle TTL for models loaded on demand (lmstudio.ai/docs: ttl-and-auto-evict)
+DEFAULT_IDLE_TTL_S = 3600.0
+#: models loaded at once by default (Ollama: OLLAMA_MAX_LOADED_MODELS, 3 per GPU)
+DEFAULT_MAX_LOADED = 3
+#: share of the machine's memory loaded models' estimates may take, by default
+BUDGET_SHARE = 0.85
+FOREVER = float("inf")
+
+
+def parse_keep_alive(value) -> float | None:
+    """Seconds a model stays loaded after a request: Ollama's ``keep_alive`` (a number of
+    seconds, or a duration such as ``"10m"``, ``"1h30m"``, ``"45s"``; negative: forever; 0:
+    unload now) or LM Studio's ``ttl`` (seconds). None when not given."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidRequestError("keep_alive must be a duration such as '5m', a number of seconds, or -1 (keep loaded)")
+    if isinstance(value, (int, float)):
+        return FOREVER if value < 0 else float(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            n = float(text)
+            return FOREVER if n < 0 else n
+        except ValueError:
+            pass
+        if text.startswith("-"):
+            return FOREVER
+        units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+        total, num, i = 0.0, "", 0
+        ok = bool(text)
+        while i < len(text):
+            c = text[i]
+            if c.isdigit() or c == ".":
+                num += c
+                i += 1
+                continue
+            unit = "ms" if text.startswith("ms", i) else c
+            if not num or unit not in units:
+                ok = False
+                break
+            total += float(num) * units[unit]
+            num = ""
+            i += len(unit)
+        if ok and not num:
+            return total
+    raise InvalidRequestError(
+        f"keep_alive {value!r} is not a duration: use seconds (300), a duration ('5m', '1h30m'), 0 to unload "
+        "after the reply, or -1 to keep the model loaded"
+    )
+
+
+@dataclass
+class Resident:
+    """One loaded (or loading, or unloading) model's bookkeeping."""
+
+    name: str
+    servable: Servable | None  # None: loaded outside the residency
+    state: str = "loading"  # loading | loaded | unloading
+    users: int = 0  # leases held now
+    requests: int = 0  # leases taken since it loaded
+    loaded_at: float = 0.0  # monotonic
+    last_used: float = 0.0  # monotonic: when its last lease ended (or it loaded)
+    expires: float = FOREVER  # monotonic; FOREVER: never
+    pinned: bool = False
+    memory: int = 0  # the load's memory estimate, bytes
+    error: BaseException | None = None
+
+
+@dataclass
+class Lease:
+    """A request's hold on a loaded model: it is not unloaded until every lease ends.
+    :meth:`release` once (later calls do nothing)."""
+
+    residency: Residency
+    name: str
+    keep_alive: float | None = None
+    _released: bool = field(default=False, repr=False)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.residency._release(self)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class Residency:
+    """Loads on demand and unloads when idle (see the module docstring)."""
+
+    def __init__(
+        self,
+        engine,
+        catalog: Catalog,
+        spec_for: Callable[[Servable], LoadSpec],
+        *,
+        max_loaded: int = DEFAULT_MAX_LOADED,
+        idle_ttl: float | None = DEFAULT_IDLE_TTL_S,
+        memory_budget: int | None = None,
+        estimate: Callable[[Servable, LoadSpec], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if max_loaded < 1:
+            raise ValueError("max_loaded must be at least 1")
+        self.engine = engine
+        self.catalog = catalog
+        self.spec_for = spec_for
+        self.max_loaded = max_loaded
+        self.idle_ttl = FOREVER if idle_ttl is None or idle_ttl < 0 else float(idle_ttl)
+        self.memory_budget = memory_budget if memory_budget is not None else default_budget()
+        self._estimate = estimate or estimate_bytes
+        self.clock = clock
+        self._cv = threading.Condition(threading.Lock())
+        self._residents: dict[str, Resident] = {}
+        self._closed = False
+        self._reaper = threading.Thread(target=self._reap, name="mtp-residency", daemon=True)
+        self._reaper.start()
+
+    # ----------------------------------------------------------------- naming
+    def resolve(self, name: str) -> tuple[str, Servable | None]:
+        """(the loaded name, its servable) for what a request calls a model: a loaded
+        model's own name, else a catalog model (by any of its names; loaded under its
+        canonical name, or already loaded from the same file under another).
+        :class:`NoModelLoadedError` (a 404) for a name nothing answers to."""
+        loaded = self.engine.models()
+        if name in loaded:
+            return name, self.catalog.find(name)
+        bare = name.removesuffix(":latest")
+        if bare in loaded:
+            return bare, self.catalog.find(bare)
+        s = self.catalog.find(name)
+        if s is None:
+            known = ", ".join(sorted({*loaded, *(x.name for x in self.catalog.items())})) or "none"
+            raise NoModelLoadedError(f"No model is named {name!r} here (models: {known}). See GET /v1/models.")
+        for lname, info in loaded.items():
+            if info.get("path") == str(s.path):
+                return lname, s
+        return s.name, s
+
+    # ----------------------------------------------------------------- leases
+    def acquire(self, name: str, *, keep_alive: float | None = None, cancel: threading.Event | None = None) -> Lease:
+        """A lease on the model ``name`` means, loading it first when it is not loaded
+        (waiting for a load already under way). Raises what the load raises, and
+        :class:`InsufficientMemoryError` when no room can be made."""
+        lname, s = self.resolve(name)
+        while True:
+            victims: list[str] = []
+            with self._cv:
+                self._sync_locked()
+                r = self._residents.get(lname)
+                if r is not None and r.state == "loaded":
+                    r.users += 1
+                    r.requests += 1
+                    return Lease(self, lname, keep_alive)
+                if r is not None:  # loading or unloading: wait for it to settle
+                    self._cv.wait(0.5)
+                    if cancel is not None and cancel.is_set():
+                        raise InvalidRequestError("The request was cancelled while its model loaded.")
+                    continue
+                if s is None:
+                    raise NoModelLoadedError(f"Model {name!r} is not loaded.")
+                spec = self.spec_for(s)
+                need = self._estimate(s, spec)
+                victims = self._room_locked(s, need)
+                for v in victims:
+                    self._residents[v].state = "unloading"
+                self._residents[lname] = Resident(lname, s, state="loading", memory=need)
+            break
+        try:
+            for v in victims:
+                log.info("unloading %s to make room for %s", v, lname)
+                self._unload_now(v)
+            info = self.engine.submit(J.LoadModel(spec, replace=False)).result()
+        except BaseException as e:
+            with self._cv:
+                self._residents.pop(lname, None)
+                self._cv.notify_all()
+            raise e
+        with self._cv:
+            now = self.clock()
+            r = self._residents[lname]
+            r.state, r.loaded_at, r.last_used = "loaded", now, now
+            r.memory = _memory_of(info) or r.memory
+            r.users, r.requests = 1, 1
+            self._cv.notify_all()
+        log.info("loaded %s on demand", lname)
+        return Lease(self, lname, keep_alive)
+
+    def _release(self, lease: Lease) -> None:
+        with self._cv:
+            r = self._residents.get(lease.name)
+            if r is None:
+                return
+            r.users = max(0, r.users - 1)
+            now = self.clock()
+            r.last_used = now
+            ttl = lease.keep_alive
+            if ttl is None:
+                ttl = FOREVER if r.pinned else self.idle_ttl
+            if r.users == 0 or lease.keep_alive is not None:
+                r.expires = now + ttl if ttl != FOREVER else FOREVER
+            self._cv.notify_all()  # the reaper: an expiry changed
+
+    def _room_locked(self, s: Servable, need: int) -> list[str]:
+        """The idle models to unload (least recently used first) so that ``s`` fits; an
+        :class:`InsufficientMemoryError` in words when it cannot."""
+        others = [r for r in self._residents.values() if r.state != "unloading"]
+        used = sum(r.memory for r in others)
+        count = len(others)
+        idle = sorted((r for r in others if r.state == "loaded" and r.users == 0 and not r.pinned),
+                      key=lambda r: r.last_used)  # fmt: skip
+        victims: list[str] = []
+        while idle and (used + need > self.memory_budget or count + 1 > self.max_loaded):
+            r = idle.pop(0)
+            victims.append(r.name)
+            used -= r.memory
+            count -= 1
+        if used + need > self.memory_budget:
+            held = [r for r in others if r.name not in victims]
+            raise InsufficientMemoryError(
+                f"{s.name} needs about {_gib(need)} and the models that stay loaded take {_gib(used)} of the "
+                f"{_gib(self.memory_budget)} budget"
+                + (f" ({', '.join(f'{r.name}: {_gib(r.memory)}' + (' busy' if r.users else ' pinned' if r.pinned else '') for r in held)})" if held else "")
+                + ". Unload a model, wait for running requests to end, or raise the memory budget.",
+                {"need_bytes": need, "used_bytes": used, "budget_bytes": self.memory_budget},
+            )  # fmt: skip
+        if count + 1 > self.max_loaded:
+            raise InsufficientMemoryError(
+                f"{s.name} cannot load: {count} models are loaded and busy or pinned, and at most {self.max_loaded} "
+                "may be loaded at once. Wait for their requests to end, unload one, or raise the limit "
+                "(serve --max-models).",
+                {"loaded": count, "max_loaded": self.max_loaded},
+            )
+        return victims
+
+    def _sync_locked(self) -> None:
+        """Bring the bookkeeping in line with what the engine has loaded: models loaded
+        outside the residency are pinned; those unloaded elsewhere are forgotten."""
+        loaded = self.engine.models()
+        for name, info in loaded.items():
+            if name not in self._residents:
+                now = self.clock()
+                self._residents[name] = Resident(name, None, state="loaded",
+                                                 loaded_at=now, last_used=now, pinned=True,
+                                                 memory=_memory_of(info))  # fmt: skip
+        for name, r in list(self._residents.items()):
+            if r.state == "loaded" and name not in loaded:
+                del self._residents[name]
+
+    # ----------------------------------------------------------------- unloads
+    def unload(self, name: str) -> None:
+        """Unload ``name`` now (after its running requests end: the engine waits for them)."""
+        with self._cv:
+            self._sync_locked()
+            r = self._residents.get(name)
+            if r is None or r.state != "loaded":
+                raise NoModelLoadedError(f"Model {name!r} is not loaded.")
+            r.state = "unloading"
+        self._unload_now(name)
+
+    def _unload_now(self, name: str) -> None:
+        try:
+            self.engine.submit(J.UnloadModel(name)).result()
+        except NoModelLoadedError:
+            pass
+        finally:
+            with self._cv:
+                self._residents.pop(name, None)
+                self._cv.notify_all()
+
+    def _reap(self) -> None:
+        """The reaper's thread: unloads idle models whose expiry has passed."""
+        while True:
+            with self._cv:
+                if self._closed:
+                    return
+                now = self.clock()
+                due = [r for r in self._residents.values() if r.state == "loaded" and r.users == 0 and r.expires <= now]
+                for r in due:
+                    r.state = "unloading"
+                if not due:
+                    nxt = min((r.expires for r in self._residents.values() if r.state == "loaded" and r.users == 0),
+                              default=FOREVER)  # fmt: skip
+                    self._cv.wait(None if nxt == FOREVER else max(0.01, min(nxt - now, 60.0)))
+                    continue
+            for r in due:
+                log.info("unloading %s: idle past its keep-alive", r.name)
+                try:
+                    self._unload_now(r.name)
+                except Exception:
+                    log.exception("could not unload %s", r.name)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._reaper.join(timeout=5)
+
+    # ----------------------------------------------------------------- reading
+    def loaded(self) -> list[dict]:
+        """The loaded (and loading) models, most recently used first: name, state, memory
+        estimate, requests, leases held, idle seconds, and seconds until unloaded (None:
+        never). Any thread."""
+        with self._cv:
+            self._sync_locked()
+            now = self.clock()
+            out = []
+            for r in sorted(self._residents.values(), key=lambda r: -r.last_used):
+                idle = 0.0 if r.users else max(0.0, now - r.last_used)
+                expires_in = max(0.0, r.expires - now) if r.users == 0 and r.expires != FOREVER else None
+                out.append({"name": r.name, "state": r.state, "memory_bytes": r.memory, "requests": r.requests,
+                            "users": r.users, "idle_s": idle, "expires_in_s": expires_in, "pinned": r.pinned,
+                            "on_demand": r.servable is not None})  # fmt: skip
+            return out
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
+
+
+def _memory_of(info: dict) -> int:
+    mem = info.get("memory") or {}
+    v = mem.get("total_bytes") if isinstance(mem, dict) else None
+    return int(v) if isinstance(v, (int, float)) else 0
+
+
+def estimate_bytes(s: Servable, spec: LoadSpec) -> int:
+    """What loading ``s`` with ``spec`` takes (engine.runtime.load.fit's estimate, every
+    slot's KV cache included)."""
+    from engine.gguf.shards import open_set
+    from engine.runtime.load import fit
+
+    try:
+        f = fit.fit_of_set(open_set(s.path), spec.n_ctx * max(1, spec.parallel), mtp=s.head is not None or s.mtp != "none")
+        return int(f.estimate.total_bytes)
+    except Exception:  # an estimate that cannot be made counts the file's size
+        return s.size
+
+
+def default_budget() -> int:
+    """:data:`BUDGET_SHARE` of the memory models load into: the GPUs' when the build has
+    any, else the host's."""
+    from engine.runtime.load import fit
+
+    devices = fit.machine_devices()
+    gpus = [d for d in devices if d.kind == "gpu"]
+    if gpus:
+        return int(BUDGET_SHARE * sum(d.total for d in gpus))
+    return int(BUDGET_SHARE * devices[0].total)
