@@ -118,6 +118,8 @@ class MainWindow(QMainWindow):
             notes.insert(0, context_line(info))
         if info.get("fallbacks") and not info.get("fallbacks_found_now"):  # its dialog came at the first load
             notes.append("with a fallback found earlier: " + " ".join(info["fallbacks"]))
+        if info.get("mtp_off_reason"):
+            notes.append(info["mtp_off_reason"])
         text = "; ".join(notes)
         said = f"Loaded {info['name']}" + (f" — {text}" if text else "")
         self.ctx.messages.status(said, 15000 if text else 5000)  # type: ignore[union-attr]

@@ -171,7 +171,7 @@ def _describe_load(info: dict) -> None:
     if info.get("parallel", 1) < info.get("parallel_requested", 1):
         print(f"parallel: {info['parallel']} of {info['parallel_requested']} requested (what fits this machine's memory)",
               flush=True)  # fmt: skip
-    for note in info.get("fallbacks", []):
+    for note in [*info.get("fallbacks", []), *([info["mtp_off_reason"]] if info.get("mtp_off_reason") else [])]:
         print(f"note: {note}", file=sys.stderr, flush=True)
     if info.get("placement"):
         from engine.cli.generate import placement_line

@@ -22,6 +22,7 @@ from engine.errors import (
     HeadMismatchError,
     InsufficientMemoryError,
     InvalidSettingError,
+    ModelLoadError,
     ModelNotFoundError,
     MtpUnavailableError,
 )
@@ -168,6 +169,20 @@ class LoadedModel:
         self.model.close()
 
 
+def nextn_load_failure(facts: MtpFacts) -> str | None:
+    """The true cause when llama.cpp fails to load a file whose NextN (MTP) layers are of
+    a family it builds no MTP graph for: it fails on those layers' tensors, not because the
+    file is damaged. None for any other file."""
+    fam = family(facts.architecture)
+    if facts.kind != "integrated" or fam is None or fam.graph:
+        return None
+    return (
+        f"llama.cpp could not load this {fam.label or facts.architecture} file: it holds {facts.nextn_layers} NextN "
+        f"(MTP) layer(s), and {fam.no_graph}, so this build cannot load their tensors. The file is not damaged: "
+        "use a conversion without the MTP layers, or a newer backend build when llama.cpp adds them."
+    )
+
+
 def pooling_of_file(ms: ModelSet) -> int | None:
     """The pooling type a GGUF sets (llama.h: 1 mean, 2 cls, 3 last, 4 rank), None when it
     sets none: a model that generates text."""
@@ -275,6 +290,10 @@ def load(
     if spec.head is not None and spec.mtp != MtpSource.OFF:
         head_set, head_facts = _checked(spec.head, "The MTP head")
     source = resolve_source(spec.mtp, facts, head_set is not None)
+    #: why auto left MTP off although the file has NextN layers (said with the load, never silent)
+    mtp_off = None
+    if spec.mtp == MtpSource.AUTO and source == MtpSource.OFF and facts.kind == "integrated":
+        mtp_off = f"MTP is off for this model: {mtp_problem(facts)}"
     if source == MtpSource.EXTERNAL:
         assert head_set is not None and head_facts is not None
         check_pair(Summary.of_set(target_set), Summary.of_set(head_set))
@@ -327,17 +346,20 @@ def load(
         extra_bufts = False  # repacked kernels differ between one row and several
 
     head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
-    model = Model.load(
-        spec.path,
-        # a file that holds NextN tensors loads them even with MTP off: llama.cpp counts
-        # them as missing otherwise ("wrong number of tensors") for most families
-        load_mtp=facts.kind == "integrated",
-        n_gpu_layers=spec.n_gpu_layers,
-        progress=lambda f: report(f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")),
-        cancel=cancel,
-        use_extra_bufts=extra_bufts,
-        placement=None if placement is None else LlamaParams(placement),  # held by the call
-    )
+    try:
+        model = Model.load(
+            spec.path,
+            # a file that holds NextN tensors loads them even with MTP off: llama.cpp counts
+            # them as missing otherwise ("wrong number of tensors") for most families
+            load_mtp=facts.kind == "integrated",
+            n_gpu_layers=spec.n_gpu_layers,
+            progress=lambda f: report(f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")),
+            cancel=cancel,
+            use_extra_bufts=extra_bufts,
+            placement=None if placement is None else LlamaParams(placement),  # held by the call
+        )
+    except ModelLoadError as e:
+        raise ModelLoadError(nextn_load_failure(facts) or str(e)) from None
     head_model = None
     try:
         if source == MtpSource.EXTERNAL:
@@ -410,6 +432,8 @@ def load(
         "repack_notice": repack.verdict().notice,
         #: fallbacks the load probe had to take, as sentences for the user
         "fallbacks": list(verdict.fallbacks),
+        #: why auto left MTP off although the file has NextN layers (None: it did not)
+        "mtp_off_reason": mtp_off,
         #: the probe found them on this load (False: remembered from an earlier one)
         "fallbacks_found_now": bool(verdict.fallbacks) and not verdict.cached,
         "exact": spec.exact,

@@ -83,6 +83,24 @@ def test_the_probe_is_cached_per_file_identity(fresh_copy):
     assert not check_load(req).cached
 
 
+def test_two_loads_of_the_same_file_run_one_child_probe_and_another_cpu_probes_again(fresh_copy, monkeypatch):
+    from engine.runtime.load import loadcheck
+
+    children = []
+    real = loadcheck.run_child
+    monkeypatch.setattr(loadcheck, "run_child", lambda *a, **kw: children.append(a) or real(*a, **kw))
+    spec = LoadSpec(fresh_copy, mtp=MtpSource.INTEGRATED, n_ctx=256)
+    for _ in range(2):
+        with Engine() as eng:
+            eng.submit(J.LoadModel(spec)).result(120)
+    assert len(children) == 1
+    assert check_load(ProbeRequest(str(fresh_copy), None, "integrated", -1, 4)).cached
+    # the same file and build on another CPU (a cache folder shared between machines)
+    monkeypatch.setattr(repack, "cpu_name", lambda: "Another CPU 9000")
+    check_load(ProbeRequest(str(fresh_copy), None, "integrated", -1, 4))
+    assert len(children) == 2
+
+
 def test_the_probe_child_survives_being_killed_as_a_plain_signal(fresh_copy):
     """What the parent sees of a crash: the stage the child reached is on stdout."""
     cmd = [sys.executable, "-m", "engine.runtime.load.loadcheck_child", str(fresh_copy), "--mtp", "integrated"]

@@ -24,7 +24,7 @@ from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.base import FixedDepth
-from engine.runtime.load.loader import LoadSpec, MtpSource, load
+from engine.runtime.load.loader import LoadSpec, MtpSource, load, nextn_load_failure
 
 #: families whose MTP layers ship inside the model file (and draft)
 INTEGRATED = ("qwen35moe", "qwen3next", "glm4moe", "deepseek2", "deepseek32", "glm-dsa", "bailingmoe3",
@@ -244,8 +244,12 @@ def test_refusals_are_typed_errors_in_words(families):
     glm5 = families["glm5-next"]["target"]
     with pytest.raises(MtpUnavailableError, match="without MTP"):
         _load(glm5, MtpSource.INTEGRATED)
-    with _loaded(glm5, MtpSource.AUTO) as lm:  # auto never picks what cannot draft
+    with _loaded(glm5, MtpSource.AUTO) as lm:  # auto never picks what cannot draft, and says why
         assert lm.source == MtpSource.OFF
+        assert "MTP is off for this model" in lm.info["mtp_off_reason"] and "GLM5-Next NextN graph" in lm.info["mtp_off_reason"]
+    # where this build cannot load such a file's NextN tensors, the refusal says so (not "damaged")
+    why = nextn_load_failure(validate_path(glm5)[1])
+    assert why is not None and "not damaged" in why and "NextN" in why
 
     two = families["refusals"]["two_nextn"]
     report, facts, _ = validate_path(two)
@@ -255,6 +259,9 @@ def test_refusals_are_typed_errors_in_words(families):
         _load(two, MtpSource.INTEGRATED)
     with _loaded(two, MtpSource.AUTO) as lm:
         assert lm.source == MtpSource.OFF
+        assert "exactly one NextN layer" in lm.info["mtp_off_reason"]
+    with _loaded(families["qwen35moe"]["target"], MtpSource.AUTO) as lm:
+        assert lm.source == MtpSource.INTEGRATED and lm.info["mtp_off_reason"] is None
 
     flat = families["refusals"]["no_recurrent"]
     report, _, _ = validate_path(flat)
