@@ -66,6 +66,12 @@ class ServerPrefs:
     autostart: bool = False
     #: thinking models: the endpoint's default thinking budget (0: unlimited)
     thinking_budget: int = 0
+    #: serve every library model by name, loaded on demand (engine.runtime.ondemand)
+    serve_library: bool = True
+    #: minutes a model loaded on demand stays loaded without requests (0: never unloaded)
+    idle_ttl_min: int = 60
+    #: models loaded at once; the least recently used idle one makes room
+    max_models: int = 3
 
 
 @dataclass

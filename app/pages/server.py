@@ -42,9 +42,9 @@ def cache_text(info: dict) -> str:
 
 #: what each API answers on, for the page (engine.server.routes)
 ROUTES = (
-    ("OpenAI", "/v1/chat/completions, /v1/completions, /v1/responses, /v1/models"),
+    ("OpenAI", "/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/rerank, /v1/models"),
     ("Anthropic", "/v1/messages, /v1/messages/count_tokens"),
-    ("Ollama", "/api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version"),
+    ("Ollama", "/api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps, /api/version"),
 )
 _API_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic", "ollama": "Ollama"}
 
@@ -55,6 +55,11 @@ def routes_text() -> str:
 
 def api_counts_text(counts: Counter) -> str:
     return "Requests by API: " + "  ·  ".join(f"{_API_NAMES[k]} {counts.get(k, 0)}" for k in _API_NAMES)
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s} s" if s < 120 else f"{s // 60} min" if s < 7200 else f"{s // 3600} h {s % 3600 // 60} min"
 
 
 class _RequestRelay(QObject):
@@ -115,6 +120,7 @@ class ServerPage(QWidget):
         self.api_counts = QLabel(api_counts_text(self.per_api))
         self.api_counts.setObjectName("Figures")
         lay.addWidget(self.api_counts)
+        lay.addWidget(self._models_box())
         lay.addWidget(self._cache_box())
         lay.addWidget(self._slots_box())
         self.table = QTableWidget(0, 5)
@@ -130,6 +136,110 @@ class ServerPage(QWidget):
         self.gen_key.clicked.connect(lambda: (self.key.setText(secrets.token_urlsafe(24)), self.key.setEchoMode(QLineEdit.EchoMode.Normal)))
         if s.autostart:
             self.start()
+
+    def _models_box(self) -> QGroupBox:
+        """Which models the endpoint serves, and the ones loaded now: memory, requests, idle
+        time, when each unloads, and Unload."""
+        s = self.ctx.settings.server
+        box = QGroupBox("Models")
+        box.setMaximumWidth(720)
+        form = QFormLayout(box)
+        self.serve_library = QCheckBox("Serve every library model by name, loaded when a request names it")
+        self.serve_library.setChecked(s.serve_library)
+        self.idle_ttl = QSpinBox()
+        self.idle_ttl.setRange(0, 24 * 60)
+        self.idle_ttl.setSuffix(" min")
+        self.idle_ttl.setSpecialValueText("never")
+        self.idle_ttl.setValue(s.idle_ttl_min)
+        self.idle_ttl.setToolTip("A model loaded on demand is unloaded after this long without requests "
+                                 "(requests may ask for their own: Ollama's keep_alive, LM Studio's ttl).")  # fmt: skip
+        self.max_models = QSpinBox()
+        self.max_models.setRange(1, 16)
+        self.max_models.setValue(s.max_models)
+        self.max_models.setToolTip("Models loaded at once; the least recently used idle one is unloaded to make room, "
+                                   "as is any that would not fit the memory beside the others.")  # fmt: skip
+        self.loaded_table = QTableWidget(0, 6)
+        self.loaded_table.setHorizontalHeaderLabels(["Model", "Memory", "Requests", "Idle", "Unloads", ""])
+        self.loaded_table.verticalHeader().setVisible(False)
+        self.loaded_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.loaded_table.setMaximumHeight(150)
+        form.addRow("", self.serve_library)
+        form.addRow("Unload when idle", self.idle_ttl)
+        form.addRow("At most", self.max_models)
+        form.addRow(self.loaded_table)
+        self._loaded_timer = QTimer(self)
+        self._loaded_timer.timeout.connect(self.refresh_loaded)
+        self._loaded_timer.start(1000)
+        self.refresh_loaded()
+        return box
+
+    def loaded_rows(self) -> list[dict]:
+        """The loaded models as the table shows them: the endpoint's residency while it
+        serves on demand, else what the engine has loaded."""
+        if self.server is not None and self.server.residency is not None:
+            return self.server.residency.loaded()
+        return [{"name": n, "state": "loaded", "memory_bytes": (i.get("memory") or {}).get("total_bytes", 0),
+                 "requests": None, "users": 0, "idle_s": None, "expires_in_s": None, "pinned": True}
+                for n, i in self.ctx.bridge.engine.models().items()]  # fmt: skip
+
+    def refresh_loaded(self) -> None:
+        rows = self.loaded_rows()
+        self.loaded_table.setRowCount(len(rows))
+        for r, m in enumerate(rows):
+            state = m["state"] if m["state"] != "loaded" else ("in use" if m["users"] else None)
+            idle = "–" if m["idle_s"] is None else state or _duration(m["idle_s"])
+            unloads = ("by hand" if m["pinned"] else "kept") if m["expires_in_s"] is None else f"in {_duration(m['expires_in_s'])}"
+            cells = [m["name"], f"{m['memory_bytes'] / 2**20:.0f} MB" if m["memory_bytes"] else "–",
+                     "–" if m["requests"] is None else str(m["requests"]), idle, unloads]  # fmt: skip
+            for c, text in enumerate(cells):
+                self.loaded_table.setItem(r, c, QTableWidgetItem(text))
+            button = QPushButton("Unload")
+            button.setEnabled(m["state"] == "loaded")
+            button.clicked.connect(lambda _=False, name=m["name"]: self.unload(name))
+            self.loaded_table.setCellWidget(r, 5, button)
+
+    def unload(self, name: str) -> None:
+        """Unload ``name`` (after its running requests end), on the engine."""
+        from engine.runtime import jobs as J
+
+        if self.server is not None and self.server.residency is not None:
+            import threading
+
+            threading.Thread(target=self._unload_quietly, args=(name,), daemon=True).start()
+        else:
+            self.ctx.bridge.run(J.UnloadModel(name))
+
+    def _unload_quietly(self, name: str) -> None:
+        from engine.errors import MtpStudioError
+
+        try:
+            self.server.residency.unload(name)  # type: ignore[union-attr]
+        except MtpStudioError:
+            pass  # gone already
+
+    def _residency(self):
+        """Loads on demand for the endpoint, with this app's load settings."""
+        from dataclasses import replace
+
+        from app.context import load_depth
+        from engine.runtime.load.loader import LoadSpec, MtpSource
+        from engine.runtime.ondemand.catalog import Catalog
+        from engine.runtime.ondemand.residency import Residency
+
+        st = self.ctx.settings
+        s = st.server
+        s.serve_library, s.idle_ttl_min, s.max_models = self.serve_library.isChecked(), self.idle_ttl.value(), self.max_models.value()
+        if not s.serve_library:
+            return None
+
+        def spec_for(m) -> LoadSpec:
+            source = st.mtp.source if (m.head is not None or st.mtp.source != "external") else "auto"
+            spec = LoadSpec(m.path, head=m.head, mtp=MtpSource(source), n_ctx=st.n_ctx, max_draft_depth=load_depth(st),
+                            fit="shrink", parallel=max(1, min(st.parallel, 16)), name=m.name)  # fmt: skip
+            return replace(spec, mtp=MtpSource.OFF, head=None, parallel=1) if m.kind != "chat" else spec
+
+        return Residency(self.ctx.bridge.engine, Catalog(self.ctx.library), spec_for, max_loaded=s.max_models,
+                         idle_ttl=s.idle_ttl_min * 60 if s.idle_ttl_min else None)  # fmt: skip
 
     def _cache_box(self) -> QGroupBox:
         """The prompt cache both the chats and the endpoint use: its budget, and what it holds."""
@@ -239,7 +349,8 @@ class ServerPage(QWidget):
         try:
             settings = self._settings()
             settings.check()
-            self.server = ServerThread(self.ctx.bridge.engine, settings, on_request=self.relay.entry.emit).start()
+            self.server = ServerThread(self.ctx.bridge.engine, settings, on_request=self.relay.entry.emit,
+                                       residency=self._residency()).start()  # fmt: skip
             self.server.wait_ready()
         except (ValueError, OSError, TimeoutError) as e:
             self.server = None
@@ -249,20 +360,27 @@ class ServerPage(QWidget):
         state = f"running at {self.server.url}/v1  ·  API key {'required' if settings.api_key else 'off'}"
         for name, info in self.ctx.bridge.engine.models().items():
             state += f"\n{name}: chat template {info.get('chat_template')}"
+        if self.server.residency is not None:
+            n = len(self.server.residency.catalog.items())
+            state += f"\n{n} library model(s) served by name, loaded on demand"
         self.state.setText(state)
         self.toggle.setText("Stop")
-        for w in (self.host, self.port, self.key, self.cors, self.gen_key):
+        for w in (self.host, self.port, self.key, self.cors, self.gen_key, self.serve_library, self.idle_ttl, self.max_models):
             w.setEnabled(False)
+        self.refresh_loaded()
         return True
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
+            if self.server.residency is not None:
+                self.server.residency.close()
             self.server = None
         self.state.setText("stopped")
         self.toggle.setText("Start")
-        for w in (self.host, self.port, self.key, self.cors, self.gen_key):
+        for w in (self.host, self.port, self.key, self.cors, self.gen_key, self.serve_library, self.idle_ttl, self.max_models):
             w.setEnabled(True)
+        self.refresh_loaded()
 
     def _log_request(self, e: dict) -> None:
         self.per_api[e.get("api", "openai")] += 1

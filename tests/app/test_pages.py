@@ -457,3 +457,41 @@ def test_server_page_shows_each_slot_while_requests_decode_together(qtbot, windo
     page.refresh_slots()
     assert [page.slot_table.item(r, 1).text() for r in range(3)] == ["idle"] * 3
     assert page.slot_figures.text().startswith("0 of 3 busy")
+
+
+def test_server_page_loads_library_models_on_demand_and_lists_them_with_unload(qtbot, window, fixtures, tmp_path):
+    """A request naming a library model loads it beside the window's model; the page's
+    table shows it (memory, requests, when it unloads) and its Unload button unloads it."""
+    import shutil
+
+    load(qtbot, window, fixtures["full"].path, "integrated")
+    copy = tmp_path / "on-demand-partial.gguf"
+    shutil.copyfile(fixtures["partial"].path, copy)
+    entry = window.ctx.library.add([copy], name="On Demand Partial", provenance={"source": "import"})
+    page = window.pages["server"]
+    page.port.setValue(_free_port())
+    page.idle_ttl.setValue(30)
+    assert page.start()
+    assert "library model(s) served by name, loaded on demand" in page.state.text()
+    r = httpx2.post(page.server.url + "/v1/completions", json={"model": "On Demand Partial", "prompt": "Hi", "max_tokens": 3},
+                    timeout=60)  # fmt: skip
+    assert r.status_code == 200 and r.json()["model"] == entry.id
+    assert sorted(window.ctx.bridge.engine.models()) == sorted(["full", entry.id])
+    page.refresh_loaded()
+    rows = {page.loaded_table.item(r, 0).text(): r for r in range(page.loaded_table.rowCount())}
+    assert set(rows) == {"full", entry.id}
+    row = rows[entry.id]
+    assert page.loaded_table.item(row, 2).text() == "1"  # one request
+    assert page.loaded_table.item(row, 4).text().startswith("in ")  # unloads when idle 30 min
+    assert page.loaded_table.item(rows["full"], 4).text() == "by hand"  # the window's own model
+    assert page.loaded_table.item(row, 1).text().endswith("MB")
+    window.resize(1000, 1400)
+    window.show_page("server")
+    qtbot.wait(50)
+    window.grab().save(str(tmp_path / "server-page-models.png"))
+    page.loaded_table.cellWidget(row, 5).click()
+    qtbot.waitUntil(lambda: entry.id not in window.ctx.bridge.engine.models(), timeout=20000)
+    page.refresh_loaded()
+    assert [page.loaded_table.item(r, 0).text() for r in range(page.loaded_table.rowCount())] == ["full"]
+    page.stop()
+    window.ctx.library.delete(entry.id)

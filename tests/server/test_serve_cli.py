@@ -146,3 +146,28 @@ def test_bench_slots_measures_each_arm_at_each_client_count(fixtures):
     for n in ("1", "2"):
         ratios = sorted(a / b for a, b in zip(auto[n]["rounds"], off[n]["rounds"]))
         assert r["auto_vs_worst_paired"][n] == pytest.approx(sum(ratios) / 2, abs=0.002)
+
+
+def test_serve_without_a_model_serves_the_library_by_name_on_demand(fixtures, tmp_path):
+    """A fresh install: `import` a file, then `serve` with no --model; the first request
+    naming it loads it."""
+    env = dict(os.environ, GGML_NO_BACKTRACE="1", MTP_STUDIO_HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, "-m", "app.launcher", "import", str(fixtures["full"].path)], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cmd = [sys.executable, "-m", "app.launcher", "serve", "--port", "0", "--ctx", "512", "--idle-ttl", "600"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"serving 1 library model\(s\) by name at (http://127\.0\.0\.1:\d+/v1)", line)
+        assert m, (line, proc.stderr.read() if proc.poll() is not None else "")
+        assert "loaded on demand, unloaded after 600 s idle, at most 3 at once" in line
+        with openai.OpenAI(base_url=m.group(1), api_key="unused", max_retries=0) as client:
+            [listed] = client.models.list().data
+            assert listed.model_extra["state"] == "not-loaded"
+            reply = client.chat.completions.create(model=fixtures["full"].path.stem, messages=[{"role": "user", "content": "Hi"}],
+                                                   max_tokens=8)  # fmt: skip
+            assert reply.choices[0].message.content and reply.model == listed.id
+            assert client.models.list().data[0].model_extra["state"] == "loaded"
+    finally:
+        assert stop(proc) == 0
