@@ -116,6 +116,22 @@ class ModelController(QObject):
         job.failed.connect(lambda error: self._on_failed(job, error))
         self.loading.emit(Path(path).name)
 
+    def load_entry(self, entry) -> None:
+        """Load a library entry, with its paired MTP head when it has one (loaded without
+        it, and told so, when the head is gone)."""
+        from engine.hub.library import LibraryError, MtpStatus
+
+        lib = self.ctx.library
+        head = None
+        notes: tuple[str, ...] = ()
+        if entry.pair:
+            try:
+                head = lib.get(entry.pair).path(lib.root)
+            except LibraryError as err:  # the paired head was deleted or its record is broken
+                notes = (f"loaded without its MTP head: {err}",)
+        source = "external" if head is not None and entry.mtp == MtpStatus.NONE else None
+        self.load(entry.path(lib.root), head, source, notes=notes)
+
     def _rpc(self) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
         """The saved RPC pool, or none (with a note) when the saved list is unusable."""
         from engine.errors import InvalidSettingError

@@ -126,6 +126,10 @@ class ChatPage(QWidget):
         self.history.currentItemChanged.connect(self._on_history_pick)
         self.controls.samplingChanged.connect(self._on_sampling)
         self.controls.sourceChanged.connect(self.models.reload)
+        self.controls.modelChosen.connect(lambda eid: self.models.load_entry(self.ctx.library.get(eid)))
+        # the picker follows every load and unload, the endpoint's on-demand ones included
+        self.ctx.bridge.modelsChanged.connect(lambda _m: self.controls.refresh_models((self.models.current or {}).get("path")))
+        self.models.unloaded.connect(lambda: self.controls.refresh_models(None))
         self.transcript.codeCopied.connect(self._on_code_copied)
         self.system.textChanged.connect(self._on_system)
         self.models.loaded.connect(self._on_model_loaded)
@@ -313,6 +317,7 @@ class ChatPage(QWidget):
 
     def _on_model_loaded(self, info: dict) -> None:
         self.controls.show_model(info)
+        self.controls.refresh_models(info.get("path"))
         quant = f" {info['quantization']}" if info.get("quantization") else ""
         self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · {context_line(info)}")
         self.figures.setToolTip(f"Chat template: {info.get('chat_template')}")

@@ -15,6 +15,7 @@ Signals:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -41,6 +42,8 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "sampled_draft")
 class ChatControls(QWidget):
     samplingChanged = Signal()
     sourceChanged = Signal(str)
+    #: the user picked a library model (its id) that is not the loaded one: load it
+    modelChosen = Signal(str)
 
     def __init__(self, ctx: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
@@ -61,6 +64,13 @@ class ChatControls(QWidget):
         self.template_line.setObjectName("Hint")
         top.addWidget(self.template_line)
         top.addStretch(1)
+        top.addWidget(QLabel("Model"))
+        self.model_pick = QComboBox()
+        self.model_pick.setMinimumContentsLength(16)
+        self.model_pick.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_pick.setToolTip("The library's models: the one you pick is loaded")
+        self.model_pick.activated.connect(self._on_model_picked)
+        top.addWidget(self.model_pick)
         top.addWidget(QLabel("MTP source"))
         self.source = QComboBox()
         for label, value in SOURCES:
@@ -116,6 +126,34 @@ class ChatControls(QWidget):
         self.schema_edit.setFixedHeight(70)
         self.schema_edit.setVisible(False)
         lay.addWidget(self.schema_edit)
+
+    def refresh_models(self, loaded_path: str | None) -> None:
+        """List the library's chat models, the loaded one (by its file) selected; a model
+        loaded from outside the library is listed first, as it is."""
+        from engine.hub.library import EntryKind
+
+        lib = self.ctx.library
+        self.model_pick.blockSignals(True)
+        self.model_pick.clear()
+        current = -1
+        try:
+            entries = [e for e in lib.entries() if e.kind != EntryKind.HEAD]
+        except Exception:  # an unreadable library lists nothing here (the Models page says why)
+            entries = []
+        for e in entries:
+            if str(e.path(lib.root)) == loaded_path:
+                current = self.model_pick.count()
+            self.model_pick.addItem(e.name, e.id)
+        if current < 0 and loaded_path:
+            self.model_pick.insertItem(0, Path(loaded_path).name.removesuffix(".gguf"), "")
+            current = 0
+        self.model_pick.setCurrentIndex(current)
+        self.model_pick.blockSignals(False)
+
+    def _on_model_picked(self, index: int) -> None:
+        eid = self.model_pick.itemData(index)
+        if eid:
+            self.modelChosen.emit(eid)
 
     def _connect(self) -> None:
         self.depth.currentTextChanged.connect(self._on_depth)

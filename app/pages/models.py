@@ -36,7 +36,7 @@ from app.pages.modelsfit import RecommendedBox
 from app.tasks import Task
 from app.widgets.page import page_layout
 from engine.gguf.inspect import human_size
-from engine.hub.library import EntryKind, LibraryError, MtpStatus
+from engine.hub.library import EntryKind
 
 
 class ModelsPage(QWidget):
@@ -55,8 +55,8 @@ class ModelsPage(QWidget):
 
         lib_box = QGroupBox("Library")
         ll = QVBoxLayout(lib_box)
-        self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(["Model", "Quantization", "MTP", "Size", "Source", "Paired with"])
+        self.table = QTableWidget(0, 7)
+        self.table.setHorizontalHeaderLabels(["Model", "Quantization", "MTP", "Size", "Source", "Paired with", "State"])
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -110,9 +110,16 @@ class ModelsPage(QWidget):
         self.recommended.openRepo.connect(self.open_repo)
         self.hub.download.connect(self.downloads.add)
         self.downloads.finished.connect(lambda _res: self.refresh())
+        # loads and unloads from anywhere (this page, the chat, the endpoint's on-demand loads)
+        self.ctx.bridge.modelsChanged.connect(lambda _models: self.refresh())
         self._update_buttons()
 
     # ---------------------------------------------------------------- library
+    def loaded_name(self, e) -> str | None:
+        """The name ``e`` is loaded as now (by its file), None when it is not loaded."""
+        path = str(e.path(self.ctx.library.root))
+        return next((n for n, info in self.ctx.bridge.engine.models().items() if info.get("path") == path), None)
+
     def refresh(self) -> None:
         entries = self.ctx.library.entries()
         self.table.setRowCount(len(entries))
@@ -120,7 +127,8 @@ class ModelsPage(QWidget):
             src = e.provenance.get("repo") or Path(e.provenance.get("path", "")).name or e.provenance.get("source", "")
             pair = e.pair or ""
             quant = e.summary.get("quantization") or e.summary.get("main_quant_type") or ""
-            for c, text in enumerate([e.name, quant, e.mtp, human_size(e.size), src, pair]):
+            state = "loaded" if self.loaded_name(e) is not None else ""
+            for c, text in enumerate([e.name, quant, e.mtp, human_size(e.size), src, pair, state]):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, e.id)
                 self.table.setItem(r, c, item)
@@ -160,22 +168,23 @@ class ModelsPage(QWidget):
     def _update_buttons(self) -> None:
         e = self.selected()
         self.load_btn.setEnabled(e is not None and e.kind != EntryKind.HEAD)
+        self.load_btn.setText("Unload" if e is not None and self.loaded_name(e) is not None else "Load")
         self.delete_btn.setEnabled(e is not None)
 
     def load_selected(self) -> None:
+        """Load the selected model, or unload it when it is loaded (in the window or by the
+        endpoint on demand)."""
         e = self.selected()
         if e is None:
             return
-        lib = self.ctx.library
-        head = None
-        notes: tuple[str, ...] = ()
-        if e.pair:
-            try:
-                head = lib.get(e.pair).path(lib.root)
-            except LibraryError as err:  # the paired head was deleted or its record is broken
-                notes = (f"loaded without its MTP head: {err}",)
-        source = "external" if head is not None and e.mtp == MtpStatus.NONE else None
-        self.models.load(e.path(lib.root), head, source, notes=notes)
+        if (name := self.loaded_name(e)) is not None:
+            from engine.runtime import jobs as J
+
+            self.ctx.bridge.run(J.UnloadModel(name))
+            if self.ctx.messages is not None:
+                self.ctx.messages.status(f"Unloading {e.name}…")
+            return
+        self.models.load_entry(e)
         if self.ctx.messages is not None:
             self.ctx.messages.status(f"Loading {e.name}…")
 

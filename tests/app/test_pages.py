@@ -489,9 +489,37 @@ def test_server_page_loads_library_models_on_demand_and_lists_them_with_unload(q
     window.show_page("server")
     qtbot.wait(50)
     window.grab().save(str(tmp_path / "server-page-models.png"))
+    # the Models page shows the same state, and offers Unload for a loaded entry
+    models_page = window.pages["models"]
+    models_page.refresh()
+    lib_row = next(i for i in range(models_page.table.rowCount()) if models_page.table.item(i, 0).data(Qt.ItemDataRole.UserRole) == entry.id)
+    assert models_page.table.item(lib_row, 6).text() == "loaded"
+    models_page.table.selectRow(lib_row)
+    assert models_page.load_btn.text() == "Unload"
     page.loaded_table.cellWidget(row, 5).click()
     qtbot.waitUntil(lambda: entry.id not in window.ctx.bridge.engine.models(), timeout=20000)
     page.refresh_loaded()
     assert [page.loaded_table.item(r, 0).text() for r in range(page.loaded_table.rowCount())] == ["full"]
+    qtbot.waitUntil(lambda: models_page.table.item(lib_row, 6).text() == "", timeout=5000)  # told by the bridge
     page.stop()
+    window.ctx.library.delete(entry.id)
+
+
+def test_chat_model_picker_lists_the_library_and_loads_the_pick(qtbot, window, fixtures, tmp_path):
+    import shutil
+
+    load(qtbot, window, fixtures["full"].path, "integrated")
+    copy = tmp_path / "picked-partial.gguf"
+    shutil.copyfile(fixtures["partial"].path, copy)
+    entry = window.ctx.library.add([copy], name="Picked Partial", provenance={"source": "import"})
+    chat = window.pages["chat"]
+    pick = chat.controls.model_pick
+    chat.controls.refresh_models((window.models.current or {}).get("path"))
+    names = [pick.itemText(i) for i in range(pick.count())]
+    assert "Picked Partial" in names
+    assert pick.currentText() == "full"  # loaded from outside the library: listed as it is
+    with qtbot.waitSignal(window.models.loaded, timeout=60000):
+        pick.activated.emit(names.index("Picked Partial"))
+    assert window.models.current["path"] == str(entry.path(window.ctx.library.root))
+    assert pick.currentText() == "Picked Partial"
     window.ctx.library.delete(entry.id)
