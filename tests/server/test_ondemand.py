@@ -380,3 +380,16 @@ def test_each_model_answers_only_what_it_does(serve, library):
     assert r.status_code == 400 and "chat model" in r.json()["error"]["message"]
     r = httpx.post(s.url + "/v1/rerank", json={"model": ids["Fixture Embedder"], "query": "q", "documents": ["d"]}, timeout=60)
     assert r.status_code == 400 and "reranking model" in r.json()["error"]["message"]
+
+
+def test_keep_alive_zero_answers_once_the_model_is_gone(serve, library):
+    """The reply to an unload comes after the unload, also when the model's expiry (set
+    to now by the same request) started it first."""
+    ids = _ids(library)
+    s = serve()
+    full = ids["Fixture Full"]
+    for _ in range(5):
+        httpx.post(s.url + "/v1/completions", json={"model": full, "prompt": "a", "max_tokens": 2}, timeout=60)
+        r = httpx.post(s.url + "/api/generate", json={"model": full, "keep_alive": 0}, timeout=60).json()
+        assert r["done_reason"] == "unload"
+        assert full not in s.engine.models()

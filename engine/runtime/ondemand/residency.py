@@ -292,13 +292,22 @@ class Residency:
 
     # ----------------------------------------------------------------- unloads
     def unload(self, name: str) -> None:
-        """Unload ``name`` now (after its running requests end: the engine waits for them)."""
+        """Unload ``name`` now (after its running requests end: the engine waits for them).
+        Returns once it is unloaded, also when its unload was already under way (its
+        expiry came first); a model that is loading is unloaded once loaded."""
         with self._cv:
-            self._sync_locked()
-            r = self._residents.get(name)
-            if r is None or r.state != "loaded":
-                raise NoModelLoadedError(f"Model {name!r} is not loaded.")
-            r.state = "unloading"
+            while True:
+                self._sync_locked()
+                r = self._residents.get(name)
+                if r is None:
+                    raise NoModelLoadedError(f"Model {name!r} is not loaded.")
+                if r.state == "loaded":
+                    r.state = "unloading"
+                    break
+                state = r.state
+                self._cv.wait(0.5)
+                if state == "unloading" and name not in self._residents:
+                    return
         self._unload_now(name)
 
     def _unload_now(self, name: str) -> None:
