@@ -7,8 +7,9 @@ never waits behind one submitted later). A model loaded with several slots
 each to a free slot (waiting for one when all are busy), a thread of the request's own
 prepares its prompt, and its decode loop then runs here, on the engine thread, one of the
 sequences its batcher steps together (:mod:`engine.runtime.slots`). A read-only
-:class:`~engine.runtime.jobs.Call` (``access="read"``: counting a prompt's tokens) runs
-between the slots' steps. A load is built on a thread of its own while this thread keeps
+:class:`~engine.runtime.jobs.Call` (``access="read"``: counting a prompt's tokens) and
+embeddings or rerank scores on a pooling model (:mod:`engine.runtime.pooled`: such a model
+has no streams) run between the slots' steps. A load is built on a thread of its own while this thread keeps
 the running streams stepping, and the model is handed over when ready; an unload waits for
 its own model's streams only. Any other job waits until the slots are idle. A bounded
 queue rejects work with :class:`QueueFullError` instead of growing without limit.

@@ -1,0 +1,1 @@
+"""Models served by name: loaded on demand, unloaded when idle (see residency)."""
