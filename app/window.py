@@ -116,8 +116,9 @@ class MainWindow(QMainWindow):
         notes = list(self.models.notes)
         if context_lowered(info):
             notes.insert(0, context_line(info))
-        if info.get("fallbacks") and not info.get("fallbacks_found_now"):  # its dialog came at the first load
-            notes.append("with a fallback found earlier: " + " ".join(info["fallbacks"]))
+        if info.get("fallbacks"):  # in the load line, never a dialog: the load went on safely
+            found = "with a fallback: " if info.get("fallbacks_found_now") else "with a fallback found earlier: "
+            notes.append(found + " ".join(info["fallbacks"]))
         if info.get("mtp_off_reason"):
             notes.append(info["mtp_off_reason"])
         text = "; ".join(notes)

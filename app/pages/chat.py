@@ -321,6 +321,3 @@ class ChatPage(QWidget):
         quant = f" {info['quantization']}" if info.get("quantization") else ""
         self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · {context_line(info)}")
         self.figures.setToolTip(f"Chat template: {info.get('chat_template')}")
-        # said once, in a dialog; later loads of the same files say it in the window's load line
-        if info.get("fallbacks") and info.get("fallbacks_found_now") and self.ctx.messages is not None:
-            self.ctx.messages.error("The model needed a fallback to run safely", "\n\n".join(info["fallbacks"]))

@@ -39,6 +39,21 @@ from engine.gguf.inspect import human_size
 from engine.hub.library import EntryKind
 
 
+def _answers(path: Path) -> str | None:
+    """What a model answers, from its header: chat (with tools, thinking), embeddings or
+    reranking (engine.runtime.ondemand.catalog)."""
+    from engine.errors import MtpStudioError
+    from engine.runtime.ondemand.catalog import CHAT, EMBEDDING, header_facts
+
+    try:
+        facts = header_facts(path)
+    except MtpStudioError:
+        return None
+    if facts.kind == CHAT:
+        return "chat" + (f" ({', '.join(facts.template_caps)})" if facts.template_caps else "")
+    return "embeddings" if facts.kind == EMBEDDING else "reranking"
+
+
 class ModelsPage(QWidget):
     def __init__(self, ctx: AppContext, models: ModelController, parent: QWidget | None = None):
         super().__init__(parent)
@@ -156,7 +171,8 @@ class ModelsPage(QWidget):
             self.details.setHtml("")
             return
         s = e.summary
-        rows = [("Architecture", s.get("architecture")), ("Quantization", s.get("quantization") or s.get("main_quant_type")),
+        rows = [("Answers", _answers(e.path(self.ctx.library.root))), ("Loaded", "yes" if self.loaded_name(e) else None),
+                ("Architecture", s.get("architecture")), ("Quantization", s.get("quantization") or s.get("main_quant_type")),
                 ("Parameters", f"{(s.get('parameters') or 0) / 1e6:.1f} M"), ("Context", s.get("context_length")),
                 ("Blocks", s.get("block_count")), ("NextN layers", s.get("nextn_layers")), ("MTP", e.mtp),
                 ("Files", "<br>".join(e.files)), ("Source", e.provenance.get("repo") or e.provenance.get("path")),

@@ -496,6 +496,8 @@ def test_server_page_loads_library_models_on_demand_and_lists_them_with_unload(q
     assert models_page.table.item(lib_row, 6).text() == "loaded"
     models_page.table.selectRow(lib_row)
     assert models_page.load_btn.text() == "Unload"
+    details = models_page.details.toPlainText()
+    assert "Answers \nchat" in details and "Loaded \nyes" in details
     page.loaded_table.cellWidget(row, 5).click()
     qtbot.waitUntil(lambda: entry.id not in window.ctx.bridge.engine.models(), timeout=20000)
     page.refresh_loaded()
