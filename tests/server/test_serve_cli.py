@@ -171,3 +171,18 @@ def test_serve_without_a_model_serves_the_library_by_name_on_demand(fixtures, tm
             assert client.models.list().data[0].model_extra["state"] == "loaded"
     finally:
         assert stop(proc) == 0
+
+
+def test_serve_loads_every_model_given_and_answers_each_by_name(fixtures):
+    proc, url = start_serve(fixtures["full"].path, "--model", str(fixtures["partial"].path))
+    try:
+        with openai.OpenAI(base_url=url, api_key="unused", max_retries=0) as client:
+            listed = {m.id: m.model_extra["state"] for m in client.models.list().data}
+            assert listed == {"full": "loaded", "partial": "loaded"}
+            for name in listed:
+                r = client.completions.create(model=name, prompt="a", max_tokens=2)
+                assert r.model == name and r.usage.completion_tokens == 2
+            with pytest.raises(openai.NotFoundError):  # the library is not served unless asked (--library)
+                client.completions.create(model="demo", prompt="a", max_tokens=2)
+    finally:
+        assert stop(proc) == 0
