@@ -58,7 +58,7 @@ class MainWindow(QMainWindow):
             "chat": ChatPage(ctx, self.models),
             "models": ModelsPage(ctx, self.models),
             "compose": ComposePage(ctx, self.models),
-            "performance": PerformancePage(ctx),
+            "performance": PerformancePage(ctx, self.models),
             "backend": BackendPage(ctx, self.models),
             "server": ServerPage(ctx),
         }

@@ -35,9 +35,11 @@ WINDOW_S = 1.0  # tokens/s is measured over the last second of rounds
 
 
 class PerformancePage(QWidget):
-    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+    def __init__(self, ctx: AppContext, models=None, parent: QWidget | None = None):
         super().__init__(parent)
         self.ctx = ctx
+        #: the window's model controller: the bench runs on the window's model
+        self.models = models
         self.job: JobSignals | None = None  # the generation being followed (any source)
         self.stats = GenerationStats()
         self.tps_points: list[tuple[float, float]] = []
@@ -201,8 +203,13 @@ class PerformancePage(QWidget):
     def run_bench(self) -> None:
         if self.bench_job is not None:
             return
-        fn = bench_job(parse_depths("0,1,2,3,auto"), list(DEFAULT_PROMPTS), self.bench_tokens.value(), self.bench_runs.value())
-        job = self.bench_job = self.ctx.bridge.run(J.Call(fn, "bench"))
+        # the window's model: the bench has it to itself once its own streams end, and the
+        # endpoint's other models go on meanwhile
+        current = self.models.current if self.models is not None else None
+        model = current["name"] if current else next(iter(self.ctx.bridge.engine.models()), None)
+        fn = bench_job(parse_depths("0,1,2,3,auto"), list(DEFAULT_PROMPTS), self.bench_tokens.value(), self.bench_runs.value(),
+                       model=model)  # fmt: skip
+        job = self.bench_job = self.ctx.bridge.run(J.Call(fn, "bench", model=model))
         job.progress.connect(self._on_progress)
         job.failed.connect(self._on_failed)
         job.finished.connect(self._bench_done)
@@ -210,7 +217,7 @@ class PerformancePage(QWidget):
         self.bench_cancel.setEnabled(True)
         self.bench_bar.setVisible(True)
         self.bench_bar.setValue(0)
-        self.bench_result.setText("Benchmarking… (the chat waits until it is done)")
+        self.bench_result.setText("Benchmarking… (this model's requests wait until it is done; other models' go on)")
 
     def _on_progress(self, fraction: float, message: str) -> None:
         self.bench_bar.setValue(int(fraction * 100))

@@ -11,7 +11,8 @@ sequences its batcher steps together (:mod:`engine.runtime.slots`). A read-only
 embeddings or rerank scores on a pooling model (:mod:`engine.runtime.pooled`: such a model
 has no streams) run between the slots' steps. A load is built on a thread of its own while this thread keeps
 the running streams stepping, and the model is handed over when ready; an unload waits for
-its own model's streams only. Any other job waits until the slots are idle. A bounded
+its own model's streams only, and so does a call that names the one model it needs (the
+A/B bench). Any other job waits until the slots are idle. A bounded
 queue rejects work with :class:`QueueFullError` instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
@@ -217,7 +218,10 @@ class Engine:
             except MtpStudioError as e:
                 refused = e
         pool_model = self._slotted(handle.job) if refused is None else None
-        if pool_model is None and not self._beside_streams(handle.job):
+        if isinstance(handle.job, J.Call) and handle.job.access == "exclusive" and handle.job.model is not None:
+            own = self._state.models.get(handle.job.model)
+            self._drain([own] if own is not None else [])  # its model to itself; the others go on
+        elif pool_model is None and not self._beside_streams(handle.job):
             self._drain()  # it has the models to itself
         handle._emit(J.Started(handle.id))
         if refused is not None:
@@ -260,8 +264,10 @@ class Engine:
 
     # ------------------------------------------------------------------ slots
     def _busy_pools(self, models: list | None = None) -> list:
+        """The slot pools with work: a slot taken, or a sequence in their steps (a call's)."""
         models = list(self._state.models.values()) if models is None else models
-        return [lm.slots for lm in models if isinstance(lm, LoadedModel) and lm.slots is not None and lm.slots.busy]
+        return [lm.slots for lm in models
+                if isinstance(lm, LoadedModel) and lm.slots is not None and (lm.slots.busy or lm.slots.batcher.active)]  # fmt: skip
 
     def _step_while(self, waiting: Callable[[], bool], idle: Callable[[float], Any] = time.sleep) -> None:
         """Run every busy model's steps while ``waiting()``: their streams go on meanwhile;
@@ -309,8 +315,7 @@ class Engine:
         """The next job; while slots are busy this thread runs their steps meanwhile
         (decodes run on the thread that owns the model: engine.runtime.slots.batcher)."""
         while True:
-            pools = [lm.slots for lm in list(self._state.models.values())
-                     if isinstance(lm, LoadedModel) and lm.slots is not None and lm.slots.busy]  # fmt: skip
+            pools = self._busy_pools()
             if not pools:
                 return self._queue.get()
             try:
@@ -443,10 +448,32 @@ class Engine:
         return names
 
     def _call(self, job: J.Call, h: JobHandle) -> Any:
-        target = next(iter(self._state.models.values()), None)
+        target = self._state.models.get(job.model) if job.model is not None else next(iter(self._state.models.values()), None)
+        if job.model is not None and target is None:
+            raise NoModelLoadedError(f"Model {job.model!r} is not loaded.")
         if isinstance(target, WorkerModel):  # the model lives in the worker: so does the call
             return self._in_worker(target, job, h)
+        if job.access == "exclusive" and job.model is not None and isinstance(target, LoadedModel) and target.slots is not None:
+            return self._call_in_steps(job, h, target)
         return job.fn(self._state, h.cancel_event, h._emit)
+
+    def _call_in_steps(self, job: J.Call, h: JobHandle, lm: LoadedModel) -> Any:
+        """``job`` as one of ``lm``'s sequences (its own generations ended first): its
+        decodes go through the model's steps, and every other model's streams go on."""
+        assert lm.slots is not None
+        out: dict[str, Any] = {}
+
+        def run() -> None:  # this thread, in the steps
+            try:
+                out["value"] = job.fn(self._state, h.cancel_event, h._emit)
+            except BaseException as e:  # re-raised below, outside the steps
+                out["error"] = e
+
+        lm.slots.batcher.start(run)
+        self._step_while(lambda: not out)
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
 
     def _pooled(self, job: J.Embed | J.Rerank, h: JobHandle) -> J.PooledResult:
         """Embeddings or rerank scores on a pooling model (engine.runtime.pooled)."""

@@ -127,13 +127,18 @@ class Call:
     cancel event and an ``emit`` function for progress events.
 
     ``access`` is what ``fn`` needs: ``"exclusive"`` (the default) has the models to
-    itself, after every running generation has ended; ``"read"`` only reads them —
-    renders, tokenizes, reads a model's facts, never decodes nor loads — and runs between
-    the running generations' steps, so a count does not wait for every stream to end."""
+    itself, after every running generation has ended — or with ``model`` set, that one
+    model, after its own generations have ended, while every other model's go on (the
+    A/B bench on one model; ``fn`` then runs as one of that model's sequences when it has
+    slots, else between the others' steps); ``"read"`` only reads them — renders,
+    tokenizes, reads a model's facts, never decodes nor loads — and runs between the
+    running generations' steps, so a count does not wait for every stream to end."""
 
     fn: Callable[[Any, threading.Event, Callable[[Event], None]], Any]
     label: str = "call"
     access: str = "exclusive"
+    #: with ``access="exclusive"``: the one model ``fn`` needs to itself (None: every model)
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if self.access not in CALL_ACCESS:

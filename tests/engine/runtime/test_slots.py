@@ -436,3 +436,36 @@ def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_o
         assert set(e.models()) == {"partial"} and not stream.done.is_set()
         stream.cancel()
         assert stream.result(60).tokens
+
+
+def test_a_bench_on_one_model_runs_beside_the_streams_of_another(fixtures):
+    """The A/B bench needs its model to itself, not the engine: it runs once that model's
+    own stream has ended, as one of its sequences, while another model's stream goes on;
+    and its figures are the bench's as ever."""
+    import time
+
+    from engine.runtime.measure.bench import bench_job
+
+    emitted: list[float] = []
+    with Engine().start() as e:
+        for name, fx in (("a", "partial"), ("b", "full")):
+            e.submit(J.LoadModel(LoadSpec(fixtures[fx].path, n_ctx=4096, probe=False, fit="off", parallel=2, name=name),
+                                 replace=False)).result()  # fmt: skip
+        own = e.submit(_job(1, max_tokens=24, model="b"))  # b's own stream: the bench waits for it, never ends it
+        stream = e.submit(_job(0, max_tokens=4000, model="a"),
+                          on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()))  # fmt: skip
+        while not emitted:
+            time.sleep(0.001)
+        t0 = time.perf_counter()
+        fn = bench_job(["0", "2"], ["Hello there."], 32, 1, model="b")
+        result = e.submit(J.Call(fn, "bench", model="b")).result(120)
+        t1 = time.perf_counter()
+        mine = own.result(5)
+        assert len(mine.tokens) == 24 and mine.finish_reason == "length"  # ended by itself, before the bench
+        assert not stream.done.is_set(), "the other model's stream had to end for the bench"
+        during = [t for t in emitted if t0 < t < t1]
+        assert len(during) >= 10, f"the other model's stream emitted {len(during)} times during a {t1 - t0:.2f} s bench"
+        assert result.model == "b" and [a.depth for a in result.arms] == ["0", "2"] and result.identical
+        assert all(a.tokens_per_second for a in result.arms)
+        stream.cancel()
+        assert stream.result(60).tokens
