@@ -12,7 +12,9 @@ embeddings or rerank scores on a pooling model (:mod:`engine.runtime.pooled`: su
 has no streams) run between the slots' steps. A load is built on a thread of its own while this thread keeps
 the running streams stepping, and the model is handed over when ready; an unload waits for
 its own model's streams only, and so does a call that names the one model it needs (the
-A/B bench). Any other job waits until the slots are idle. A bounded
+A/B bench). While one of these holds its model, the jobs at the queue's head that need
+another model (a generation into a free slot, embeddings) or only read start meanwhile.
+Any other job waits until the slots are idle. A bounded
 queue rejects work with :class:`QueueFullError` instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
@@ -30,6 +32,7 @@ import logging
 import queue
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +90,8 @@ class Engine:
         self._current: JobHandle | None = None
         #: generations admitted to slots (prepared on threads of their own, decoded on this one)
         self._in_slots: set[JobHandle] = set()
+        #: a job taken from the queue while another ran, to run next (engine thread only)
+        self._peeked: JobHandle | None = None
         self._lock = threading.Lock()
         #: the loaded models and prompt-cache figures as other threads see them
         self._published = Published(self.defaults.prompt_cache_mb << 20)
@@ -158,7 +163,7 @@ class Engine:
         """Jobs waiting or running (those in slots included)."""
         with self._lock:
             running = len(self._in_slots) + (1 if self._current is not None and self._current not in self._in_slots else 0)
-        return self._queue.qsize() + running
+        return self._queue.qsize() + running + (self._peeked is not None)
 
     def slots(self) -> dict[str, list[dict]]:
         """Each loaded model's slots now (model name -> one dict per slot), safe to call
@@ -269,10 +274,15 @@ class Engine:
         return [lm.slots for lm in models
                 if isinstance(lm, LoadedModel) and lm.slots is not None and (lm.slots.busy or lm.slots.batcher.active)]  # fmt: skip
 
-    def _step_while(self, waiting: Callable[[], bool], idle: Callable[[float], Any] = time.sleep) -> None:
+    def _step_while(self, waiting: Callable[[], bool], idle: Callable[[float], Any] = time.sleep,
+                    held: frozenset[str] | None = None) -> None:  # fmt: skip
         """Run every busy model's steps while ``waiting()``: their streams go on meanwhile;
-        with none busy, ``idle(seconds)`` instead."""
+        with none busy, ``idle(seconds)`` instead. With ``held`` (the models the waiting job
+        has to itself), the jobs at the queue's head that need none of them start meanwhile
+        (:meth:`_admit_beside`)."""
         while waiting():
+            if held is not None:
+                self._admit_beside(held)
             pools = self._busy_pools()
             if not pools:
                 idle(STEP_WAIT)
@@ -280,12 +290,44 @@ class Engine:
             for pool in pools:
                 pool.batcher.step_once(STEP_WAIT / len(pools))
 
-    def _off_path(self, work: Callable[[Callable[[float, str], None]], Any], h: JobHandle) -> Any:
+    def _admit_beside(self, held: frozenset[str]) -> None:
+        """Start the jobs at the queue's head that can run beside a job holding the models
+        ``held`` (a load, a bench): a generation joining the free slot of another model, a
+        read-only call, embeddings on another model. The first job that cannot is kept for
+        :meth:`_take`, and nothing behind it starts: the queue's order holds."""
+        while True:
+            if self._peeked is None:
+                try:
+                    self._peeked = self._queue.get_nowait()
+                except queue.Empty:
+                    return
+            h = self._peeked
+            if h is None or self._stopping or not self._can_run_beside(h.job, held) and not h.cancelled:
+                return
+            self._peeked = None
+            self._execute(h)
+
+    def _can_run_beside(self, job: J.Job, held: frozenset[str]) -> bool:
+        if isinstance(job, J.Call):
+            return job.access == "read"
+        if isinstance(job, (J.Embed, J.Rerank, J.Generate)):
+            if job.model in held:  # the model being loaded (or benched): after it
+                return False
+            try:
+                lm = self._state.get(job.model)
+            except MtpStudioError:
+                return True  # no such model: refused at once, in words
+            if lm.name in held:
+                return False
+            if isinstance(job, J.Generate):  # only into a free slot: a model without slots would hold this thread
+                return isinstance(lm, LoadedModel) and lm.slots is not None and lm.slots.busy < len(lm.slots)
+            return isinstance(lm, LoadedModel)
+        return False
+
+    def _off_path(self, work: Callable[[Callable[[float, str], None]], Any], h: JobHandle, held: frozenset[str]) -> Any:
         """``work(progress)`` — a load — on a thread of its own while this thread keeps the
-        running streams stepping; its progress is emitted from here. With no stream running
-        it runs here, as any job does."""
-        if not self._busy_pools():
-            return work(lambda f, m: h._emit(J.Progress(f, m)))
+        running streams stepping and starts the queued jobs that do not need ``held`` (the
+        model being loaded); its progress is emitted from here."""
         events: queue.SimpleQueue = queue.SimpleQueue()
         out: dict[str, Any] = {}
 
@@ -305,7 +347,7 @@ class Engine:
 
         t = threading.Thread(target=run, name=f"mtp-load-{h.id}", daemon=True)
         t.start()
-        self._step_while(loading, idle=t.join)
+        self._step_while(loading, idle=t.join, held=held)
         flush()
         if "error" in out:
             raise out["error"]
@@ -314,6 +356,12 @@ class Engine:
     def _take(self) -> JobHandle | None:
         """The next job; while slots are busy this thread runs their steps meanwhile
         (decodes run on the thread that owns the model: engine.runtime.slots.batcher)."""
+        if self._peeked is not None:  # taken from the queue while another job ran (_admit_beside)
+            h, self._peeked = self._peeked, None
+            if self._stopping:
+                h._emit(J.Done(None, cancelled=True))
+                return None
+            return h
         while True:
             pools = self._busy_pools()
             if not pools:
@@ -380,8 +428,10 @@ class Engine:
 
     def _drain(self, models: list | None = None) -> None:
         """Until no slot of ``models`` (None: every model) is busy; every busy model's
-        streams go on meanwhile."""
-        self._step_while(lambda: bool(self._busy_pools(models)))
+        streams go on meanwhile, and with ``models`` given the queued jobs that need none of
+        them start (:meth:`_admit_beside`)."""
+        held = frozenset(lm.name for lm in models) if models is not None else None
+        self._step_while(lambda: bool(self._busy_pools(models)), held=held)
 
     def _publish_models(self) -> None:
         self._published.publish(self._state)
@@ -418,7 +468,8 @@ class Engine:
                                          prompt_cache_bytes=prompt_cache_bytes)  # fmt: skip
             return load(job.spec, progress=progress, cancel=h.cancel_event)
 
-        lm: LoadedModel | WorkerModel = self._off_path(work, h)
+        held = frozenset({job.spec.name or Path(job.spec.path).name.removesuffix(".gguf")})
+        lm: LoadedModel | WorkerModel = self._off_path(work, h, held)
         if isinstance(lm, LoadedModel) and lm.slots is not None:
             lm.slots.batcher.adopt()  # this thread runs its steps, wherever it was made
         old = self._state.models.get(lm.name)
@@ -470,7 +521,7 @@ class Engine:
                 out["error"] = e
 
         lm.slots.batcher.start(run)
-        self._step_while(lambda: not out)
+        self._step_while(lambda: not out, held=frozenset({lm.name}))
         if "error" in out:
             raise out["error"]
         return out["value"]

@@ -469,3 +469,37 @@ def test_a_bench_on_one_model_runs_beside_the_streams_of_another(fixtures):
         assert all(a.tokens_per_second for a in result.arms)
         stream.cancel()
         assert stream.result(60).tokens
+
+
+def test_requests_for_loaded_models_start_while_another_model_loads(fixtures, tmp_path):
+    """A load holds only the model it loads: a request for a loaded model with a free slot,
+    and a count, start and end while it loads; a request for the loading model waits for
+    it, and what is queued behind that request waits too (the queue's order holds)."""
+    import shutil
+    import time
+
+    other = tmp_path / "late.gguf"
+    shutil.copyfile(fixtures["full"].path, other)  # never probed: its load takes a child process
+    ends: dict[str, float] = {}
+    with Engine().start() as e:
+        e.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=1024, probe=False, fit="off", parallel=2,
+                                      name="a"))).result()  # fmt: skip
+
+        def note(key):
+            return lambda ev: isinstance(ev, (J.Done, J.Failed)) and ends.setdefault(key, time.perf_counter())
+
+        load = e.submit(J.LoadModel(LoadSpec(other, n_ctx=256, parallel=2, name="late"), replace=False), on_event=note("load"))
+        first = e.submit(_job(0, max_tokens=8, model="a"), on_event=note("a"))
+        count = e.submit(J.Call(lambda st, c, emit: len(st.models), access="read"), on_event=note("count"))
+        assert len(first.result(60).tokens) == 8 and count.result(60) == 1
+        load.result(120)
+        assert ends["a"] < ends["load"] and ends["count"] < ends["load"], ends
+        # a request for the model being loaded waits for it; one behind it waits its turn
+        other2 = tmp_path / "late2.gguf"
+        shutil.copyfile(fixtures["full"].path, other2)
+        load2 = e.submit(J.LoadModel(LoadSpec(other2, n_ctx=256, parallel=2, name="late2"), replace=False), on_event=note("load2"))
+        on_new = e.submit(_job(1, max_tokens=4, model="late2"), on_event=note("late2"))
+        behind = e.submit(_job(0, max_tokens=4, model="a"), on_event=note("behind"))
+        load2.result(120)
+        assert len(on_new.result(60).tokens) == 4 and len(behind.result(60).tokens) == 4
+        assert ends["load2"] < ends["late2"] and ends["load2"] < ends["behind"], ends
