@@ -76,7 +76,7 @@ class SeqContext:
         # them and touches nothing meanwhile, so its rows are copied once, into the step's batch
         req = Request(
             self.ctx, self.seq, batch.tokens[:n], batch.pos[:n], batch.logits[:n],
-            batch.embd[:n] if batch.embd is not None and self.is_mtp else None, self._head,
+            batch.embd[:n] if batch.embd is not None and self.is_mtp else None, self._head, n_logits=batch.n_logits,
         )  # fmt: skip
         self._req = None
         self.batcher.submit(req)
