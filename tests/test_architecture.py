@@ -51,3 +51,4 @@ def test_a_cycle_is_found_wherever_its_imports_are_written(tmp_path):
     (pkg / "d.py").write_text("import pkg.a\n")  # imports into the cycle, not part of it
     found = importcycles.cycles(importcycles.graph(tmp_path, ["pkg"]))
     assert found == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+

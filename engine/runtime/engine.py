@@ -111,6 +111,12 @@ class Engine:
         now on, on the engine thread (keep it quick). The GUI sees server traffic this way."""
         self._observers.append(fn)
 
+    def unobserve(self, fn: Callable[[JobHandle, J.Event], None]) -> None:
+        """Stop calling ``fn`` (added by :meth:`observe`), for the jobs running now too."""
+        with self._lock:
+            if fn in self._observers:
+                self._observers.remove(fn)
+
     # -------------------------------------------------------------- lifecycle
     def start(self) -> Engine:
         if self._thread is None:

@@ -55,7 +55,7 @@ class JobHandle:
                 log.exception("event callback failed")
         else:
             self._events.put(event)
-        for observe in self._observers:
+        for observe in tuple(self._observers):  # the engine's list: one may leave meanwhile (unobserve)
             try:
                 observe(self, event)
             except Exception:

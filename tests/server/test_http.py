@@ -127,15 +127,20 @@ def test_queue_full_is_429_with_retry_after(engine, make_server):
     assert results == [200, 200]
 
 
-def test_disconnect_mid_stream_cancels_and_the_next_request_is_undisturbed(server, engine):
+def test_disconnect_mid_stream_cancels_and_the_next_request_is_undisturbed(server, engine, request):
     follow = {"model": MODEL, "prompt": "After the disconnect, say something.", "max_tokens": 30}
     want = httpx.post(server.url + "/v1/completions", json=follow).json()["choices"][0]["text"]
     before = engine.counters["generated_tokens"]
     # ignore_eos: nothing but the disconnect can end it before 400 tokens (the context holds them)
     body = {"model": MODEL, "prompt": "A long story: ", "max_tokens": 400, "stream": True, "ignore_eos": True}
     ends: list[J.Done | J.Failed] = []
-    engine.observe(lambda h, ev: ends.append(ev) if isinstance(ev, (J.Done, J.Failed))
-                   and getattr(h.job, "prompt", None) == body["prompt"] else None)  # fmt: skip
+
+    def watch(h, ev):
+        if isinstance(ev, (J.Done, J.Failed)) and getattr(h.job, "prompt", None) == body["prompt"]:
+            ends.append(ev)
+
+    engine.observe(watch)  # this package's shared engine: left again at the end
+    request.addfinalizer(lambda: engine.unobserve(watch))
     with httpx.stream("POST", server.url + "/v1/completions", json=body) as r:
         lines = r.iter_lines()
         got = [next(lines) for _ in range(6)]

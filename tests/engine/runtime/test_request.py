@@ -67,18 +67,45 @@ def auto_engine(fixtures):
         yield eng
 
 
-def test_observers_see_the_job_as_it_runs(auto_engine):
+def test_observers_see_the_job_as_it_runs(auto_engine, request):
     seen = []
-    auto_engine.observe(lambda h, ev: seen.append(h.job) if isinstance(ev, J.Started) else None)
+
+    def watch(h, ev):
+        if isinstance(ev, J.Started):
+            seen.append(h.job)
+
+    auto_engine.observe(watch)
+    request.addfinalizer(lambda: auto_engine.unobserve(watch))
     r = auto_engine.submit(J.Generate(prompt="Hello", max_tokens=8)).result(60)
     job = seen[-1]
     assert job.draft_depth == AUTO and job.max_tokens == 8 and job.temperature == 0.0
     assert r.stats.draft_depth == AUTO and r.stats.mtp is Mtp.ON
 
 
-def test_a_job_that_wants_no_round_events_gets_none_while_observers_do(auto_engine):
+def test_an_observer_that_leaves_sees_no_more_events(auto_engine):
+    seen = []
+
+    def watch(h, ev):
+        seen.append(ev)
+
+    auto_engine.observe(watch)
+    auto_engine.submit(J.Generate(prompt="Hello", max_tokens=4)).result(60)
+    n = len(seen)
+    assert n > 0
+    auto_engine.unobserve(watch)
+    auto_engine.submit(J.Generate(prompt="Hello", max_tokens=4)).result(60)
+    assert len(seen) == n
+    auto_engine.unobserve(watch)  # twice: nothing to do
+
+
+def test_a_job_that_wants_no_round_events_gets_none_while_observers_do(auto_engine, request):
     observed, got = [], []
-    auto_engine.observe(lambda h, ev: observed.append((h.id, ev)))
+
+    def watch(h, ev):
+        observed.append((h.id, ev))
+
+    auto_engine.observe(watch)
+    request.addfinalizer(lambda: auto_engine.unobserve(watch))
     h = auto_engine.submit(J.Generate(prompt="Hello", max_tokens=12, draft_depth=2, rounds=False), on_event=got.append)
     r = h.result(60)
     assert r.stats.rounds > 0 and not any(isinstance(ev, J.Round) for ev in got)
