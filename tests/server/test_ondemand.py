@@ -281,7 +281,7 @@ def test_a_stream_goes_on_while_another_model_loads(serve, library):
     load_window: list[float] = []
 
     def load_other():
-        time.sleep(0.3)
+        _wait(lambda: len(stamps) >= 50)  # the stream is under way
         t0 = time.monotonic()
         r = httpx.post(s.url + "/v1/completions", json={"model": partial, "prompt": "a", "max_tokens": 1}, timeout=60)
         load_window.extend([t0, time.monotonic(), r.status_code])

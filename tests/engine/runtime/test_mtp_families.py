@@ -89,7 +89,7 @@ def test_integrated_family_drafts_and_matches_plain(families, fam):
 
 
 @pytest.mark.parametrize("fam", ("step35", "mimo2", "hy_v3"))
-def test_chained_heads_draft_one_head_per_token(families, fam):
+def test_chained_heads_cap_the_depth_at_their_count_and_draft_as_deep_exactly(families, fam):
     f = families[fam]
     heads = f["n_nextn"]
     assert heads > 1

@@ -25,13 +25,18 @@ def test_a_value_comes_from_the_first_layer_that_sets_it():
     assert job.defaults is None
 
 
-def test_resolving_is_idempotent_and_parses_each_value_once():
+def test_resolving_is_idempotent_and_parses_each_value_once(monkeypatch):
+    from engine.runtime import request as request_mod
+
+    parses = []
+    real = DraftDepth.parse.__func__
+    monkeypatch.setattr(request_mod.DraftDepth, "parse", classmethod(lambda cls, v: parses.append(v) or real(cls, v)))
     job = resolve(J.Generate(prompt="x", draft_depth="3", mtp="off", stop="END", seed=-1))
     assert job.draft_depth == DraftDepth(3) and job.mtp is Mtp.OFF and job.stop == ("END",) and job.seed is None
+    assert parses == ["3"]  # the request's text, parsed once
     again = resolve(job, J.Defaults(draft_depth=AUTO, max_tokens=9))
     assert again == job  # complete: no layer changes it
-    # parsed once: the second pass hands back the very values the first parsed, not new parses
-    assert all(getattr(again, f) is getattr(job, f) for f in ("draft_depth", "mtp", "stop"))
+    assert parses == ["3"]  # and never again: a resolved job is not parsed a second time
 
 
 @pytest.mark.parametrize(
@@ -39,7 +44,7 @@ def test_resolving_is_idempotent_and_parses_each_value_once():
     [("max_tokens", -1), ("temperature", 2.5), ("top_p", 0.0), ("top_k", -3), ("seed", 2**64), ("stop", ["x"] * 5),
      ("draft_depth", 0), ("mtp", "sometimes"), ("temperature", float("nan"))],
 )  # fmt: skip
-def test_every_value_is_checked_in_one_place_and_names_its_field(field, value):
+def test_a_bad_value_is_refused_naming_its_field_in_the_same_words_from_any_layer(field, value):
     with pytest.raises(InvalidRequestError) as err:
         resolve(J.Generate(prompt="x", **{field: value}))
     assert err.value.param == field
