@@ -27,7 +27,7 @@ from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
 REPO = "example-org/Fixture-Full-GGUF"
-BASE = LoadSpec("", n_ctx=2048, parallel=2, probe=True)
+BASE = LoadSpec("", n_ctx=4096, parallel=2, probe=True)
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_a_request_by_each_kind_of_name_loads_that_model(serve, library):
     assert s.loaded() == sorted([ids["Fixture Full"], ids["Fixture Partial"]])
     ps = {m["name"]: m for m in httpx.get(s.url + "/api/ps").json()["models"]}
     assert set(ps) == set(s.loaded())
-    assert all(m["expires_at"] > "2026" and m["context_length"] == 2048 for m in ps.values())
+    assert all(m["expires_at"] > "2026" and m["context_length"] == 4096 for m in ps.values())
     # a name nothing answers to: a 404 that lists the models
     with OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0) as c:
         from openai import NotFoundError
@@ -287,7 +287,7 @@ def test_a_stream_goes_on_while_another_model_loads(serve, library):
         load_window.extend([t0, time.monotonic(), r.status_code])
 
     other = threading.Thread(target=load_other)
-    with httpx.stream("POST", s.url + "/v1/completions", json={"model": full, "prompt": "a", "max_tokens": 1900,
+    with httpx.stream("POST", s.url + "/v1/completions", json={"model": full, "prompt": "a", "max_tokens": 4000,
                                                                "stream": True, "ignore_eos": True, "mtp": "off"},
                       timeout=60) as st:  # fmt: skip
         assert st.status_code == 200, st.read()
