@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.load.loader import LoadSpec, MtpSource
+from engine.runtime.load.loader import LoadSpec
 from engine.runtime.measure.slots import ServerProcess, find_llama_server
 from engine.runtime.ondemand.catalog import Catalog
 from engine.runtime.ondemand.residency import Residency

@@ -83,7 +83,6 @@ def drive(vocab, spec, prefix: str, steps: int, seed: int = 0) -> str:
 def templates() -> dict[str, str]:
     """The vendored real templates (pytest skips, with the reason, if the registry is out
     of reach)."""
-    import pytest
 
     from tests.realmodels import RegistryUnreachable, unreachable
     from tests.realtemplates import fetch

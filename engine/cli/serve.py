@@ -102,7 +102,7 @@ def run(args) -> int:
 
     from engine.runtime.ondemand.catalog import Catalog
     from engine.runtime.ondemand.residency import Residency
-    from engine.runtime.load.loader import MtpSource
+    from engine.runtime.load.loader import LoadSpec, MtpSource
 
     base = load_spec(argparse.Namespace(**{**vars(args), "model": args.model[0] if args.model else ""}))
     library = None
@@ -112,7 +112,7 @@ def run(args) -> int:
         library = Library()
     catalog = Catalog(library, tuple(Path(m) for m in args.model))
 
-    def spec_for(s) -> "LoadSpec":
+    def spec_for(s) -> LoadSpec:
         if s.kind != "chat":  # embeddings and reranking: one pooled context, no drafting
             return replace(base, path=s.path, head=None, mtp=MtpSource.OFF, parallel=1, name=s.name)
         return replace(base, path=s.path, head=s.head if not s.named else base.head, name=s.name)

@@ -308,7 +308,6 @@ def test_two_sequences_together_on_chained_heads_and_a_shared_memory_assistant(f
     """Slots (engine.runtime.slots) on the two drafting modes whose MTP decodes are
     special: chained heads (a decode per head) and an assistant reading the target's KV
     cache (its streams mirror the target's). Each sequence equals its output alone."""
-    import threading
 
     f = families[fam]
     head = f["head"] if fam == "gemma4" else None

@@ -38,7 +38,7 @@ def test_written_calls_parse_back_including_null_and_the_json_dialect():
     calls = [("note", {"text": 'a "quoted"\nline, {not: an object} 東京'}), ("plan", {"stops": [], "options": None})]
     assert pairs(FMT.parse(FMT.write(calls), TOOLS)) == calls  # None is written as the template writes it
     # keys and strings written as JSON are read too (a constrained nested value is JSON)
-    text = f'<|tool_call>call:plan{{stops:[{{"city":"Oslo","nights":1}}],options:{{"rail":false}}}}<tool_call|>'
+    text = '<|tool_call>call:plan{stops:[{"city":"Oslo","nights":1}],options:{"rail":false}}<tool_call|>'
     assert pairs(FMT.parse(text, TOOLS)) == [("plan", {"stops": [{"city": "Oslo", "nights": 1}],
                                                        "options": {"rail": False}})]  # fmt: skip
 
