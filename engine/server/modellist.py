@@ -24,9 +24,13 @@ class Listed:
     residency: dict = field(default_factory=dict)  # engine.runtime.ondemand: memory, idle, expiry
 
 
-def _capabilities(info: dict) -> list[str]:
-    kind = info.get("kind", CHAT)
-    if kind != CHAT:
+def capabilities(info: dict) -> list[str]:
+    """Ollama's capability words for a model's info (loaded, or its catalog facts with
+    ``capabilities`` already known): completion, tools, thinking; embedding for a model
+    that pools (rerankers too: Ollama's API has no other word)."""
+    if "capabilities" in info:
+        return list(info["capabilities"])
+    if info.get("kind", CHAT) != CHAT:
         return ["embedding"]
     caps = ["completion"]
     if info.get("tool_format"):
@@ -57,7 +61,7 @@ def listing(state) -> list[Listed]:
         paths.add(info.get("path"))
         out.append(Listed(name, True, info.get("kind", CHAT), _file_size(info), info.get("n_ctx"),
                           info.get("architecture") or "", info.get("quantization") or "", info.get("mtp") or "off",
-                          _capabilities(info), info, resident.get(name, {})))  # fmt: skip
+                          capabilities(info), info, resident.get(name, {})))  # fmt: skip
     if residency is not None:
         for s in residency.catalog.items():
             if s.name in loaded or str(s.path) in paths:
@@ -71,4 +75,4 @@ def _of_servable(s: Servable) -> Listed:
                   s.capabilities)  # fmt: skip
 
 
-__all__ = ["Listed", "listing", "CHAT", "EMBEDDING", "RERANK"]
+__all__ = ["Listed", "listing", "capabilities", "CHAT", "EMBEDDING", "RERANK"]

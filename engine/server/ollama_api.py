@@ -25,6 +25,7 @@ from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.prompt.reply import CALL, CONTENT, REASONING
 from engine.runtime.prompt.tools import parse_tools
 from engine.server.errors import HTTPError
+from engine.server.modellist import capabilities
 from engine.server.schemas import Resolve, bad, get, mtp_of
 
 #: the Ollama version this endpoint answers as (clients check for a recent one)
@@ -62,17 +63,6 @@ def details(info: dict) -> dict:
     arch = info.get("architecture") or ""
     return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch], "parameter_size": "",
             "quantization_level": info.get("quantization") or ""}  # fmt: skip
-
-
-def capabilities(info: dict) -> list[str]:
-    if info.get("kind", "chat") != "chat":
-        return ["embedding"]
-    caps = ["completion"]
-    if info.get("tool_format"):
-        caps.append("tools")
-    if info.get("thinks"):
-        caps.append("thinking")
-    return caps
 
 
 def tag(name: str, info: dict, size: int) -> dict:

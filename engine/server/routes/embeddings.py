@@ -71,22 +71,24 @@ async def _run(request: Request, job: J.Embed | J.Rerank) -> J.PooledResult:
                           type_="server_error", code="busy") from None  # fmt: skip
 
 
-def _model(body: Any) -> str:
+async def _held(request: Request) -> dict:
+    """The request's body, its model named, loaded on demand and leased for the request
+    (engine.server.ondemand); ``body["model"]`` is then the loaded name."""
+    body = await json_body(request)
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
     m = body.get("model")
     if not isinstance(m, str) or not m:
         raise bad("'model' is required (see GET /v1/models)", "model")
-    return m
+    loaded = await hold(request, body)  # body["model"] becomes the loaded name
+    if body["model"] not in loaded:
+        raise E.HTTPError(404, f"The model '{m}' is not loaded.", code="model_not_found", param="model")
+    return body
 
 
 @on_demand
 async def openai_embeddings(request: Request):
-    body = await json_body(request)
-    _model(body)
-    models = await hold(request, body)
-    if body["model"] not in models:
-        raise E.HTTPError(404, f"The model '{body['model']}' is not loaded.", code="model_not_found", param="model")
+    body = await _held(request)
     inputs, _ = _inputs(body.get("input"))
     fmt = body.get("encoding_format", "float")
     if fmt not in ("float", "base64"):
@@ -105,9 +107,7 @@ async def openai_embeddings(request: Request):
 @on_demand
 async def ollama_embed(request: Request):
     t0 = time.perf_counter_ns()
-    body = await json_body(request)
-    _model(body)
-    await hold(request, body)
+    body = await _held(request)
     t_loaded = time.perf_counter_ns()
     inputs, _ = _inputs(body.get("input"))
     truncate = body.get("truncate", True)
@@ -123,9 +123,7 @@ async def ollama_embed(request: Request):
 @on_demand
 async def ollama_embeddings(request: Request):
     """Ollama's older ``/api/embeddings``: one ``prompt``, one ``embedding``."""
-    body = await json_body(request)
-    _model(body)
-    await hold(request, body)
+    body = await _held(request)
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise bad("'prompt' must be a string", "prompt")
@@ -135,9 +133,7 @@ async def ollama_embeddings(request: Request):
 
 @on_demand
 async def rerank(request: Request):
-    body = await json_body(request)
-    _model(body)
-    await hold(request, body)
+    body = await _held(request)
     query = body.get("query")
     if not isinstance(query, str) or not query:
         raise bad("'query' must be a non-empty string", "query")

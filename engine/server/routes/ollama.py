@@ -23,7 +23,8 @@ from engine.server.request import json_body
 
 def _info(m: Listed) -> dict:
     """What :func:`O.tag` reads, for a model loaded or not."""
-    return m.info or {"architecture": m.architecture, "quantization": m.quantization, "kind": m.kind}
+    return m.info or {"architecture": m.architecture, "quantization": m.quantization, "kind": m.kind,
+                      "capabilities": m.capabilities}  # fmt: skip
 
 
 async def version(request: Request):
