@@ -173,29 +173,30 @@ class ServerPage(QWidget):
         self.refresh_loaded()
         return box
 
-    def loaded_rows(self) -> list[dict]:
-        """The loaded models as the table shows them: the endpoint's residency while it
-        serves on demand, else what the engine has loaded."""
+    def loaded_rows(self) -> list:
+        """The loaded models as the table shows them (ResidentInfo): the endpoint's
+        residency while it serves on demand, else what the engine has loaded."""
+        from engine.runtime.ondemand.residency import ResidentInfo
+
         if self.server is not None and self.server.residency is not None:
             return self.server.residency.loaded()
-        return [{"name": n, "state": "loaded", "memory_bytes": (i.get("memory") or {}).get("total_bytes", 0),
-                 "requests": None, "users": 0, "idle_s": None, "expires_in_s": None, "pinned": True}
+        return [ResidentInfo(n, "loaded", (i.get("memory") or {}).get("total_bytes", 0), -1, 0, -1.0, None, True, False)
                 for n, i in self.ctx.bridge.engine.models().items()]  # fmt: skip
 
     def refresh_loaded(self) -> None:
         rows = self.loaded_rows()
         self.loaded_table.setRowCount(len(rows))
         for r, m in enumerate(rows):
-            state = m["state"] if m["state"] != "loaded" else ("in use" if m["users"] else None)
-            idle = "–" if m["idle_s"] is None else state or _duration(m["idle_s"])
-            unloads = ("by hand" if m["pinned"] else "kept") if m["expires_in_s"] is None else f"in {_duration(m['expires_in_s'])}"
-            cells = [m["name"], f"{m['memory_bytes'] / 2**20:.0f} MB" if m["memory_bytes"] else "–",
-                     "–" if m["requests"] is None else str(m["requests"]), idle, unloads]  # fmt: skip
+            state = m.state if m.state != "loaded" else ("in use" if m.users else None)
+            idle = "–" if m.idle_s < 0 else state or _duration(m.idle_s)
+            unloads = ("by hand" if m.pinned else "kept") if m.expires_in_s is None else f"in {_duration(m.expires_in_s)}"
+            cells = [m.name, f"{m.memory_bytes / 2**20:.0f} MB" if m.memory_bytes else "–",
+                     "–" if m.requests < 0 else str(m.requests), idle, unloads]  # fmt: skip
             for c, text in enumerate(cells):
                 self.loaded_table.setItem(r, c, QTableWidgetItem(text))
             button = QPushButton("Unload")
-            button.setEnabled(m["state"] == "loaded")
-            button.clicked.connect(lambda _=False, name=m["name"]: self.unload(name))
+            button.setEnabled(m.state == "loaded")
+            button.clicked.connect(lambda _=False, name=m.name: self.unload(name))
             self.loaded_table.setCellWidget(r, 5, button)
 
     def unload(self, name: str) -> None:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from engine.runtime.ondemand.catalog import CHAT, EMBEDDING, RERANK, Servable
+from engine.runtime.ondemand.residency import ResidentInfo
 
 
 @dataclass
@@ -21,7 +22,8 @@ class Listed:
     mtp: str = "none"  # the loaded MTP source, else the library's MTP status
     capabilities: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)  # the engine's info while loaded
-    residency: dict = field(default_factory=dict)  # engine.runtime.ondemand: memory, idle, expiry
+    #: while loaded by way of the residency (engine.runtime.ondemand): memory, idle, expiry
+    residency: ResidentInfo | None = None
 
 
 def capabilities(info: dict) -> list[str]:
@@ -54,14 +56,14 @@ def listing(state) -> list[Listed]:
     """Loaded models first (as loaded), then the ones that would load on demand."""
     loaded = state.engine.models()
     residency = getattr(state, "residency", None)
-    resident = {r["name"]: r for r in residency.loaded()} if residency is not None else {}
+    resident = {r.name: r for r in residency.loaded()} if residency is not None else {}
     out: list[Listed] = []
     paths = set()
     for name, info in loaded.items():
         paths.add(info.get("path"))
         out.append(Listed(name, True, info.get("kind", CHAT), _file_size(info), info.get("n_ctx"),
                           info.get("architecture") or "", info.get("quantization") or "", info.get("mtp") or "off",
-                          capabilities(info), info, resident.get(name, {})))  # fmt: skip
+                          capabilities(info), info, resident.get(name)))  # fmt: skip
     if residency is not None:
         for s in residency.catalog.items():
             if s.name in loaded or str(s.path) in paths:

@@ -266,7 +266,7 @@ def test_idle_ttl_and_keep_alive(serve, library):
     assert httpx.post(s.url + "/api/chat", json={"model": full}, timeout=60).json()["done_reason"] == "load"
     assert s.loaded() == [full]
     httpx.post(s.url + "/v1/completions", json={"model": full, "prompt": "a", "max_tokens": 2, "ttl": 300}, timeout=60)
-    left = [m for m in s.residency.loaded() if m["name"] == full][0]["expires_in_s"]
+    left = [m for m in s.residency.loaded() if m.name == full][0].expires_in_s
     assert 250 < left <= 300
     bad = httpx.post(s.url + "/api/generate", json={"model": full, "prompt": "a", "keep_alive": "soon"}, timeout=60)
     assert bad.status_code == 400 and "keep_alive" in bad.json()["error"]

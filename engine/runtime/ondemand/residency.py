@@ -106,6 +106,21 @@ class Resident:
     error: BaseException | None = None
 
 
+@dataclass(frozen=True)
+class ResidentInfo:
+    """One loaded (or loading, or unloading) model as other threads see it."""
+
+    name: str
+    state: str  # loading | loaded | unloading
+    memory_bytes: int  # the load's memory estimate
+    requests: int  # leases taken since it loaded
+    users: int  # leases held now
+    idle_s: float  # since its last lease ended (0 while one is held)
+    expires_in_s: float | None  # until it is unloaded; None: never (a request holds it, or kept)
+    pinned: bool  # loaded outside the residency: unloaded only by hand or by a request's keep_alive 0
+    on_demand: bool  # loaded by the residency for a request
+
+
 @dataclass
 class Lease:
     """A request's hold on a loaded model: it is not unloaded until every lease ends.
@@ -349,10 +364,8 @@ class Residency:
         self._reaper.join(timeout=5)
 
     # ----------------------------------------------------------------- reading
-    def loaded(self) -> list[dict]:
-        """The loaded (and loading) models, most recently used first: name, state, memory
-        estimate, requests, leases held, idle seconds, and seconds until unloaded (None:
-        never). Any thread."""
+    def loaded(self) -> list[ResidentInfo]:
+        """The loaded (and loading) models, most recently used first. Any thread."""
         with self._cv:
             self._sync_locked()
             now = self.clock()
@@ -360,9 +373,8 @@ class Residency:
             for r in sorted(self._residents.values(), key=lambda r: -r.last_used):
                 idle = 0.0 if r.users else max(0.0, now - r.last_used)
                 expires_in = max(0.0, r.expires - now) if r.users == 0 and r.expires != FOREVER else None
-                out.append({"name": r.name, "state": r.state, "memory_bytes": r.memory, "requests": r.requests,
-                            "users": r.users, "idle_s": idle, "expires_in_s": expires_in, "pinned": r.pinned,
-                            "on_demand": r.servable is not None})  # fmt: skip
+                out.append(ResidentInfo(r.name, r.state, r.memory, r.requests, r.users, idle, expires_in, r.pinned,
+                                        r.servable is not None))  # fmt: skip
             return out
 
 

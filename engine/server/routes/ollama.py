@@ -41,7 +41,7 @@ async def ps(request: Request):
     for m in listing(request.app.state):
         if not m.loaded:
             continue
-        left = m.residency.get("expires_in_s")
+        left = m.residency.expires_in_s if m.residency is not None else None
         expires = O.iso_in(left) if left is not None else NEVER
         vram = m.info.get("memory", {}) or {}
         out.append({**O.tag(m.name, _info(m), m.size), "expires_at": expires,
