@@ -6,7 +6,7 @@ Builds a realistic state first: the bundled (trained) demo model in a two-turn c
 replies on it with MTP (auto depth, the default), without, and with again for the Performance page; a constructed model and its head in the library
 (and served by a local stand-in for Hugging Face, whose files get their fit badges), a compatible pair on the Compose
 page, the Backend page sharing this machine over RPC with the model pooled over it, and
-the endpoint serving a few requests.
+the endpoint serving a few requests, one of them loading a library model on demand.
 """
 
 from __future__ import annotations
@@ -152,7 +152,11 @@ def main() -> int:
     for who in ("first", "second", "first"):  # two conversations taking turns: the prompt cache
         httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "max_tokens": 16, "messages": [
             system, {"role": "user", "content": f"Hello from the {who} conversation"}]})  # fmt: skip
+    # a library model named by a request: loaded on demand beside the window's model
+    httpx2.post(srv.server.url + "/v1/completions", json={"model": entries["model"].id, "prompt": "hi", "max_tokens": 8},
+                timeout=120)  # fmt: skip
     srv.refresh_cache()
+    srv.refresh_loaded()
     wait(500)
     w.grab().save(str(out / "server.png"))
     srv.stop()

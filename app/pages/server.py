@@ -162,6 +162,7 @@ class ServerPage(QWidget):
         self.loaded_table.setHorizontalHeaderLabels(["Model", "Memory", "Requests", "Idle", "Unloads", ""])
         self.loaded_table.verticalHeader().setVisible(False)
         self.loaded_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.loaded_table.setMinimumHeight(110)  # three rows show without scrolling
         self.loaded_table.setMaximumHeight(150)
         form.addRow("", self.serve_library)
         form.addRow("Unload when idle", self.idle_ttl)
