@@ -27,6 +27,7 @@ call before it queues the job, as the endpoint does) and run by
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import queue
@@ -48,12 +49,13 @@ from engine.errors import (
     RpcConnectionLostError,
 )
 from engine.runtime import jobs as J
+from engine.runtime.admission import beside_streams, can_run_beside, run_in_steps, run_off_path, slotted
 from engine.runtime.generatejob import decode_prepared, prepare_in_slot, run_generate
 from engine.runtime.handle import EventFn, JobHandle
-from engine.runtime import pooled
 from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.modelstate import EngineState, Published
+from engine.runtime.pooledjob import refusal, run_pooled
 from engine.runtime.request import resolve
 from engine.runtime.slots.pool import STEP_WAIT
 from engine.runtime.worker import WorkerModel
@@ -228,11 +230,11 @@ class Engine:
                 handle.job = self.resolve(handle.job)
             except MtpStudioError as e:
                 refused = e
-        pool_model = self._slotted(handle.job) if refused is None else None
+        pool_model = slotted(handle.job, self._state) if refused is None else None
         if isinstance(handle.job, J.Call) and handle.job.access == "exclusive" and handle.job.model is not None:
             own = self._state.models.get(handle.job.model)
             self._drain([own] if own is not None else [])  # its model to itself; the others go on
-        elif pool_model is None and not self._beside_streams(handle.job):
+        elif pool_model is None and not beside_streams(handle.job):
             self._drain()  # it has the models to itself
         handle._emit(J.Started(handle.id))
         if refused is not None:
@@ -263,15 +265,6 @@ class Engine:
         else:  # never let a job kill the engine thread
             log.exception("job %s failed", handle.id, exc_info=e)
             handle._emit(J.Failed(e, "internal_error", f"Internal error: {e}"))
-
-    @staticmethod
-    def _beside_streams(job: J.Job) -> bool:
-        """Jobs that run while other generations stream: a read-only call (between steps), a
-        load (built off the stepping path), an unload (which waits for its own model's
-        streams only), and embeddings or reranking (a pooling model has no streams)."""
-        return isinstance(job, (J.LoadModel, J.UnloadModel, J.Embed, J.Rerank)) or (
-            isinstance(job, J.Call) and job.access == "read"
-        )
 
     # ------------------------------------------------------------------ slots
     def _busy_pools(self, models: list | None = None) -> list:
@@ -308,56 +301,17 @@ class Engine:
                 except queue.Empty:
                     return
             h = self._peeked
-            if h is None or self._stopping or not self._can_run_beside(h.job, held) and not h.cancelled:
+            if h is None or self._stopping or not can_run_beside(h.job, held, self._state) and not h.cancelled:
                 return
             self._peeked = None
             self._execute(h)
 
-    def _can_run_beside(self, job: J.Job, held: frozenset[str]) -> bool:
-        if isinstance(job, J.Call):
-            return job.access == "read"
-        if isinstance(job, (J.Embed, J.Rerank, J.Generate)):
-            if job.model in held:  # the model being loaded (or benched): after it
-                return False
-            try:
-                lm = self._state.get(job.model)
-            except MtpStudioError:
-                return True  # no such model: refused at once, in words
-            if lm.name in held:
-                return False
-            if isinstance(job, J.Generate):  # only into a free slot: a model without slots would hold this thread
-                return isinstance(lm, LoadedModel) and lm.slots is not None and lm.slots.busy < len(lm.slots)
-            return isinstance(lm, LoadedModel)
-        return False
-
     def _off_path(self, work: Callable[[Callable[[float, str], None]], Any], h: JobHandle, held: frozenset[str]) -> Any:
         """``work(progress)`` — a load — on a thread of its own while this thread keeps the
         running streams stepping and starts the queued jobs that do not need ``held`` (the
-        model being loaded); its progress is emitted from here."""
-        events: queue.SimpleQueue = queue.SimpleQueue()
-        out: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                out["value"] = work(lambda f, m: events.put(J.Progress(f, m)))
-            except BaseException as e:  # re-raised on this thread
-                out["error"] = e
-
-        def flush() -> None:
-            while not events.empty():
-                h._emit(events.get())
-
-        def loading() -> bool:
-            flush()
-            return t.is_alive()
-
-        t = threading.Thread(target=run, name=f"mtp-load-{h.id}", daemon=True)
-        t.start()
-        self._step_while(loading, idle=t.join, held=held)
-        flush()
-        if "error" in out:
-            raise out["error"]
-        return out["value"]
+        model being loaded)."""
+        step = functools.partial(self._step_while, held=held)
+        return run_off_path(work, h._emit, step, f"mtp-load-{h.id}")
 
     def _take(self) -> JobHandle | None:
         """The next job; while slots are busy this thread runs their steps meanwhile
@@ -378,16 +332,6 @@ class Engine:
                 pass
             for pool in pools:
                 pool.batcher.step_once(STEP_WAIT / len(pools))
-
-    def _slotted(self, job: J.Job) -> LoadedModel | None:
-        """The model whose slots run ``job``: a generation on a model loaded with several."""
-        if not isinstance(job, J.Generate):
-            return None
-        try:
-            lm = self._state.get(job.model)
-        except MtpStudioError:
-            return None  # failed in words by the ordinary path
-        return lm if isinstance(lm, LoadedModel) and lm.slots is not None else None
 
     def _start_in_slot(self, handle: JobHandle, lm: LoadedModel) -> None:
         """Admit ``handle`` to ``lm``'s slots (waiting while all are taken: FIFO). A thread of
@@ -511,51 +455,13 @@ class Engine:
         if isinstance(target, WorkerModel):  # the model lives in the worker: so does the call
             return self._in_worker(target, job, h)
         if job.access == "exclusive" and job.model is not None and isinstance(target, LoadedModel) and target.slots is not None:
-            return self._call_in_steps(job, h, target)
+            # as one of its sequences: its decodes go through the model's steps, the other models' go on
+            step = functools.partial(self._step_while, held=frozenset({target.name}))
+            return run_in_steps(lambda: job.fn(self._state, h.cancel_event, h._emit), target.slots.batcher.start, step)
         return job.fn(self._state, h.cancel_event, h._emit)
 
-    def _call_in_steps(self, job: J.Call, h: JobHandle, lm: LoadedModel) -> Any:
-        """``job`` as one of ``lm``'s sequences (its own generations ended first): its
-        decodes go through the model's steps, and every other model's streams go on."""
-        assert lm.slots is not None
-        out: dict[str, Any] = {}
-
-        def run() -> None:  # this thread, in the steps
-            try:
-                out["value"] = job.fn(self._state, h.cancel_event, h._emit)
-            except BaseException as e:  # re-raised below, outside the steps
-                out["error"] = e
-
-        lm.slots.batcher.start(run)
-        self._step_while(lambda: not out, held=frozenset({lm.name}))
-        if "error" in out:
-            raise out["error"]
-        return out["value"]
-
     def _pooled(self, job: J.Embed | J.Rerank, h: JobHandle) -> J.PooledResult:
-        """Embeddings or rerank scores on a pooling model (engine.runtime.pooled)."""
-        lm = self._state.get(job.model)
-        kind = lm.info.get("kind", "chat")
-        want = "rerank" if isinstance(job, J.Rerank) else "embedding"
-        if not isinstance(lm, LoadedModel) or kind != want:
-            raise InvalidRequestError(pooled_refusal(lm.name, kind, want))
-        t0 = time.perf_counter()
-        ctx, model = lm.session.target, lm.model
-        limit = ctx.n_batch
-
-        def cut(toks: list[int]) -> list[int]:
-            return toks[:limit] if getattr(job, "truncate", True) else toks
-
-        if isinstance(job, J.Rerank):
-            inputs = [cut(pooled.rerank_tokens(model, job.query, d)) for d in job.documents]
-            out = pooled.embed(ctx, inputs, normalize=False, cancel=h.cancel_event)
-            return J.PooledResult(scores=[float(p.vector[0]) for p in out], tokens=sum(p.n_tokens for p in out),
-                                  ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
-        inputs = [cut(list(x) if not isinstance(x, str) else model.tokenize(x, add_special=True, parse_special=True))
-                  for x in job.inputs]  # fmt: skip
-        out = pooled.embed(ctx, inputs, normalize=job.normalize, cancel=h.cancel_event)
-        return J.PooledResult(vectors=[p.vector for p in out], tokens=sum(p.n_tokens for p in out),
-                              ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
+        return run_pooled(job, self._state.get(job.model), h.cancel_event)
 
     def _in_worker(self, wm: WorkerModel, job: J.Generate | J.Call, h: JobHandle) -> Any:
         try:
@@ -573,7 +479,7 @@ class Engine:
     def _generate(self, job: J.Generate, h: JobHandle) -> J.GenerateResult:
         lm = self._state.get(job.model)
         if (kind := lm.info.get("kind", "chat")) != "chat":
-            raise InvalidRequestError(pooled_refusal(lm.name, kind, "chat"))
+            raise InvalidRequestError(refusal(lm.name, kind, "chat"))
         if isinstance(lm, WorkerModel):
             result = self._in_worker(lm, job, h)
         else:
@@ -588,14 +494,4 @@ class Engine:
             self.counters["drafted"] += r.stats.drafted
             self.counters["accepted"] += r.stats.accepted
             self.counters["prompt_tokens"] += prompt_tokens
-
-
-def pooled_refusal(name: str, kind: str, want: str) -> str:
-    """Why model ``name`` (a ``kind`` model) cannot answer a ``want`` request, and what to use."""
-    what = {"chat": "a chat model", "embedding": "an embedding model", "rerank": "a reranking model"}
-    use = {"chat": "/v1/chat/completions (or /api/chat)", "embedding": "/v1/embeddings (or /api/embed)",
-           "rerank": "/v1/rerank"}  # fmt: skip
-    need = {"chat": "a chat model", "embedding": "an embedding model (a GGUF that sets a pooling type)",
-            "rerank": "a reranking model (a GGUF with rank pooling)"}  # fmt: skip
-    return f"{name} is {what.get(kind, kind)}: it answers {use.get(kind, kind)}. This request needs {need[want]}."
 

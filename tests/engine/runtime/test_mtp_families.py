@@ -24,7 +24,8 @@ from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.base import FixedDepth
-from engine.runtime.load.loader import LoadSpec, MtpSource, load, nextn_load_failure
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
+from engine.runtime.load.source import nextn_load_failure
 
 #: families whose MTP layers ship inside the model file (and draft)
 INTEGRATED = ("qwen35moe", "qwen3next", "glm4moe", "deepseek2", "deepseek32", "glm-dsa", "bailingmoe3",
