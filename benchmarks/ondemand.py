@@ -149,7 +149,7 @@ def _embed_rate(url: str, model: str, seconds: float, clients: int = 4) -> float
 
 def embeddings(llama_server: str | None, rounds: int, seconds: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="mtp-embed-bench-"))
-    made = subprocess.run([sys.executable, "-m", "engine.synth.families", str(tmp), "pooled-bench", "384", "6", "1536", "6"],
+    made = subprocess.run([sys.executable, "-m", "engine.synth.pooledmodels", str(tmp), "bench", "384", "6", "1536", "6"],
                           capture_output=True, text=True, env=dict(os.environ, GGML_NO_BACKTRACE="1"), check=True)  # fmt: skip
     model = Path(json.loads(made.stdout.strip().splitlines()[-1])["mean"])
     threads = str(os.cpu_count() or 2)

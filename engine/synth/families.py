@@ -550,33 +550,6 @@ FIXTURES = (*INTEGRATED, "deepseek4", "gemma4")
 SPLIT = ("qwen35moe", "glm4moe", "deepseek2", "step35")
 
 
-def write_pooled(out: Path, pooling: int, *, seed: int = 0, name: str | None = None,
-                 dims: tuple[int, int, int, int] | None = None) -> Path:
-    """A tiny qwen3 model that pools (llama.h: 1 mean, 3 last: an embedding model like
-    Qwen3-Embedding; 4 rank: a reranker like Qwen3-Reranker, with a two-label classifier
-    ``cls.output``), laid out by llama.cpp as every fixture here is. Random weights: its
-    vectors mean nothing, but llama.cpp's pooled output for it is what the tests compare.
-    ``dims``: (n_embd, n_head, n_ff, n_layer) for a larger one (benchmarks), else the tests'."""
-    arch = "qwen3"
-    tok = _tokenizer()
-    n_vocab = len(tok["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
-    out.mkdir(parents=True, exist_ok=True)
-    kind = {1: "embed-mean", 2: "embed-cls", 3: "embed-last", 4: "rerank"}[pooling]
-    kvs = (arch_kvs(arch, n_vocab, nextn=0) | {"general.name": name or f"synthetic {kind}"} | tok
-           | {f"{arch}.pooling_type": pooling, "tokenizer.ggml.add_eos_token": True})  # fmt: skip
-    if dims is not None:
-        n_embd, n_head, n_ff, n_layer = dims
-        kvs |= {f"{arch}.embedding_length": n_embd, f"{arch}.attention.head_count": n_head,
-                f"{arch}.attention.head_count_kv": n_head, f"{arch}.feed_forward_length": n_ff,
-                f"{arch}.block_count": n_layer, f"{arch}.features_length": n_embd}  # fmt: skip
-    if pooling == 4:
-        kvs[f"{arch}.classifier.output_labels"] = ["yes", "no"]  # softmax over both: the score is p(yes)
-    shapes = layout(arch, kvs, out)
-    path = out / f"{kind}.gguf"
-    _write(path, arch, kvs, _weights(shapes, seed, 0.5))
-    return path
-
-
 def write_all(out: Path, families: tuple[str, ...] = FIXTURES, *, noise: float = 0.02) -> dict[str, Fixture]:
     return {f: write_family(f, out, noise=noise, split=f in SPLIT) for f in families}
 
@@ -597,13 +570,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args[0])
     families = tuple(args[1:]) or FIXTURES
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    if families == ("pooled",):  # the embedding and reranking models
-        print(json.dumps({k: str(write_pooled(out, p)) for k, p in (("mean", 1), ("last", 3), ("rank", 4))}))
-        return 0
-    if families[0] == "pooled-bench":  # a MiniLM-sized embedding model: pooled-bench N_EMBD N_HEAD N_FF N_LAYER
-        dims = tuple(int(x) for x in families[1:5])
-        print(json.dumps({"mean": str(write_pooled(out, 1, dims=dims, name="synthetic embedder (bench)"))}))  # type: ignore[arg-type]
-        return 0
     fixtures = write_all(out, families)
     index: dict[str, object] = {k: {"arch": v.arch, "n_nextn": v.n_nextn, **v.files} for k, v in fixtures.items()}
     if not args[1:]:

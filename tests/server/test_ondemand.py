@@ -33,7 +33,7 @@ BASE = LoadSpec("", n_ctx=4096, parallel=2, probe=True)
 @pytest.fixture(scope="module")
 def pooled_files(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("pooled")
-    done = subprocess.run([sys.executable, "-m", "engine.synth.families", str(out), "pooled"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "engine.synth.pooledmodels", str(out)], capture_output=True,
                           text=True, timeout=300, env={**__import__("os").environ, "GGML_NO_BACKTRACE": "1"})  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
