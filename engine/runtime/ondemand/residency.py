@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from engine.errors import InsufficientMemoryError, InvalidRequestError, NoModelLoadedError
 from engine.runtime import jobs as J
 from engine.runtime.load.loader import LoadSpec
-from engine.runtime.ondemand.catalog import Catalog, Servable
+from engine.runtime.ondemand.catalog import AmbiguousModelError, Catalog, Servable
 
 log = logging.getLogger(__name__)
 
@@ -181,11 +181,13 @@ class Residency:
         canonical name, or already loaded from the same file under another).
         :class:`NoModelLoadedError` (a 404) for a name nothing answers to."""
         loaded = self.engine.models()
-        if name in loaded:
-            return name, self.catalog.find(name)
         bare = name.removesuffix(":latest")
-        if bare in loaded:
-            return bare, self.catalog.find(bare)
+        for lname in (name, bare):
+            if lname in loaded:  # a loaded model's own name wins over any alias
+                try:
+                    return lname, self.catalog.find(lname)
+                except AmbiguousModelError:
+                    return lname, None
         s = self.catalog.find(name)
         if s is None:
             known = ", ".join(sorted({*loaded, *(x.name for x in self.catalog.items())})) or "none"
