@@ -367,9 +367,7 @@ class ServerPage(QWidget):
             state += f"\n{n} library model(s) served by name, loaded on demand"
         self.state.setText(state)
         self.toggle.setText("Stop")
-        for w in (self.host, self.port, self.key, self.cors, self.gen_key, self.serve_library, self.idle_ttl, self.max_models):
-            w.setEnabled(False)
-        self.refresh_loaded()
+        self._editable(False)
         return True
 
     def stop(self) -> None:
@@ -380,8 +378,12 @@ class ServerPage(QWidget):
             self.server = None
         self.state.setText("stopped")
         self.toggle.setText("Start")
+        self._editable(True)
+
+    def _editable(self, on: bool) -> None:
+        """The settings a running endpoint was started with are read-only until it stops."""
         for w in (self.host, self.port, self.key, self.cors, self.gen_key, self.serve_library, self.idle_ttl, self.max_models):
-            w.setEnabled(True)
+            w.setEnabled(on)
         self.refresh_loaded()
 
     def _log_request(self, e: dict) -> None:

@@ -25,7 +25,7 @@ from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.prompt.reply import CALL, CONTENT, REASONING
 from engine.runtime.prompt.tools import parse_tools
 from engine.server.errors import HTTPError
-from engine.server.modellist import capabilities
+from engine.server.ondemand.listing import capabilities
 from engine.server.schemas import Resolve, bad, get, mtp_of
 
 #: the Ollama version this endpoint answers as (clients check for a recent one)

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from engine.server.modellist import CHAT, listing
+from engine.server.ondemand.listing import CHAT, listing
 
 #: LM Studio's model types, by what a model is for
 _TYPES = {CHAT: "llm", "embedding": "embeddings", "rerank": "embeddings"}

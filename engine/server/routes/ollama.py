@@ -16,7 +16,7 @@ from engine.runtime import jobs as J
 from engine.server import errors as E
 from engine.server import ollama_api as O
 from engine.server.flow import Flow, answer
-from engine.server.modellist import Listed, listing
+from engine.server.ondemand.listing import Listed, listing
 from engine.server.ondemand import hold, on_demand, take
 from engine.server.request import json_body
 

@@ -1,4 +1,5 @@
-"""The endpoint's side of loading models on demand (engine.runtime.ondemand).
+"""The endpoint's side of loading models on demand (engine.runtime.ondemand): leases
+here, the model lists in :mod:`engine.server.ondemand.listing`.
 
 Every route that runs a model calls :func:`hold` first: the model its body names is
 resolved (any of its names), loaded when it is not (on a worker thread: the event loop
