@@ -145,7 +145,8 @@ def test_bench_slots_measures_each_arm_at_each_client_count(fixtures):
     auto, off = r["arms"]["ours auto"], r["arms"]["ours off"]
     for n in ("1", "2"):
         ratios = sorted(a / b for a, b in zip(auto[n]["rounds"], off[n]["rounds"]))
-        assert r["auto_vs_worst_paired"][n] == pytest.approx(sum(ratios) / 2, abs=0.002)
+        # the rounds are printed to 0.1 tok/s: on a slow (busy) machine that rounding moves a ratio by more than 0.002
+        assert r["auto_vs_worst_paired"][n] == pytest.approx(sum(ratios) / 2, rel=0.01, abs=0.002)
 
 
 def test_serve_without_a_model_serves_the_library_by_name_on_demand(fixtures, tmp_path):

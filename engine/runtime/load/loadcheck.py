@@ -30,8 +30,8 @@ from engine.runtime.llama.cachekey import model_key
 
 PROBE_VERSION = 2
 CHILD_MODULE = "engine.runtime.load.loadcheck_child"
-#: how much lower the probe child's CPU priority is than this process's (POSIX nice)
-PROBE_NICE = 19
+#: how much lower the probe child's CPU priority is than this process's (POSIX nice; see _run)
+PROBE_NICE = 10
 #: test seam: make the child crash like the AMX kernels do ("extra-bufts": only with
 #: extra buffer types on; "always"), on machines whose CPU does not crash by itself
 CRASH_ENV = "MTP_STUDIO_PROBE_CRASH"
@@ -106,10 +106,11 @@ def _run(req: ProbeRequest, extra_bufts: bool, timeout: float, cancel: threading
         args.append("--no-extra-bufts")
     if req.exact:
         args.append("--exact")
-    # at the lowest priority: on a machine with few cores a probe's decodes beside running
+    # at a lower priority: on a machine with few cores a probe's decodes beside running
     # streams stalled them (llama.cpp's threads wait on each other at every op; a thread
-    # the probe displaced held a stream's token back 0.77 s on 2 cores), and at the lowest
-    # priority the probe takes only the CPU they leave
+    # the probe displaced held a stream's token back 0.77 s on 2 cores; at nice 10 the
+    # longest gap was 5.9-7.3 ms). Not the lowest: on a machine the streams saturate, a
+    # probe at nice 19 got almost no CPU (a load beside them took 22.8 s)
     return run_child(CHILD_MODULE, *args, timeout=timeout, cancel=cancel, nice=PROBE_NICE)
 
 
