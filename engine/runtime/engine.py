@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Engine", "EngineDefaults", "EngineState", "JobHandle", "EventFn"]
 
+#: no job taken ahead (Engine._peeked; None is stop()'s end marker)
+_NOTHING = object()
+
 
 @dataclass(frozen=True)
 class EngineDefaults:
@@ -93,7 +96,7 @@ class Engine:
         #: generations admitted to slots (prepared on threads of their own, decoded on this one)
         self._in_slots: set[JobHandle] = set()
         #: a job taken from the queue while another ran, to run next (engine thread only)
-        self._peeked: JobHandle | None = None
+        self._peeked: JobHandle | None | object = _NOTHING
         self._lock = threading.Lock()
         #: the loaded models and prompt-cache figures as other threads see them
         self._published = Published(self.defaults.prompt_cache_mb << 20)
@@ -171,7 +174,7 @@ class Engine:
         """Jobs waiting or running (those in slots included)."""
         with self._lock:
             running = len(self._in_slots) + (1 if self._current is not None and self._current not in self._in_slots else 0)
-        return self._queue.qsize() + running + (self._peeked is not None)
+        return self._queue.qsize() + running + isinstance(self._peeked, JobHandle)
 
     def slots(self) -> dict[str, list[dict]]:
         """Each loaded model's slots now (model name -> one dict per slot), safe to call
@@ -294,16 +297,16 @@ class Engine:
         ``held`` (a load, a bench): a generation joining the free slot of another model, a
         read-only call, embeddings on another model. The first job that cannot is kept for
         :meth:`_take`, and nothing behind it starts: the queue's order holds."""
-        while True:
-            if self._peeked is None:
+        while not self._stopping:
+            if self._peeked is _NOTHING:
                 try:
-                    self._peeked = self._queue.get_nowait()
+                    self._peeked = self._queue.get_nowait()  # may be stop()'s None: kept for _take
                 except queue.Empty:
                     return
             h = self._peeked
-            if h is None or self._stopping or not can_run_beside(h.job, held, self._state) and not h.cancelled:
+            if not isinstance(h, JobHandle) or not can_run_beside(h.job, held, self._state) and not h.cancelled:
                 return
-            self._peeked = None
+            self._peeked = _NOTHING
             self._execute(h)
 
     def _off_path(self, work: Callable[[Callable[[float, str], None]], Any], h: JobHandle, held: frozenset[str]) -> Any:
@@ -316,12 +319,12 @@ class Engine:
     def _take(self) -> JobHandle | None:
         """The next job; while slots are busy this thread runs their steps meanwhile
         (decodes run on the thread that owns the model: engine.runtime.slots.batcher)."""
-        if self._peeked is not None:  # taken from the queue while another job ran (_admit_beside)
-            h, self._peeked = self._peeked, None
-            if self._stopping:
+        if self._peeked is not _NOTHING:  # taken from the queue while another job ran (_admit_beside)
+            h, self._peeked = self._peeked, _NOTHING
+            if isinstance(h, JobHandle) and self._stopping:
                 h._emit(J.Done(None, cancelled=True))
                 return None
-            return h
+            return h  # type: ignore[return-value]  (a JobHandle, or stop()'s None)
         while True:
             pools = self._busy_pools()
             if not pools:

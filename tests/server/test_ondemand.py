@@ -393,3 +393,36 @@ def test_keep_alive_zero_answers_once_the_model_is_gone(serve, library):
         r = httpx.post(s.url + "/api/generate", json={"model": full, "keep_alive": 0}, timeout=60).json()
         assert r["done_reason"] == "unload"
         assert full not in s.engine.models()
+
+
+def test_odd_ollama_bodies_are_answered_in_words_and_unloading_loads_nothing(serve, library):
+    ids = _ids(library)
+    s = serve()
+    full = ids["Fixture Full"]
+    # a body with no model: a 400 that says so (not a 500)
+    r = httpx.post(s.url + "/api/generate", json={}, timeout=60)
+    assert r.status_code == 400 and "model" in r.json()["error"]
+    # keep_alive 0 for a model that is not loaded: answered at once, nothing loaded
+    r = httpx.post(s.url + "/api/chat", json={"model": full, "keep_alive": 0}, timeout=60).json()
+    assert r["done_reason"] == "unload" and s.loaded() == []
+    # durations that are not: 400s
+    for bad in ("nan", "1.2.3s", "inf"):
+        r = httpx.post(s.url + "/api/generate", json={"model": full, "prompt": "a", "keep_alive": bad}, timeout=60)
+        assert r.status_code == 400 and "keep_alive" in r.json()["error"], bad
+    assert s.loaded() == []
+
+
+def test_a_model_loaded_by_hand_stays_whatever_keep_alive_a_request_sends_but_zero(serve, library, fixtures):
+    import ollama
+
+    from engine.runtime import jobs as J
+
+    s = serve(idle_ttl=0.2)
+    s.engine.submit(J.LoadModel(replace(BASE, path=fixtures["partial"].path, name="by-hand"), replace=False)).result(60)
+    oc = ollama.Client(host=s.url)
+    oc.generate(model="by-hand", prompt="a", options={"num_predict": 2}, keep_alive="1s")
+    time.sleep(1.5)  # past both the request's keep_alive and the idle TTL
+    assert "by-hand" in s.loaded()
+    assert [m.pinned for m in s.residency.loaded() if m.name == "by-hand"] == [True]
+    oc.generate(model="by-hand", prompt="a", options={"num_predict": 2}, keep_alive=0)
+    assert _wait(lambda: "by-hand" not in s.loaded(), 10)

@@ -25,6 +25,7 @@ Ownership: everything here is guarded by ``_cv``; the engine owns the models the
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,8 @@ DEFAULT_MAX_LOADED = 3
 #: share of the machine's memory loaded models' estimates may take, by default
 BUDGET_SHARE = 0.85
 FOREVER = float("inf")
+#: how long the reaper waits before it tries again an unload the engine refused
+RETRY_S = 5.0
 
 
 def parse_keep_alive(value) -> float | None:
@@ -54,13 +57,14 @@ def parse_keep_alive(value) -> float | None:
         return None
     if isinstance(value, bool):
         raise InvalidRequestError("keep_alive must be a duration such as '5m', a number of seconds, or -1 (keep loaded)")
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and math.isfinite(value):
         return FOREVER if value < 0 else float(value)
     if isinstance(value, str):
         text = value.strip().lower()
         try:
             n = float(text)
-            return FOREVER if n < 0 else n
+            if math.isfinite(n):
+                return FOREVER if n < 0 else n
         except ValueError:
             pass
         if text.startswith("-"):
@@ -75,7 +79,7 @@ def parse_keep_alive(value) -> float | None:
                 i += 1
                 continue
             unit = "ms" if text.startswith("ms", i) else c
-            if not num or unit not in units:
+            if not num or unit not in units or num.count(".") > 1:
                 ok = False
                 break
             total += float(num) * units[unit]
@@ -129,6 +133,8 @@ class Lease:
     residency: Residency
     name: str
     keep_alive: float | None = None
+    #: the bookkeeping of the model this lease holds (not another load of the same name)
+    resident: Resident | None = field(default=None, repr=False)
     _released: bool = field(default=False, repr=False)
 
     def release(self) -> None:
@@ -203,6 +209,9 @@ class Residency:
         (waiting for a load already under way). Raises what the load raises, and
         :class:`InsufficientMemoryError` when no room can be made."""
         lname, s = self.resolve(name)
+        # what a load would take, worked out before the lock (it reads the file's header)
+        spec = self.spec_for(s) if s is not None else None
+        need = self._estimate(s, spec) if s is not None and spec is not None else 0
         while True:
             victims: list[str] = []
             with self._cv:
@@ -211,16 +220,14 @@ class Residency:
                 if r is not None and r.state == "loaded":
                     r.users += 1
                     r.requests += 1
-                    return Lease(self, lname, keep_alive)
+                    return Lease(self, lname, keep_alive, r)
                 if r is not None:  # loading or unloading: wait for it to settle
                     self._cv.wait(0.5)
                     if cancel is not None and cancel.is_set():
                         raise InvalidRequestError("The request was cancelled while its model loaded.")
                     continue
-                if s is None:
+                if s is None or spec is None:
                     raise NoModelLoadedError(f"Model {name!r} is not loaded.")
-                spec = self.spec_for(s)
-                need = self._estimate(s, spec)
                 victims = self._room_locked(s, need)
                 for v in victims:
                     self._residents[v].state = "unloading"
@@ -234,6 +241,11 @@ class Residency:
         except BaseException as e:
             with self._cv:
                 self._residents.pop(lname, None)
+                loaded = self.engine.models()
+                for v in victims:  # those not unloaded (an unload that failed first) stay as they were
+                    rv = self._residents.get(v)
+                    if rv is not None and rv.state == "unloading" and v in loaded:
+                        rv.state = "loaded"
                 self._cv.notify_all()
             raise e
         with self._cv:
@@ -244,18 +256,18 @@ class Residency:
             r.users, r.requests = 1, 1
             self._cv.notify_all()
         log.info("loaded %s on demand", lname)
-        return Lease(self, lname, keep_alive)
+        return Lease(self, lname, keep_alive, r)
 
     def _release(self, lease: Lease) -> None:
         with self._cv:
             r = self._residents.get(lease.name)
-            if r is None:
-                return
+            if r is None or r is not lease.resident:
+                return  # unloaded (and perhaps loaded again) meanwhile: not this lease's model
             r.users = max(0, r.users - 1)
             now = self.clock()
             r.last_used = now
             ttl = lease.keep_alive
-            if ttl is None:
+            if ttl is None or r.pinned and ttl != 0:  # a pinned model goes only by hand or keep_alive 0
                 ttl = FOREVER if r.pinned else self.idle_ttl
             if r.users == 0 or lease.keep_alive is not None:
                 r.expires = now + ttl if ttl != FOREVER else FOREVER
@@ -334,7 +346,12 @@ class Residency:
             pass
         finally:
             with self._cv:
-                self._residents.pop(name, None)
+                r = self._residents.get(name)
+                if r is not None and r.state == "unloading":
+                    if name in self.engine.models():
+                        r.state = "loaded"  # the unload failed (the engine refused it): still here
+                    else:
+                        del self._residents[name]
                 self._cv.notify_all()
 
     def _reap(self) -> None:
@@ -357,7 +374,9 @@ class Residency:
                 try:
                     self._unload_now(r.name)
                 except Exception:
-                    log.exception("could not unload %s", r.name)
+                    log.exception("could not unload %s; trying again in %g s", r.name, RETRY_S)
+                    with self._cv:
+                        r.expires = self.clock() + RETRY_S
 
     def close(self) -> None:
         with self._cv:

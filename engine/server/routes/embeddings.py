@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from engine.runtime import jobs as J
 from engine.server import errors as E
+from engine.server.flow import stopped
 from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 from engine.server.schemas import bad
@@ -64,11 +65,14 @@ async def _run(request: Request, job: J.Embed | J.Rerank) -> J.PooledResult:
     except Exception as e:  # the queue is full, or the engine stopping
         raise E.from_exception(e, request.app.state.settings.retry_after_s) from None
     try:
-        return await run_in_threadpool(handle.result, POOLED_WAIT_S)
+        res = await run_in_threadpool(handle.result, POOLED_WAIT_S)
     except TimeoutError:
         handle.cancel()
         raise E.HTTPError(503, f"The request waited {POOLED_WAIT_S} s behind other work; retry shortly.",
                           type_="server_error", code="busy") from None  # fmt: skip
+    if res is None:  # dropped by an engine that is stopping
+        raise stopped()
+    return res
 
 
 async def _held(request: Request) -> dict:

@@ -11,12 +11,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from engine.errors import MtpStudioError, NoModelLoadedError
+from engine.errors import NoModelLoadedError
 from engine.runtime import jobs as J
 from engine.server import errors as E
 from engine.server import ollama_api as O
 from engine.server.flow import Flow, answer
 from engine.server.ondemand.listing import Listed, listing
+from engine.runtime.ondemand.residency import parse_keep_alive
 from engine.server.ondemand import hold, on_demand, take
 from engine.server.request import json_body
 
@@ -63,7 +64,7 @@ async def show(request: Request):
     if isinstance(name, str) and getattr(st, "residency", None) is not None and name.removesuffix(":latest") not in listed:
         try:
             name, _ = st.residency.resolve(name)  # another name of a model: answered without loading it
-        except MtpStudioError:
+        except NoModelLoadedError:
             pass
     models = {n: _info(m) for n, m in listed.items()}
     key = O.model_name(dict(body, model=name) if isinstance(body, dict) and name else body, models)
@@ -83,26 +84,40 @@ async def generate(request: Request):
 async def _generate(request: Request, *, chat: bool):
     body = await json_body(request)
     engine = request.app.state.engine
+    residency = getattr(request.app.state, "residency", None)
+    named = isinstance(body, dict) and isinstance(body.get("model") or body.get("name"), str)
+    if named and residency is not None and not body.get("messages" if chat else "prompt"):
+        if parse_keep_alive(body.get("keep_alive")) == 0:  # unload, without loading it first
+            return await _unload_only(request, body["model"] if isinstance(body.get("model"), str) else body["name"], chat=chat)
+        await hold(request, body, keys=("model", "name"))
+        return _load_only(request, chat=chat)
     models = await hold(request, body, keys=("model", "name"))
-    if isinstance(body, dict) and getattr(request.app.state, "residency", None) is not None and not body.get("messages" if chat else "prompt"):
-        return await _load_only(request, body, chat=chat)
     req = O.parse(body, models, engine.resolve, request.app.state.settings.request_defaults, chat=chat)
     # NDJSON has no keep-alive: a stream waits for its first token
     return await answer(request, req.job, stream=req.stream, media_type="application/x-ndjson", keep_alive=False,
                         result=lambda res: O.final(req, res, whole=True), events=lambda flow: _lines(flow, req))
 
 
-async def _load_only(request: Request, body: dict, *, chat: bool) -> JSONResponse:
-    """A body with a model and no prompt loads it (held above), or with ``keep_alive: 0``
-    unloads it: Ollama's way to preload and to free memory."""
+def _load_only(request: Request, *, chat: bool) -> JSONResponse:
+    """A body with a model and no prompt loads it (held by the caller): Ollama's preload."""
     lease = take(request)
-    assert lease is not None
+    assert lease is not None  # the caller held the model the body names
     lease.release()
-    reason = "load"
-    if lease.keep_alive == 0:
-        await run_in_threadpool(_unload_quietly, request.app.state.residency, lease.name)
-        reason = "unload"
-    out = {"model": lease.name, "created_at": O.now_iso(), "done": True, "done_reason": reason}
+    return _done(lease.name, "load", chat)
+
+
+async def _unload_only(request: Request, name: str, *, chat: bool) -> JSONResponse:
+    """A body with a model, no prompt and ``keep_alive: 0`` unloads it (after its running
+    requests end), or answers at once when it is not loaded: Ollama's way to free memory."""
+    residency = request.app.state.residency
+    loaded, _ = residency.resolve(name)  # a name nothing answers to: the 404 that lists the models
+    if loaded in request.app.state.engine.models():
+        await run_in_threadpool(_unload_quietly, residency, loaded)
+    return _done(loaded, "unload", chat)
+
+
+def _done(name: str, reason: str, chat: bool) -> JSONResponse:
+    out = {"model": name, "created_at": O.now_iso(), "done": True, "done_reason": reason}
     out.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
     return JSONResponse(out)
 

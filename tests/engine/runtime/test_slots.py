@@ -504,3 +504,25 @@ def test_requests_for_loaded_models_start_while_another_model_loads(fixtures, tm
         load2.result(120)
         assert len(on_new.result(60).tokens) == 4 and len(behind.result(60).tokens) == 4
         assert ends["load2"] < ends["late2"] and ends["load2"] < ends["behind"], ends
+
+
+def test_stopping_the_engine_while_a_load_runs_beside_a_stream_ends_it(fixtures, tmp_path):
+    """stop() during a load (its probe's child running) ends the engine thread: its end
+    marker is never taken for a job to start beside the load."""
+    import shutil
+    import time
+
+    other = tmp_path / "slow.gguf"
+    shutil.copyfile(fixtures["full"].path, other)  # never probed: the load takes a while
+    e = Engine().start()
+    e.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=1024, probe=False, fit="off", parallel=2,
+                                  name="a"))).result()  # fmt: skip
+    emitted: list[float] = []
+    e.submit(_job(0, max_tokens=2000, model="a"), on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(1))
+    while not emitted:
+        time.sleep(0.001)
+    e.submit(J.LoadModel(LoadSpec(other, n_ctx=256, parallel=2, name="slow"), replace=False))
+    time.sleep(0.05)  # the load under way
+    thread = e._thread
+    e.stop(timeout=20)
+    assert thread is not None and not thread.is_alive()
