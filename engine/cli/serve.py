@@ -98,6 +98,11 @@ def run(args) -> int:
         return die("--max-models must be at least 1", EXIT_USAGE)
     if args.head and len(args.model) != 1:
         return die("--head goes with exactly one --model", EXIT_USAGE)
+    stems = [Path(m).name.removesuffix(".gguf") for m in args.model]
+    if len(set(stems)) < len(stems):
+        same = sorted({s for s in stems if stems.count(s) > 1})
+        return die(f"several --model files are named {', '.join(same)}: requests name a model by its file's stem, so "
+                   "each must differ (rename or link one)", EXIT_USAGE)  # fmt: skip
     from dataclasses import replace
 
     from engine.runtime.ondemand.catalog import Catalog
@@ -120,8 +125,8 @@ def run(args) -> int:
     with Engine(EngineDefaults(request=INTERACTIVE, prompt_cache_mb=args.cache_ram)) as engine:
         infos = []
         try:
-            for m in args.model:
-                s = catalog.get(Path(m).name.removesuffix(".gguf"))
+            for stem in stems:
+                s = catalog.get(stem)
                 infos.append(engine.submit(J.LoadModel(spec_for(s), replace=False)).result())
         except MtpStudioError as e:
             return die(str(e), EXIT_INVALID)

@@ -187,3 +187,17 @@ def test_serve_loads_every_model_given_and_answers_each_by_name(fixtures):
                 client.completions.create(model="demo", prompt="a", max_tokens=2)
     finally:
         assert stop(proc) == 0
+
+
+def test_serve_says_what_is_wrong_with_the_model_files_it_is_given(fixtures, tmp_path):
+    missing = tmp_path / "nowhere.gguf"
+    done = subprocess.run([sys.executable, "-m", "app.launcher", "serve", "--model", str(missing), "--port", "0"],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, GGML_NO_BACKTRACE="1"))  # fmt: skip
+    assert done.returncode != 0 and "not found" in done.stderr and "nowhere.gguf" in done.stderr
+    (tmp_path / "a").mkdir()
+    twin = tmp_path / "a" / fixtures["full"].path.name
+    twin.write_bytes(fixtures["full"].path.read_bytes())
+    done = subprocess.run([sys.executable, "-m", "app.launcher", "serve", "--model", str(fixtures["full"].path), "--model",
+                           str(twin), "--port", "0"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, GGML_NO_BACKTRACE="1"))  # fmt: skip
+    assert done.returncode != 0 and "several --model files are named full" in done.stderr

@@ -150,10 +150,9 @@ class Catalog:
     def _build(self) -> list[Servable]:
         out: list[Servable] = []
         for p in self.paths:
-            facts = self._facts_of(p)
-            if facts is None:
-                continue
             stem = p.name.removesuffix(".gguf")
+            # a named file whose header cannot be read is still listed: loading it says why
+            facts = self._facts_of(p) or _HeaderFacts(CHAT, "", None, ())
             out.append(Servable(stem, p, kind=facts.kind, size=_size(p), architecture=facts.architecture,
                                 context_length=facts.context_length, template_caps=facts.template_caps,
                                 aliases=(_norm(stem),), named=True, modified=_mtime(p)))  # fmt: skip
