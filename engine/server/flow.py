@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -218,3 +219,25 @@ def header_value(value: str, limit: int = 1024) -> str:
     text = value.encode("ascii", "backslashreplace").decode("ascii")
     text = "".join(c if " " <= c <= "~" else " " for c in text)
     return text[:limit]
+
+
+async def job_result(request: Request, job: Any, wait_s: float, what: str) -> Any:
+    """The result of a short job that is not a generation (a count, embeddings): submitted,
+    awaited on a worker thread up to ``wait_s`` seconds (then cancelled: a 503 that says
+    ``what`` waited), a 429 when the queue is full, a 503 when the engine stopped first
+    (such a job never returns None)."""
+    settings = request.app.state.settings
+    try:
+        handle = request.app.state.engine.submit(job)
+    except Exception as e:  # the engine queue is full, or the engine stopping
+        raise E.from_exception(e, settings.retry_after_s) from None
+    try:
+        result = await run_in_threadpool(handle.result, wait_s)
+    except TimeoutError:
+        handle.cancel()
+        raise E.HTTPError(503, f"{what} waited {wait_s:g} s behind other work; retry shortly.", type_="server_error",
+                          code="busy", headers={"Retry-After": str(settings.retry_after_s)}) from None  # fmt: skip
+    if result is None:  # these jobs always return something: dropped by an engine that is stopping
+        raise stopped()
+    return result
+

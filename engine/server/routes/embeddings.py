@@ -9,14 +9,13 @@ import time
 from typing import Any
 
 import numpy as np
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from engine.runtime import jobs as J
 from engine.server import errors as E
-from engine.server.flow import stopped
+from engine.server.flow import job_result
 from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 from engine.server.schemas import bad
@@ -59,20 +58,7 @@ def _shorten(v: np.ndarray, dims: int | None) -> np.ndarray:
 
 
 async def _run(request: Request, job: J.Embed | J.Rerank) -> J.PooledResult:
-    engine = request.app.state.engine
-    try:
-        handle = engine.submit(job)
-    except Exception as e:  # the queue is full, or the engine stopping
-        raise E.from_exception(e, request.app.state.settings.retry_after_s) from None
-    try:
-        res = await run_in_threadpool(handle.result, POOLED_WAIT_S)
-    except TimeoutError:
-        handle.cancel()
-        raise E.HTTPError(503, f"The request waited {POOLED_WAIT_S} s behind other work; retry shortly.",
-                          type_="server_error", code="busy") from None  # fmt: skip
-    if res is None:  # dropped by an engine that is stopping
-        raise stopped()
-    return res
+    return await job_result(request, job, POOLED_WAIT_S, "The request")
 
 
 async def _held(request: Request) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from functools import partial
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -16,7 +15,7 @@ from engine.runtime.generatejob import count_prompt
 from engine.server import errors as E
 from engine.server import messages_api as M
 from engine.server.schemas import new_id
-from engine.server.flow import PING, Flow, answer
+from engine.server.flow import PING, Flow, answer, job_result
 from engine.server.replyblocks import Blocks
 from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
@@ -61,17 +60,8 @@ async def count_tokens(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
     req = M.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, count_only=True)
-    try:
-        handle = engine.submit(J.Call(partial(count_prompt, req.job), label="count_tokens", access="read"))
-    except Exception as e:  # the engine queue is full, or the engine stopping
-        raise E.from_exception(e, request.app.state.settings.retry_after_s) from None
-    try:
-        n = await run_in_threadpool(handle.result, COUNT_WAIT_S)
-    except TimeoutError:
-        handle.cancel()
-        raise E.HTTPError(503, f"Counting waited {COUNT_WAIT_S} s behind other work; retry shortly.",
-                          type_="server_error", code="busy",
-                          headers={"Retry-After": str(request.app.state.settings.retry_after_s)}) from None  # fmt: skip
+    n = await job_result(request, J.Call(partial(count_prompt, req.job), label="count_tokens", access="read"),
+                         COUNT_WAIT_S, "Counting")  # fmt: skip
     return JSONResponse({"input_tokens": n})
 
 
