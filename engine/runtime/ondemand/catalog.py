@@ -20,7 +20,6 @@ a file's header once per file identity.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +57,6 @@ class Servable:
     aliases: tuple[str, ...] = ()
     #: from the command line rather than the library
     named: bool = False
-    modified: float = 0.0
 
     @property
     def capabilities(self) -> list[str]:
@@ -155,7 +153,7 @@ class Catalog:
             facts = self._facts_of(p) or _HeaderFacts(CHAT, "", None, ())
             out.append(Servable(stem, p, kind=facts.kind, size=_size(p), architecture=facts.architecture,
                                 context_length=facts.context_length, template_caps=facts.template_caps,
-                                aliases=(_norm(stem),), named=True, modified=_mtime(p)))  # fmt: skip
+                                aliases=(_norm(stem),), named=True))  # fmt: skip
         if self.library is None:
             return out
         try:
@@ -180,7 +178,7 @@ class Catalog:
                 architecture=facts.architecture or e.summary.get("architecture", ""),
                 quantization=e.summary.get("quantization") or "", context_length=facts.context_length,
                 mtp=str(e.mtp) if head is None else "external head", template_caps=facts.template_caps,
-                aliases=tuple(_aliases(e)), modified=e.added,
+                aliases=tuple(_aliases(e)),
             ))  # fmt: skip
         return out
 
@@ -228,12 +226,6 @@ def _size(p: Path) -> int:
     except OSError:
         return 0
 
-
-def _mtime(p: Path) -> float:
-    try:
-        return os.path.getmtime(p)
-    except OSError:
-        return 0.0
 
 
 __all__ = ["Catalog", "Servable", "AmbiguousModelError", "CHAT", "EMBEDDING", "RERANK", "header_facts"]

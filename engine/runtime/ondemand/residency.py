@@ -102,12 +102,10 @@ class Resident:
     state: str = "loading"  # loading | loaded | unloading
     users: int = 0  # leases held now
     requests: int = 0  # leases taken since it loaded
-    loaded_at: float = 0.0  # monotonic
     last_used: float = 0.0  # monotonic: when its last lease ended (or it loaded)
     expires: float = FOREVER  # monotonic; FOREVER: never
     pinned: bool = False
     memory: int = 0  # the load's memory estimate, bytes
-    error: BaseException | None = None
 
 
 @dataclass(frozen=True)
@@ -141,12 +139,6 @@ class Lease:
         if not self._released:
             self._released = True
             self.residency._release(self)
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
 
 class Residency:
@@ -251,7 +243,7 @@ class Residency:
         with self._cv:
             now = self.clock()
             r = self._residents[lname]
-            r.state, r.loaded_at, r.last_used = "loaded", now, now
+            r.state, r.last_used = "loaded", now
             r.memory = _memory_of(info) or r.memory
             r.users, r.requests = 1, 1
             self._cv.notify_all()
@@ -313,7 +305,7 @@ class Residency:
             if name not in self._residents:
                 now = self.clock()
                 self._residents[name] = Resident(name, None, state="loaded",
-                                                 loaded_at=now, last_used=now, pinned=True,
+                                                 last_used=now, pinned=True,
                                                  memory=_memory_of(info))  # fmt: skip
         for name, r in list(self._residents.items()):
             if r.state == "loaded" and name not in loaded:
