@@ -184,7 +184,7 @@ class Engine:
 
     def step_depths(self) -> dict[str, dict[int, int]]:
         """Each loaded model's MTP auto depth of its last step of n sequences (model name ->
-        n -> depth), safe to call from any thread (engine.runtime.slots.batchdepth)."""
+        n -> depth), safe to call from any thread (engine.runtime.decode.policy.steps)."""
         return {name: lm.slots.step_depths() for name, lm in list(self._state.models.items())
                 if isinstance(lm, LoadedModel) and lm.slots is not None}  # fmt: skip
 

@@ -30,7 +30,7 @@ def prepare_in_slot(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts,
                     reservation: Reservation) -> tuple[Prepared, Slot]:  # fmt: skip
     """Prepare ``job`` (render, tokenize: any thread) and take the slot its prompt suits;
     with MTP auto its depth policy is then the step's, per batch size
-    (engine.runtime.slots.batchdepth)."""
+    (engine.runtime.decode.policy.steps)."""
     prep = prepare(job, lm, texts)
     slot = reservation.bind(prep.prompt)
     if prep.params.depth is not None:

@@ -31,15 +31,17 @@ from engine.runtime.decode.emitter import Emitter, EmitFn, RoundFn, Splitter
 from engine.runtime.decode.logprobs import TokenLogprob, token_logprob
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import PenalizedRows
-from engine.runtime.decode.policy.base import DepthPolicy
+from engine.runtime.decode.drafts import Drafts
+from engine.runtime.decode.policy.base import NO_HEAD
+from engine.runtime.decode.policy.planner import MTP, Plan, RoundPlanner, SuffixLearned
 from engine.runtime.decode.prefill import prefill
-from engine.runtime.decode.propose import DraftSource, MtpDraft, Proposal
+from engine.runtime.decode.propose import MtpDraft
 from engine.runtime.decode.sampling import Sampler
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import Pushed, StopChecker, StopReason
-from engine.runtime.decode.suffix import NO_MTP, OutputStore, SuffixOrMtp
+from engine.runtime.decode.suffix import OutputStore, SuffixDraft
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST
 
 
@@ -102,23 +104,28 @@ def generate(
     run = _Run(session, params, checker, stats, cancel, Emitter(on_emit, splitter, piece), on_round)
     if not greedy:
         stats.seed = run.sampler.seed
-    source: DraftSource | None = None
-    if policy is not None:
-        source = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel)
-        if params.suffix_drafts and not stats.sampled_draft:  # its drafts are argmax-style: no q to sample by
-            source = SuffixOrMtp(source, policy, outputs)
-    elif params.suffix_drafts:  # no MTP head, or MTP off: suffix drafts or none
-        policy = NO_MTP
-        source = SuffixOrMtp(None, policy, outputs, session=session)
+    planner: RoundPlanner | None = None
+    drafts: Drafts | None = None
+    if policy is not None or params.suffix_drafts:
+        mtp = MtpDraft(session, run.sampler if stats.sampled_draft else None, cancel) if policy is not None else None
+        # suffix drafts are argmax-style: no distribution to sample a sampled draft's rejection by
+        suffix = SuffixDraft(outputs) if params.suffix_drafts and not stats.sampled_draft else None
+        if mtp is not None or suffix is not None:
+            learned = (outputs.learned if outputs is not None else SuffixLearned()) if suffix is not None else None
+            target = session.target
+            planner = RoundPlanner(policy if policy is not None else NO_HEAD, learned, head=mtp is not None,
+                                   follows=mtp is not None and mtp.follows,
+                                   rollback=target.n_rs_seq if target.model.is_recurrent else None)  # fmt: skip
+            drafts = Drafts(session, mtp, suffix)
     c = params.constraint
     if c is not None:
         first = lambda logits: c.choose(logits, len(prompt), run.sampler.sample)  # noqa: E731
     else:
         first = None if greedy else (lambda logits: run.sampler.sample(logits, len(prompt)))
     try:
-        if source is not None:
-            assert policy is not None
-            pf = source.begin(prompt, cancel=cancel, choose_first=first, idle=policy.idle, points=params.cache_points,
+        if drafts is not None:
+            assert planner is not None
+            pf = drafts.begin(prompt, cancel=cancel, choose_first=first, idle=planner.idle, points=params.cache_points,
                               cache=cache)  # fmt: skip
         else:
             pf = prefill(session, prompt, speculative=False, cancel=cancel, choose_first=first,
@@ -133,10 +140,10 @@ def generate(
     stats.prompt_ms = (run.t_gen - t0) * 1000
     if params.max_tokens <= 0:
         stats.stop_reason = StopReason.MAX_TOKENS
-    elif source is not None:
-        assert policy is not None
+    elif drafts is not None:
+        assert planner is not None
         run.note_lp(pf.logits, pf.first_token)
-        run.speculative(pf.first_token, policy, source)
+        run.speculative(pf.first_token, planner, drafts)
     else:
         run.note_lp(pf.logits, pf.first_token)
         run.plain(pf.first_token)
@@ -262,7 +269,7 @@ class _Run:
             index += 1
 
     # ------------------------------------------------------------ speculative
-    def speculative(self, id_last: int, policy: DepthPolicy, source: DraftSource) -> None:
+    def speculative(self, id_last: int, planner: RoundPlanner, sources: Drafts) -> None:
         s = self.s
         n_ctx = s.n_ctx
         _, stop = self._push([id_last])
@@ -272,44 +279,42 @@ class _Run:
             if pos0 + 1 >= n_ctx:
                 self._finish(StopReason.CONTEXT_FULL)
                 break
-            remaining = self.checker.max_tokens - len(self.checker.tokens)
-            # the verify batch may fill the context up to n_ctx - 1 tokens, as plain decoding does
-            room = max(0, min(remaining - 1, n_ctx - 2 - pos0, s.target.n_batch - 1))
-            k = min(policy.next_depth(), room)
             try:
-                stop, id_last = self._spec_round(index, id_last, pos0, k, room, policy, source)
+                stop, id_last = self._spec_round(index, id_last, pos0, planner, sources)
             except Cancelled:
                 self._finish(StopReason.CANCELLED)
                 stop = StopReason.CANCELLED
             index += 1
         # Entries still in the lag are fed by the next prefill if it needs them.
 
-    def _spec_round(
-        self, index: int, id_last: int, pos0: int, k: int, room: int, policy: DepthPolicy, source: DraftSource
-    ) -> tuple[StopReason | None, int]:
-        """One round; returns the stop reason (None: go on) and the next ``id_last``.
-        ``k``: the policy's depth; ``room``: the most drafts the batch and context take."""
+    def _spec_round(self, index: int, id_last: int, pos0: int, planner: RoundPlanner,
+                    sources: Drafts) -> tuple[StopReason | None, int]:  # fmt: skip
+        """One round, planned (:mod:`engine.runtime.decode.policy.planner`), proposed,
+        verified and settled; returns the stop reason (None: go on) and the next ``id_last``."""
         s = self.s
         c = self.p.constraint
+        remaining = self.checker.max_tokens - len(self.checker.tokens)
+        # the verify batch may fill the context up to n_ctx - 1 tokens, as plain decoding does
+        room = max(0, min(remaining - 1, s.n_ctx - 2 - pos0, s.target.n_batch - 1))
+        rows = min(room, s.target.n_outputs - 1)  # ... and read at most the logit rows the context has
+        k = planner.depth(room)
         t0 = time.perf_counter()
-        # a forced run is verified in one batch: at most the logit rows the context reads
-        forced = c.forced_run(min(room, s.target.n_outputs - 1)) if c is not None else []
-        if forced:  # the grammar's forced tokens are the draft: no head call, all accepted
-            proposal = Proposal(list(forced))
-        else:
-            proposal = source.draft(id_last, pos0, k, min(room, s.target.n_outputs - 1))  # propose
-            if c is not None and proposal.tokens:  # only what the grammar allows is worth verifying
-                n = c.valid_prefix(proposal.tokens)
-                proposal.extended = max(0, proposal.extended - (len(proposal.tokens) - n))
-                del proposal.tokens[n:]
-                if proposal.q is not None:
-                    del proposal.q[n:]
+        # a forced run is verified in one batch: the grammar's forced tokens are the draft
+        forced = c.forced_run(rows) if c is not None else []
+        plan = planner.plan(k, rows, forced, sources.match)
+        proposal = sources.propose(plan, planner, id_last, pos0, rows)  # propose
+        if c is not None and proposal.tokens and not forced:  # only what the grammar allows is worth verifying
+            n = c.valid_prefix(proposal.tokens)
+            proposal.extended = max(0, proposal.extended - (len(proposal.tokens) - n))
+            del proposal.tokens[n:]
+            if proposal.q is not None:
+                del proposal.q[n:]
         drafts = proposal.tokens
         t1 = time.perf_counter()
 
         s.phase("verify", self.cancel)  # verify
         s.checkpoint(len(drafts))
-        hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=source.needs_hidden)
+        hv = s.decode_target([id_last, *drafts], logits=LOGITS_ALL, hidden=sources.needs_hidden)
         step_rows = s.target.step_rows
         self.stats.target_forwards += 1
         rows = s.target if self.penalties is None else PenalizedRows(s.target, self.penalties, self.counts, drafts)
@@ -322,14 +327,14 @@ class _Run:
         try:
             s.phase("commit", self.cancel)
         except Cancelled:
-            self._settle(source, pos0, 0, accepted, hv)
+            self._settle(sources, planner, plan, pos0, 0, accepted, hv)
             raise
         emitted, stop = self._push(accepted)
         kept = min(emitted, a)  # drafted tokens that stay in the target context
-        self._settle(source, pos0, kept, accepted, hv)
+        self._settle(sources, planner, plan, pos0, kept, accepted, hv)
         t3 = time.perf_counter()
         r = RoundStats(
-            source=source.source if not forced else "mtp",
+            source=MTP if forced else plan.source,
             index=index,
             depth=0 if forced else len(drafts),
             drafted=0 if forced else len(drafts),
@@ -346,19 +351,17 @@ class _Run:
             step_rows=step_rows,
         )
         self._round(r)
-        source.observe(r)
-        if c is None and r.source == "mtp":
-            # a constrained round's costs include the grammar's masks and its drafts were cut
-            # to what the grammar allows: it would teach auto about the grammar, not the
-            # model (nor would a suffix draft's round teach it about the MTP head)
-            policy.observe(r)
+        planner.observe(r, constrained=c is not None)
         return stop, nxt
 
-    def _settle(self, source: DraftSource, pos0: int, kept: int, accepted: list[int], hv: np.ndarray | None) -> None:
+    def _settle(self, drafts: Drafts, planner: RoundPlanner, plan: Plan, pos0: int, kept: int, accepted: list[int],
+                hv: np.ndarray | None) -> None:  # fmt: skip
         """After a verify: keep ``id_last`` and the first ``kept`` drafts in the target,
-        roll back the rest, and hand the draft source the kept tokens plus the next one
-        (``accepted[kept]``), each with the target's hidden state before it."""
+        roll back the rest, hand the draft sources the kept tokens plus the next one
+        (``accepted[kept]``), each with the target's hidden state before it, and tell the
+        planner what the plan kept."""
         s = self.s
         s.truncate_target(pos0 + 1 + kept, hidden=hv is not None)
         s.last_hidden = hv[kept] if hv is not None else None
-        source.accept(accepted[: kept + 1], hv[: kept + 1] if hv is not None else None)
+        drafts.accept(accepted[: kept + 1], hv[: kept + 1] if hv is not None else None)
+        planner.kept(plan, kept)

@@ -120,11 +120,11 @@ class Batcher:
         #: per context, the requests whose rows are views of its output buffers
         self._holders: dict[int, list[Request]] = {}
         #: target steps run, and when the last one ended (perf_counter seconds): the
-        #: clock of the steps' depth policies (engine.runtime.slots.batchdepth)
+        #: clock of the steps' depth policies (engine.runtime.decode.policy.steps)
         self.steps = 0
         self.step_t = 0.0
         #: verify times of the target decodes by total rows (what a sequence's draft rows
-        #: cost a step: engine.runtime.slots.batchdepth.OwnDrafts)
+        #: cost a step: engine.runtime.decode.policy.steps.OwnDrafts)
         self.verify_costs = RoundCosts(1)
         #: (rows, milliseconds) of the recent target decodes (benchmarks and tests)
         self.target_decodes: deque[tuple[int, float]] = deque(maxlen=256)

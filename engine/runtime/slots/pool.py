@@ -23,7 +23,7 @@ from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.stats import RoundStats
 from engine.runtime.slots.batcher import Batcher
-from engine.runtime.slots.batchdepth import BatchDepth, StepDepth
+from engine.runtime.decode.policy.steps import BatchDepth, StepDepth
 
 
 #: most seconds the owner thread waits for a step before it looks at its other work
@@ -83,7 +83,7 @@ class SlotPool:
         self._cv = threading.Condition()
         #: generations admitted whose slot is not chosen yet
         self._promised = 0
-        #: the depth of steps of each batch size, with MTP auto (engine.runtime.slots.batchdepth)
+        #: the depth of steps of each batch size, with MTP auto (engine.runtime.decode.policy.steps)
         self.steppers: dict[int, StepDepth] = {}
 
     def __len__(self) -> int:

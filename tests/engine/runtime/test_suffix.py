@@ -13,9 +13,10 @@ from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import Penalties
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
-from engine.runtime.decode.policy.base import FixedDepth
+from engine.runtime.decode.policy.base import NO_HEAD, FixedDepth
 from engine.runtime.decode.sampling import SamplingParams
-from engine.runtime.decode.suffix import MIN_MATCH, OutputStore, SuffixIndex, SuffixOrMtp
+from engine.runtime.decode.policy.planner import RoundPlanner, SuffixLearned
+from engine.runtime.decode.suffix import MIN_MATCH, OutputStore, SuffixIndex
 from engine.runtime.engine import Engine
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
@@ -150,8 +151,9 @@ def _consistent_policy(p_mtp: float, draft_ms: float = 0.3) -> _Policy:
     return _Policy(p_mtp, lambda rows: 1.0 + 0.1 * rows, draft_ms)
 
 
-def _source(policy) -> SuffixOrMtp:
-    return SuffixOrMtp(None, policy, session=object())  # the choice reads no context
+def _source(policy) -> RoundPlanner:
+    """A planner over ``policy`` (a depth learner, or none: NO_HEAD) with suffix drafts on."""
+    return RoundPlanner(policy, SuffixLearned(), head=policy is not NO_HEAD, follows=True)
 
 
 def test_the_choice_never_takes_the_source_expected_to_earn_less():
@@ -179,13 +181,12 @@ def test_the_choice_never_takes_the_source_expected_to_earn_less():
 def test_without_a_cost_model_the_choice_uses_its_own_verify_times():
     """A fixed depth or no MTP head: verify times measured by the source itself."""
     from engine.runtime.decode.stats import RoundStats
-    from engine.runtime.decode.suffix import NO_MTP
 
-    src = _source(NO_MTP)
+    src = _source(NO_HEAD)
     for rows, ms in ((1, 1.0), (5, 1.4), (17, 6.0)):  # verifies cost more past some width
         for _ in range(3):
             src.observe(RoundStats(index=0, depth=rows - 1, drafted=rows - 1, accepted=0, emitted=1, draft_ms=0.0,
-                                   verify_ms=ms, t=0.0, source="suffix"))  # fmt: skip
+                                   verify_ms=ms, t=0.0, source="suffix"), constrained=False)  # fmt: skip
     src.learned.acc[2], src.learned.reach[2] = 9.0, 10.0  # p = 0.88
     w = src.suffix_width(16, 2, 0)
     assert 1 <= w < 16  # worth drafting, but not the widest verify
@@ -389,16 +390,15 @@ def test_in_slots_a_width_is_priced_as_the_step_it_makes():
     """With other sequences in the step, a verify lasts the whole step: its time is kept by
     the step's rows, and a width is priced as the step it would make with the same company."""
     from engine.runtime.decode.stats import RoundStats
-    from engine.runtime.decode.suffix import NO_MTP
 
-    src = _source(NO_MTP)
+    src = _source(NO_HEAD)
     for _ in range(3):  # 4 of this sequence's rows in steps of 12 (8 of the others')
         src.observe(RoundStats(index=0, depth=3, drafted=3, accepted=3, emitted=4, draft_ms=0.0, verify_ms=6.0, t=0.0,
-                               source="suffix", step_rows=12))  # fmt: skip
+                               source="suffix", step_rows=12), constrained=False)  # fmt: skip
     assert sorted(src.learned.costs.verify) == [12]
     assert src.verify_ms(4) == 6.0  # 4 rows of its own: the step of 12 it was measured in
     assert src.verify_ms(1) < 6.0 < src.verify_ms(20)
     for _ in range(3):  # alone: the round's own rows
         src.observe(RoundStats(index=0, depth=3, drafted=3, accepted=3, emitted=4, draft_ms=0.0, verify_ms=2.0, t=0.0,
-                               source="suffix", step_rows=4))  # fmt: skip
+                               source="suffix", step_rows=4), constrained=False)  # fmt: skip
     assert src.verify_ms(4) == 2.0 and src.verify_ms(12) == 6.0  # one table: the rows of a whole decode

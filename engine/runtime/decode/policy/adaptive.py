@@ -50,34 +50,31 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from engine.runtime.decode.policy.costs import MIN_STEADY, WINDOW, RoundCosts
+from engine.runtime.decode.policy.costs import RoundCosts
+from engine.runtime.decode.policy.tuning import (
+    CHOOSE_EVERY,
+    DECAY,
+    DEEPER,
+    EXPLORE_MAX,
+    EXPLORE_MIN,
+    EXPLORE_ROUNDS,
+    EXPLORE_SKIP,
+    EXPLORE_SKIP_SHALLOW,
+    FIRST_ROUNDS,
+    MIN_GAIN,
+    NOISE_SIGMAS,
+    OFF_EVIDENCE,
+    PRIOR_FLOOR,
+    PRIOR_N,
+    PRIOR_P,
+    PROBE_DECAY,
+    PROBE_MAX,
+    PROBE_MIN,
+    STALE,
+    WINDOW,
+)
 from engine.runtime.decode.depth import AUTO
 from engine.runtime.decode.stats import RoundStats
-
-PRIOR_P = 0.8  # optimistic prior acceptance, so drafting gets tried
-PRIOR_N = 1.0  # ... worth this many observations, fading while a position is reached ...
-DEEPER = 0.85  # ... and a deeper position's prior is the one before it times this: a head
-# drafts less well the further it is from the target's own state (the demo: 0.89, 0.74, 0.72),
-# and a fresh session that assumed otherwise spent its first rounds trying depths that lose
-PRIOR_FLOOR = 0.02  # ... down to this, and recovering like the counts decay while it is not
-DECAY = 0.99  # per drafting round: the estimate follows the text (~100 rounds: at ~50 a
-# run of rejections as likely as not within a few hundred rounds switched a head ~5% above
-# break-even off, and p = 0.6 and p = 0.45 were too close to tell apart)
-PROBE_DECAY = 0.8  # per probe while drafting is off (~5 probes) ...
-OFF_EVIDENCE = 5.0  # ... and the evidence that turned drafting off is worth as many
-PROBE_MIN, PROBE_MAX = 16, 256
-MIN_GAIN = 0.005  # a measured depth must beat the current one by this much, and by
-NOISE_SIGMAS = 1.5  # ... this many standard errors of the difference (timing and acceptance)
-EXPLORE_MIN, EXPLORE_MAX = 16, 1024  # drafting rounds between tries of a neighbouring depth
-EXPLORE_ROUNDS = 1 + MIN_STEADY + 1  # a try: the transition, then steady rounds to judge it
-EXPLORE_SKIP = 0.1  # a deeper neighbour estimated this far below the current depth is not tried
-EXPLORE_SKIP_SHALLOW = 0.25  # ... a shallower one (measured) only this far below
-FIRST_ROUNDS = 4.0  # drafting rounds at depth 1 before a fresh policy goes deeper
-STALE = 32  # steady rounds after which a depth's wall times are too old to switch on
-CHOOSE_EVERY = 4  # drafting rounds between choices (a choice costs ~40 us of Python; the
-# estimates it reads move by a few percent per round at most; choosing less often while
-# choices confirmed the depth, up to every 16 rounds, was slower to leave a losing depth:
-# 0.91x the best fixed depth on one recorded-cost seed)
 
 
 def expected_tokens(acceptances: list[float]) -> list[float]:
@@ -122,7 +119,7 @@ class AdaptiveDepth:
         self._prev: tuple[int, float, int] | None = None  # the last round: index, t, depth
         self.depth_counts: Counter[int] = Counter()  # rounds per chosen depth (tests, GUI, bench)
         #: the policies of steps of n sequences decoding together, learned in slots and
-        #: kept with this one (engine.runtime.slots.batchdepth)
+        #: kept with this one (engine.runtime.decode.policy.steps)
         self.batch: dict[int, AdaptiveDepth] = {}
         #: an accepted probe probes again at once only where drafting could pay by the
         #: costs timed lately (:meth:`_could_pay`): a batch size's policy. Alone, this
@@ -373,7 +370,7 @@ class AdaptiveDepth:
 
     def for_batch(self, n: int) -> AdaptiveDepth:
         """The policy of steps of ``n`` sequences decoding together (slots:
-        engine.runtime.slots.batchdepth). Made the first time from what this one knows of
+        engine.runtime.decode.policy.steps). Made the first time from what this one knows of
         the head (acceptance by position, its depth), with step costs to measure afresh: a
         round's cost alone says little of a step's (on a compute-bound machine four
         sequences' verify rows cost four times one's, and a depth that paid alone loses)."""

@@ -54,3 +54,22 @@ class FixedDepth:
     @property
     def idle(self) -> bool:
         return False
+
+
+class NoHead:
+    """The depth policy of a generation without an MTP head to draft with (a model that
+    has none, or a request with MTP off) whose rounds may still take suffix drafts:
+    never a chain."""
+
+    learns = False
+    max_depth = 0
+    idle = False
+
+    def next_depth(self) -> int:
+        return 0
+
+    def observe(self, r: RoundStats) -> None:
+        pass
+
+
+NO_HEAD = NoHead()

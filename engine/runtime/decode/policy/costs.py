@@ -28,12 +28,8 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
+from engine.runtime.decode.policy.tuning import DEFAULT_SLOPE, MIN_STEADY, TRANSITION_WINDOW, WINDOW
 from engine.runtime.decode.stats import RoundStats
-
-WINDOW = 9  # samples per window: the median ignores up to 4 outliers
-TRANSITION_WINDOW = 5
-MIN_STEADY = 3  # steady samples before a depth is judged by its own wall time
-DEFAULT_SLOPE = 0.15  # assumed extra cost per verify row (x verify(1)) before measuring
 
 
 class Window:

@@ -11,7 +11,7 @@ from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.costs import RoundCosts
 from engine.runtime.decode.policy.store import load_policy, save_policy
 from engine.runtime.decode.stats import RoundStats
-from engine.runtime.slots.batchdepth import BatchDepth, StepDepth
+from engine.runtime.decode.policy.steps import BatchDepth, StepDepth
 
 
 class Clock:
@@ -165,7 +165,7 @@ def test_a_sequence_whose_drafts_do_not_pay_for_their_rows_sits_the_steps_drafti
     the two, and the third decodes plainly in most of those steps (drafting now and then
     to see whether its text changed). The steps' goodput is higher than when every
     sequence drafts the step's depth, on the same draws."""
-    import engine.runtime.slots.batchdepth as B
+    import engine.runtime.decode.policy.steps as B
 
     def target(rows: int) -> float:
         return 10.0 + 1.0 * rows

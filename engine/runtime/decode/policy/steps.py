@@ -36,12 +36,34 @@ over its time, with the rows' share of it from the target decodes' times by tota
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
-from engine.runtime.decode.policy.adaptive import CHOOSE_EVERY, PROBE_DECAY, AdaptiveDepth, expected_tokens
-from engine.runtime.decode.policy.costs import RoundCosts
+from engine.runtime.decode.policy.adaptive import AdaptiveDepth, expected_tokens
 from engine.runtime.decode.policy.base import DepthPolicy
+from engine.runtime.decode.policy.costs import RoundCosts
+from engine.runtime.decode.policy.tuning import (
+    CHOOSE_EVERY,
+    OWN_DECAY,
+    OWN_PRIOR_N,
+    PROBE_DECAY,
+    SIT_OUT_MARGIN,
+    SIT_OUT_PROBE_MAX,
+    SIT_OUT_PROBE_MIN,
+)
 from engine.runtime.decode.stats import RoundStats
-from engine.runtime.slots.batcher import Batcher
+
+
+class StepClock(Protocol):
+    """What the depth of steps reads of the loop that runs them (the slots' batcher:
+    engine.runtime.slots.batcher.Batcher)."""
+
+    #: sequences taking part in the steps now
+    active: int
+    #: target steps run so far, and when the last one ended (perf_counter seconds)
+    steps: int
+    step_t: float
+    #: the target decodes' times by total rows (every sequence's)
+    verify_costs: RoundCosts
 
 
 class StepDepth:
@@ -124,7 +146,7 @@ class OwnDrafts:
     out"), when the step's goodput — every sequence's expected tokens over the step's
     time — is higher without its drafts by more than :data:`SIT_OUT_MARGIN`. The step's
     time at the depth is its measured wall time, and the rows' share of it the verify
-    times of the model's target decodes by total rows (:attr:`Batcher.verify_costs`).
+    times of the model's target decodes by total rows (:attr:`StepClock.verify_costs`).
     While it sits out its acceptance is not seen, so it drafts every ``gap`` steps
     (doubling up to :data:`SIT_OUT_PROBE_MAX` while the verdict stands); the evidence that
     made it sit out is cut to a few rounds' worth, each draft while out weighs as a probe
@@ -199,11 +221,6 @@ class OwnDrafts:
         return (others + 1.0) / w_out > (others + self.tokens(depth)) / w_in * (1 + SIT_OUT_MARGIN)
 
 
-SIT_OUT_MARGIN = 0.03  # a sequence sits out when the step's goodput gains this much by it
-SIT_OUT_PROBE_MIN, SIT_OUT_PROBE_MAX = 8, 128  # steps sat out between its drafts
-OWN_DECAY = 0.95  # per own drafting round: a sequence's text changes faster than a model's mix
-OWN_PRIOR_N = 4.0  # the step's acceptance is worth this many of its own rounds at first
-
 _MAKING = threading.Lock()
 
 
@@ -212,7 +229,7 @@ class BatchDepth:
     while it decodes alone, the model's :class:`StepDepth` for the batch size (kept in
     ``steppers`` by the slots' pool) while others decode with it."""
 
-    def __init__(self, inner: DepthPolicy, batcher: Batcher, steppers: dict[int, StepDepth]):
+    def __init__(self, inner: DepthPolicy, batcher: StepClock, steppers: dict[int, StepDepth]):
         self.inner = inner
         self.batcher = batcher
         self.steppers = steppers
