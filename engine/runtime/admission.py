@@ -45,7 +45,7 @@ def can_run_beside(job: J.Job, held: frozenset[str], state) -> bool:
             return True  # no such model: refused at once, in words
         if lm.name in held:
             return False
-        if isinstance(job, J.Generate):  # only into a free slot: a model without slots would hold the thread
+        if isinstance(job, J.Generate):  # only into a free slot
             return isinstance(lm, LoadedModel) and lm.slots is not None and lm.slots.busy < len(lm.slots)
         return isinstance(lm, LoadedModel)
     return False

@@ -2,8 +2,8 @@
 
 The GUI and the HTTP server never touch llama.cpp; they :meth:`Engine.submit` jobs and
 receive events. Jobs are taken in submission order (FIFO is the fairness rule: a request
-never waits behind one submitted later). A model loaded with several slots
-(``LoadSpec.parallel``) decodes that many generations together: the engine thread admits
+never waits behind one submitted later). A chat model decodes up to ``LoadSpec.parallel``
+generations together (one slot or several: one path either way): the engine thread admits
 each to a free slot (waiting for one when all are busy), a thread of the request's own
 prepares its prompt, and its decode loop then runs here, on the engine thread, one of the
 sequences its batcher steps together (:mod:`engine.runtime.slots`). A read-only
@@ -14,7 +14,7 @@ the running streams stepping, and the model is handed over when ready; an unload
 its own model's streams only, and so does a call that names the one model it needs (the
 A/B bench). While one of these holds its model, the jobs at the queue's head that need
 another model (a generation into a free slot, embeddings) or only read start meanwhile.
-Any other job waits until the slots are idle. A bounded
+Any other job (a plain ``Call``) waits until the slots are idle. A bounded
 queue rejects work with :class:`QueueFullError` instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
@@ -50,7 +50,7 @@ from engine.errors import (
 )
 from engine.runtime import jobs as J
 from engine.runtime.admission import beside_streams, can_run_beside, run_in_steps, run_off_path, slotted
-from engine.runtime.generatejob import decode_prepared, prepare_in_slot, run_generate
+from engine.runtime.generatejob import decode_prepared, prepare_in_slot
 from engine.runtime.handle import EventFn, JobHandle
 from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
@@ -178,7 +178,7 @@ class Engine:
 
     def slots(self) -> dict[str, list[dict]]:
         """Each loaded model's slots now (model name -> one dict per slot), safe to call
-        from any thread; a model without slots has none."""
+        from any thread; a pooling model (embeddings, rerank) has none."""
         return {name: lm.slots.info() for name, lm in list(self._state.models.items())
                 if isinstance(lm, LoadedModel) and lm.slots is not None}  # fmt: skip
 
@@ -483,11 +483,10 @@ class Engine:
         lm = self._state.get(job.model)
         if (kind := lm.info.get("kind", "chat")) != "chat":
             raise InvalidRequestError(refusal(lm.name, kind, "chat"))
-        if isinstance(lm, WorkerModel):
-            result = self._in_worker(lm, job, h)
-        else:
-            self._published.give_cache(lm)
-            result = run_generate(job, lm, self._state.texts_of(lm.name), h)
+        # a chat model in this process decodes in its slots' steps (_start_in_slot): here only
+        # one in a worker process
+        assert isinstance(lm, WorkerModel), "a chat model loaded here has slots"
+        result = self._in_worker(lm, job, h)
         self._count(result, result.prompt_tokens)
         return result
 

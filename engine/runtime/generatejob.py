@@ -20,12 +20,6 @@ from engine.runtime.request import Prepared, prepare
 from engine.runtime.slots.pool import Reservation, Slot
 
 
-def run_generate(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle) -> J.GenerateResult:
-    """Run the resolved ``job`` on ``lm``'s own session (a model without slots), emitting
-    its tokens (split into the reply's parts when it has them) and rounds to ``h``."""
-    return decode_prepared(job, prepare(job, lm, texts), lm, texts, h)
-
-
 def prepare_in_slot(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts,
                     reservation: Reservation) -> tuple[Prepared, Slot]:  # fmt: skip
     """Prepare ``job`` (render, tokenize: any thread) and take the slot its prompt suits;
@@ -40,11 +34,11 @@ def prepare_in_slot(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts,
 
 
 def decode_prepared(job: J.Generate, prep: Prepared, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle,
-                    slot: Slot | None = None) -> J.GenerateResult:  # fmt: skip
+                    slot: Slot) -> J.GenerateResult:  # fmt: skip
     """Decode a prepared generation on ``slot``'s session (one of the model's slots, in the
-    steps of its batcher) or the model's own, emitting to ``h``, and keep what it leaves
-    behind (the conversation's tokens, what auto learned)."""
-    session = slot.session if slot is not None else lm.session
+    steps of its batcher: a model loaded with one slot too), emitting to ``h``, and keep
+    what it leaves behind (the conversation's tokens, what auto learned)."""
+    session = slot.session
     session.phase_hook = job.phase_hook
     parser = prep.reply.parser() if prep.reply is not None else None
 
@@ -52,8 +46,7 @@ def decode_prepared(job: J.Generate, prep: Prepared, lm: LoadedModel, texts: Tok
         h._emit(J.Tokens(tuple(toks), text, None if lps is None else tuple(lps), None if parts is None else tuple(parts)))
 
     def on_round(r) -> None:
-        if slot is not None:
-            slot.record(r)
+        slot.record(r)
         h._emit(J.Round(r))
 
     try:

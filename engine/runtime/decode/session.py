@@ -54,8 +54,10 @@ class Session:
         self.target = target
         self.draft = draft
         self.n_embd = target.model.n_embd_out  # the hidden rows' width
-        self.batch = Batch(target.n_batch)
-        self.dbatch = Batch(draft.n_batch, self.n_embd) if draft is not None else None
+        # of the contexts' sequence (a slot's: engine.runtime.slots.seqcontext), so a sequence
+        # decoding alone hands its own batch to llama.cpp, with no copy
+        self.batch = Batch(target.n_batch, seq=getattr(target, "seq", 0))
+        self.dbatch = Batch(draft.n_batch, self.n_embd, seq=getattr(draft, "seq", 0)) if draft is not None else None
         self.target_tokens: list[int] = []
         self.draft_tokens: list[int] = []
         self.last_hidden: np.ndarray | None = None

@@ -19,10 +19,10 @@ LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = "none", "last", "all"
 
 
 class Batch(Owned):
-    """A reusable batch of up to ``capacity`` tokens: of sequence 0 (:meth:`set`), or of
-    several (:meth:`append`)."""
+    """A reusable batch of up to ``capacity`` tokens: of sequence ``seq`` (:meth:`set`: a
+    session's own batch, whose sequence never changes), or of several (:meth:`append`)."""
 
-    def __init__(self, capacity: int, n_embd: int = 0):
+    def __init__(self, capacity: int, n_embd: int = 0, seq: int = 0):
         self._own()
         L = llama()
         self.capacity = capacity
@@ -40,9 +40,10 @@ class Batch(Owned):
         self.logits = np.ctypeslib.as_array(ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(capacity,))
         n_seq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))
         n_seq[:] = 1
+        self.seq = seq
         for i in range(capacity):
-            self._batch.seq_id[i][0] = 0
-        self._seqs = [0] * capacity  # each row's sequence id as last written
+            self._batch.seq_id[i][0] = seq
+        self._seqs = [seq] * capacity  # each row's sequence id as last written
         self._mixed = False
         self.n = 0
         self.n_logits = 0  # rows that ask for logits
@@ -53,15 +54,15 @@ class Batch(Owned):
         return self._batch
 
     def set(self, tokens, pos0: int, logits: str = LOGITS_LAST, hidden: np.ndarray | None = None) -> None:
-        """Fill the batch with ``tokens`` of sequence 0 at positions ``pos0..``; ``hidden``
+        """Fill the batch with ``tokens`` of its sequence at positions ``pos0..``; ``hidden``
         gives one row per token (MTP batches only)."""
         n = len(tokens)
         if n > self.capacity:
             raise ValueError(f"batch of {n} tokens exceeds capacity {self.capacity}")
         if self._mixed:  # rows of other sequences were appended here before
             for j in range(self.capacity):
-                self._batch.seq_id[j][0] = 0
-            self._seqs = [0] * self.capacity
+                self._batch.seq_id[j][0] = self.seq
+            self._seqs = [self.seq] * self.capacity
             self._mixed = False
         self.tokens[:n] = tokens
         self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)

@@ -123,7 +123,8 @@ class LoadedModel:
     _policy_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: the prompt cache: snapshots of this model's prompt prefixes (set by the engine)
     snapshots: SnapshotCache | None = None
-    #: with ``parallel`` > 1: the slots (``session`` is slot 0's), and the shared contexts
+    #: a chat model's slots, one or several (``session`` is slot 0's), and the shared
+    #: contexts; None for a pooling model
     slots: SlotPool | None = None
     shared: tuple[Context, ...] = ()
     #: recent outputs, for suffix drafts in later requests (bounded; lost with the model)
@@ -437,9 +438,9 @@ def _quant_name(ms: ModelSet) -> str | None:
 def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None, *, local_kv: bool = False,
               heads: int = 1, holes_ok: bool = True, pooled: bool = False,
               ) -> tuple[Session, SlotPool | None, tuple[Context, ...]]:  # fmt: skip
-    """The target and MTP contexts and the session over them; with ``spec.parallel`` > 1,
-    contexts of that many sequences, a session per slot over views of them
-    (:mod:`engine.runtime.slots`), and the shared contexts (the MTP one first)."""
+    """The target and MTP contexts of ``spec.parallel`` sequences, a session per slot over
+    views of them (:mod:`engine.runtime.slots`: one sequence alone is a batch of one, the
+    same path), and the shared contexts (the MTP one first); a pooling model's one context."""
     use_mtp = source != MtpSource.OFF
     n_seq = spec.parallel
     n_ctx = limits.effective_ctx(spec.n_ctx, model.n_ctx_train)
@@ -487,8 +488,6 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         except BaseException:
             target.close()
             raise
-    if n_seq == 1:
-        return Session(target, draft, heads=heads, holes_ok=holes_ok), None, ()
     batcher = Batcher(target, draft)
     sessions = [
         Session(SeqContext(target, i, batcher), SeqContext(draft, i, batcher) if draft is not None else None,

@@ -80,6 +80,9 @@ class Request:
     #: after the step: rows it decoded on this context, every sequence's (its cost's measure)
     step_rows: int = 0
     n_logits: int = -1
+    #: the sequence's own batch holding these rows, of its sequence: decoded as it is when
+    #: the sequence runs its step alone (no copy into the step's batch)
+    batch: Batch | None = None
 
     @property
     def n(self) -> int:
@@ -154,9 +157,9 @@ class Batcher:
 
     @property
     def active(self) -> int:
-        """Sequences taking part, those about to start included (any thread)."""
-        with self._cv:
-            return len(self._sequences) + len(self._arrivals)
+        """Sequences taking part, those about to start included (any thread: two reads of
+        a length, each atomic; asked on every decode, so it takes no lock)."""
+        return len(self._sequences) + len(self._arrivals)
 
     def close(self) -> None:
         """Refuse further decodes (the model is being unloaded): sequences still waiting
@@ -331,10 +334,13 @@ class Batcher:
         return b
 
     def _decode(self, ctx: Context, call: list[Request], head: int, *, copy: bool) -> None:
-        b = self._batch(ctx)
-        b.clear()
-        for r in call:
-            b.append(r.tokens, r.pos, r.logits, r.seq, r.hidden_in)
+        if len(call) == 1 and call[0].batch is not None:
+            b = call[0].batch  # one sequence's rows: its own batch, as it is
+        else:
+            b = self._batch(ctx)
+            b.clear()
+            for r in call:
+                b.append(r.tokens, r.pos, r.logits, r.seq, r.hidden_in)
         if ctx.is_mtp and head:
             ctx.set_nextn_layer_offset(head)
         t0 = time.perf_counter()

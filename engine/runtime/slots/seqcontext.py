@@ -77,6 +77,7 @@ class SeqContext:
         req = Request(
             self.ctx, self.seq, batch.tokens[:n], batch.pos[:n], batch.logits[:n],
             batch.embd[:n] if batch.embd is not None and self.is_mtp else None, self._head, n_logits=batch.n_logits,
+            batch=batch if batch.seq == self.seq else None,
         )  # fmt: skip
         self._req = None
         self.batcher.submit(req)
