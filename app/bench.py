@@ -122,7 +122,10 @@ def main() -> int:
     if a.startup_only:
         return 0
     worst, median, n, tps = worst_stall(a.tokens)
-    print(f"event loop while streaming {n} tokens at {tps:.0f} tok/s: worst stall {worst:.0f} ms, median tick gap {median:.1f} ms")
+    print(
+        f"event loop while streaming {n} tokens at {tps:.0f} tok/s: worst stall {worst:.0f} ms, median tick gap "
+        f"{median:.1f} ms"
+    )
     return 0
 
 

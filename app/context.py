@@ -75,8 +75,15 @@ class ModelController(QObject):
     def busy(self) -> bool:
         return self._job is not None
 
-    def load(self, path: str | Path, head: str | Path | None = None, source: str | None = None,
-             *, notes: tuple[str, ...] = (), fit: str = "shrink") -> None:  # fmt: skip
+    def load(
+        self,
+        path: str | Path,
+        head: str | Path | None = None,
+        source: str | None = None,
+        *,
+        notes: tuple[str, ...] = (),
+        fit: str = "shrink",
+    ) -> None:
         """Load ``path``; ``notes``: what the caller could not honour (told to the user
         with the result). ``fit``: the memory check (LoadSpec.fit): "shrink" lowers the
         context setting to what fits this machine's free memory and refuses a model that

@@ -51,14 +51,18 @@ def describe(loader_error: str) -> str:
     """What to tell a person for the dynamic loader's ``loader_error``."""
     m = _MISSING.search(loader_error)
     if m is None:
-        return (f"MTP Studio's window cannot start: Qt's X11 platform plugin does not load ({loader_error}). "
-                "Commands without a window still work (mtp-studio --help).")  # fmt: skip
+        return (
+            f"MTP Studio's window cannot start: Qt's X11 platform plugin does not load ({loader_error}). "
+            "Commands without a window still work (mtp-studio --help)."
+        )
     lib = m.group(1)
     pkg = PACKAGES.get(lib)
     how = f"install it (Debian/Ubuntu: sudo apt install {pkg})" if pkg else "install the package that provides it"
-    return (f"MTP Studio's window needs {lib}, which is not installed (Qt's X11 platform plugin cannot load "
-            f"without it): {how}, then start MTP Studio again. Commands without a window still work "
-            "(mtp-studio serve, mtp-studio --help).")  # fmt: skip
+    return (
+        f"MTP Studio's window needs {lib}, which is not installed (Qt's X11 platform plugin cannot load "
+        f"without it): {how}, then start MTP Studio again. Commands without a window still work "
+        "(mtp-studio serve, mtp-studio --help)."
+    )
 
 
 def xcb_problem() -> str | None:

@@ -12,7 +12,9 @@ import threading
 def _setup_logging() -> None:
     from engine.paths import ensure, log_dir
 
-    handler = logging.handlers.RotatingFileHandler(ensure(log_dir()) / "mtp-studio.log", maxBytes=2 << 20, backupCount=3)
+    handler = logging.handlers.RotatingFileHandler(
+        ensure(log_dir()) / "mtp-studio.log", maxBytes=2 << 20, backupCount=3
+    )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
@@ -21,9 +23,10 @@ def _setup_logging() -> None:
 
     def thread_hook(args) -> None:
         logging.getLogger("mtp_studio").error(
-            "uncaught exception in thread %s", args.thread.name if args.thread else "?",
+            "uncaught exception in thread %s",
+            args.thread.name if args.thread else "?",
             exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
-        )  # fmt: skip
+        )
 
     threading.excepthook = thread_hook
 
@@ -57,7 +60,9 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     else:
         engine.set_prompt_cache_mb(settings.prompt_cache_mb)
     limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None
-    ctx = AppContext(settings, EngineBridge(engine), Library(limit_bytes=limit), ChatStore(), settings_path=settings_path)
+    ctx = AppContext(
+        settings, EngineBridge(engine), Library(limit_bytes=limit), ChatStore(), settings_path=settings_path
+    )
     window = MainWindow(ctx)
     if problems and ctx.messages is not None:
         ctx.messages.error("Some settings could not be used", "\n".join(f"• {p}" for p in problems))

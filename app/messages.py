@@ -40,8 +40,9 @@ class Messages:
     def status(self, text: str, ms: int = 5000) -> None:
         self.status_bar.showMessage(text, ms)
 
-    def error(self, title: str, error: BaseException | str, *,
-              action: tuple[str, Callable[[], None]] | None = None) -> QMessageBox | None:  # fmt: skip
+    def error(
+        self, title: str, error: BaseException | str, *, action: tuple[str, Callable[[], None]] | None = None
+    ) -> QMessageBox | None:
         """A non-blocking warning dialog (and the status bar). ``action``: (button text,
         what it does) for a way out the user may choose, e.g. "Load anyway"."""
         if isinstance(error, Cancelled):

@@ -27,8 +27,14 @@ from app.resources import app_icon
 from engine.errors import InsufficientMemoryError
 
 PAGES = ("chat", "models", "compose", "performance", "backend", "server")
-TITLES = {"chat": "Chat", "models": "Models", "compose": "Compose", "performance": "Performance", "backend": "Backend",
-          "server": "Server"}  # fmt: skip
+TITLES = {
+    "chat": "Chat",
+    "models": "Models",
+    "compose": "Compose",
+    "performance": "Performance",
+    "backend": "Backend",
+    "server": "Server",
+}
 
 
 class MainWindow(QMainWindow):
@@ -128,8 +134,11 @@ class MainWindow(QMainWindow):
     def _on_load_failed(self, error) -> None:
         self.model_label.setText("no model loaded")
         if isinstance(error, InsufficientMemoryError):  # the user may know better: offer the override
-            self.ctx.messages.error("The model does not fit in memory", error,  # type: ignore[union-attr]
-                                    action=("Load anyway", self.models.load_anyway))  # fmt: skip
+            self.ctx.messages.error(
+                "The model does not fit in memory",
+                error,  # type: ignore[union-attr]
+                action=("Load anyway", self.models.load_anyway),
+            )
             return
         self.ctx.messages.error("The model could not be loaded", error)  # type: ignore[union-attr]
 
@@ -144,4 +153,3 @@ class MainWindow(QMainWindow):
         w.page = self.current_page
         self.ctx.save_settings()
         super().closeEvent(event)
-

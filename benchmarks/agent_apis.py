@@ -85,16 +85,42 @@ def _piece(ev: dict) -> str:
 def _body(api: str, model: str, system: str, turns: list[dict], n: int, mtp: str | None) -> tuple[str, dict]:
     extra = {"mtp": mtp} if mtp else {}
     if api == "chat":
-        return "/v1/chat/completions", {"model": model, "stream": True, "max_tokens": n, "temperature": 0,
-                                        "messages": [{"role": "system", "content": system}, *turns], **extra}
+        return "/v1/chat/completions", {
+            "model": model,
+            "stream": True,
+            "max_tokens": n,
+            "temperature": 0,
+            "messages": [{"role": "system", "content": system}, *turns],
+            **extra,
+        }
     if api == "responses":
-        return "/v1/responses", {"model": model, "stream": True, "max_output_tokens": n, "temperature": 0,
-                                 "instructions": system, "input": turns, "store": False, **extra}
+        return "/v1/responses", {
+            "model": model,
+            "stream": True,
+            "max_output_tokens": n,
+            "temperature": 0,
+            "instructions": system,
+            "input": turns,
+            "store": False,
+            **extra,
+        }
     if api == "messages":
-        return "/v1/messages", {"model": model, "stream": True, "max_tokens": n, "temperature": 0,
-                                "system": system, "messages": turns, **extra}
-    return "/api/chat", {"model": model, "stream": True, "options": {"num_predict": n, "temperature": 0},
-                         "messages": [{"role": "system", "content": system}, *turns], **extra}  # fmt: skip
+        return "/v1/messages", {
+            "model": model,
+            "stream": True,
+            "max_tokens": n,
+            "temperature": 0,
+            "system": system,
+            "messages": turns,
+            **extra,
+        }
+    return "/api/chat", {
+        "model": model,
+        "stream": True,
+        "options": {"num_predict": n, "temperature": 0},
+        "messages": [{"role": "system", "content": system}, *turns],
+        **extra,
+    }
 
 
 def _system(tokens: int, count) -> str:
@@ -124,15 +150,34 @@ def _turns(base: str, model: str, api: str, system: str, n: int, mtp: str | None
 
 def _ours(model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen(["mtp-studio", "serve", "--model", str(model), "--ctx", str(ctx), "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        ["mtp-studio", "serve", "--model", str(model), "--ctx", str(ctx), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 
 def _theirs(exe: str, model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([exe, "-m", str(model), "--port", str(port), "-c", str(ctx), "-np", "1",
-                             "--no-webui", "--jinja", *repack.llama_server_args()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            exe,
+            "-m",
+            str(model),
+            "--port",
+            str(port),
+            "-c",
+            str(ctx),
+            "-np",
+            "1",
+            "--no-webui",
+            "--jinja",
+            *repack.llama_server_args(),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -171,8 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         model = json.load(urllib.request.urlopen(base + "/v1/models"))["data"][0]["id"]
         for api in APIS:
             for mtp in ("on", "off"):
-                rows.append(("ours", api, "auto" if mtp == "on" else "off", run_arm(base, model, api, system,
-                                                                                     a.max_tokens, mtp)))  # fmt: skip
+                rows.append(
+                    (
+                        "ours",
+                        api,
+                        "auto" if mtp == "on" else "off",
+                        run_arm(base, model, api, system, a.max_tokens, mtp),
+                    )
+                )
     finally:
         proc.terminate()
         proc.wait()
@@ -190,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in r:
             print(f"{who:13} {api:10} {mtp:5} {r['error']}")
             continue
-        print(f"{who:13} {api:10} {mtp:5} {r['ttft_1']:8.2f} {r['total_1']:8.2f} {r['ttft_2']:8.2f} {r['total_2']:8.2f}")
+        print(
+            f"{who:13} {api:10} {mtp:5} {r['ttft_1']:8.2f} {r['total_1']:8.2f} {r['ttft_2']:8.2f} {r['total_2']:8.2f}"
+        )
     return 0
 
 

@@ -30,7 +30,8 @@ with Engine(EngineDefaults(request=Defaults(draft_depth="auto"))) as eng:
     for i in range(requests):
         p = prompts[i % len(prompts)] + f" ({i})"
         for arm in ("auto", "plain"):
-            r = eng.submit(J.Generate(prompt=p, max_tokens=tokens, ignore_eog=True, mtp="off" if arm == "plain" else "on")).result()
+            mtp = "off" if arm == "plain" else "on"
+            r = eng.submit(J.Generate(prompt=p, max_tokens=tokens, ignore_eog=True, mtp=mtp)).result()
             out[arm].append(r.stats.tokens_per_second)
 print(json.dumps(out))
 """
@@ -38,8 +39,13 @@ print(json.dumps(out))
 
 def _run(model: Path, tokens: int, requests: int, home: str) -> dict:
     env = dict(os.environ, GGML_NO_BACKTRACE="1", MTP_STUDIO_HOME=home)
-    res = subprocess.run([sys.executable, "-c", CHILD, str(model), str(tokens), str(requests)], env=env,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", CHILD, str(model), str(tokens), str(requests)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -61,10 +67,13 @@ def main(argv: list[str] | None = None) -> int:
             warm = [x / y for x, y in zip(first["auto"][1:], first["plain"][1:])]
             restart = again["auto"][0] / again["plain"][0]
             warm_after = [x / y for x, y in zip(again["auto"][1:], again["plain"][1:])]
-            print(f"acceptance {acc}: auto / plain, {a.tokens}-token requests: cold first request {cold:.3f}; "
-                  f"warm (requests 2-{a.requests}) median {sorted(warm)[len(warm) // 2]:.3f} "
-                  f"[{min(warm):.3f}-{max(warm):.3f}]; first request after a restart {restart:.3f}; "
-                  f"later requests median {sorted(warm_after)[len(warm_after) // 2]:.3f}", flush=True)  # fmt: skip
+            print(
+                f"acceptance {acc}: auto / plain, {a.tokens}-token requests: cold first request {cold:.3f}; "
+                f"warm (requests 2-{a.requests}) median {sorted(warm)[len(warm) // 2]:.3f} "
+                f"[{min(warm):.3f}-{max(warm):.3f}]; first request after a restart {restart:.3f}; "
+                f"later requests median {sorted(warm_after)[len(warm_after) // 2]:.3f}",
+                flush=True,
+            )
     return 0
 
 

@@ -43,8 +43,12 @@ def _latencies(client, n: int, stop: threading.Event | None = None) -> list[tupl
 
 def _figures(runs: list[tuple[float, float]]) -> dict:
     ms = sorted(m for m, _ in runs)
-    return {"n": len(ms), "median_ms": round(statistics.median(ms), 2),
-            "p95_ms": round(ms[max(0, int(0.95 * len(ms)) - 1)], 2), "max_ms": round(ms[-1], 2)}  # fmt: skip
+    return {
+        "n": len(ms),
+        "median_ms": round(statistics.median(ms), 2),
+        "p95_ms": round(ms[max(0, int(0.95 * len(ms)) - 1)], 2),
+        "max_ms": round(ms[-1], 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,8 +74,14 @@ def main(argv: list[str] | None = None) -> int:
 
         def stream(i: int) -> None:
             with OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as oc:
-                for c in oc.completions.create(model="m", prompt=f"Story {i}: once upon a time", max_tokens=a.tokens,
-                                               temperature=0, stream=True, extra_body={"ignore_eos": True}):  # fmt: skip
+                for c in oc.completions.create(
+                    model="m",
+                    prompt=f"Story {i}: once upon a time",
+                    max_tokens=a.tokens,
+                    temperature=0,
+                    stream=True,
+                    extra_body={"ignore_eos": True},
+                ):
                     if c.choices and c.choices[0].text:
                         started[i].set()
             ends.append(time.perf_counter())
@@ -89,8 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         srv.stop()
         eng.stop()
-    print(json.dumps({"model": a.model.name, "streams": a.streams, "idle": _figures(idle), "while_streaming": _figures(busy),
-                      "counts_before_a_stream_ended": before_end}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "model": a.model.name,
+                "streams": a.streams,
+                "idle": _figures(idle),
+                "while_streaming": _figures(busy),
+                "counts_before_a_stream_ended": before_end,
+            }
+        )
+    )
     return 0
 
 

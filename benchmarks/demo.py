@@ -35,19 +35,44 @@ def samples(tokens: int) -> list[dict]:
     with Engine() as eng:
         eng.submit(J.LoadModel(LoadSpec(demo_model_path()))).result(120)
         for kind, how, text in SAMPLES:
-            job = (J.Generate(prompt=text, max_tokens=tokens, draft_depth="auto") if how == "prompt" else
-                   J.Generate(messages=[{"role": "user", "content": text}], max_tokens=tokens, draft_depth="auto"))  # fmt: skip
+            job = (
+                J.Generate(prompt=text, max_tokens=tokens, draft_depth="auto")
+                if how == "prompt"
+                else J.Generate(messages=[{"role": "user", "content": text}], max_tokens=tokens, draft_depth="auto")
+            )
             r = eng.submit(job).result(120)
-            out.append({"kind": kind, "input": text, "output": r.text, "finish_reason": r.finish_reason,
-                        "acceptance": r.stats.acceptance})  # fmt: skip
+            out.append(
+                {
+                    "kind": kind,
+                    "input": text,
+                    "output": r.text,
+                    "finish_reason": r.finish_reason,
+                    "acceptance": r.stats.acceptance,
+                }
+            )
     return out
 
 
 def ab(runs: int, tokens: int, exact: bool) -> dict:
     """The A/B benchmark's JSON. Arms whose output differs from plain decoding (llama.cpp's
     batch noise at a near-tie, default mode only) are reported, not an error here."""
-    cmd = [sys.executable, "-m", "app.launcher", "bench", "--model", str(demo_model_path()), "--prompts", str(PROMPTS),
-           "--depths", "0,1,2,3,auto", "--runs", str(runs), "--max-tokens", str(tokens), "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.launcher",
+        "bench",
+        "--model",
+        str(demo_model_path()),
+        "--prompts",
+        str(PROMPTS),
+        "--depths",
+        "0,1,2,3,auto",
+        "--runs",
+        str(runs),
+        "--max-tokens",
+        str(tokens),
+        "--json",
+    ]
     if exact:
         cmd.append("--exact")
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
@@ -65,34 +90,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     manifest = json.loads(demo_manifest_path().read_text())
-    body = {"manifest": {k: manifest[k] for k in ("sha256", "bytes", "weights", "parameters", "held_out", "training")},
-            "ab": ab(a.runs, a.tokens, False), "samples": samples(96)}  # fmt: skip
+    body = {
+        "manifest": {k: manifest[k] for k in ("sha256", "bytes", "weights", "parameters", "held_out", "training")},
+        "ab": ab(a.runs, a.tokens, False),
+        "samples": samples(96),
+    }
     if a.exact:
         body["ab_exact"] = ab(a.runs, a.tokens, True)
     if a.json:
         print(json.dumps(body))
         return 0
     t = manifest["training"]
-    print(f"demo: {manifest['parameters']:,} parameters, {manifest['weights']}, {manifest['bytes']:,} bytes; "
-          f"trained {t['steps']} steps in {t['seconds'] / 60:.1f} min on one thread of {t['cpu']} (torch {t['torch']})")  # fmt: skip
+    print(
+        f"demo: {manifest['parameters']:,} parameters, {manifest['weights']}, {manifest['bytes']:,} bytes; "
+        f"trained {t['steps']} steps in {t['seconds'] / 60:.1f} min on one thread of {t['cpu']} (torch {t['torch']})"
+    )
     h = manifest["held_out"]
-    print(f"held-out: trunk loss {h['trunk_loss']:.4f}, MTP loss {h['mtp_loss']:.4f}, "
-          f"MTP top-1 = trunk top-1 on {h['mtp_agreement'] * 100:.1f}% of positions")  # fmt: skip
+    print(
+        f"held-out: trunk loss {h['trunk_loss']:.4f}, MTP loss {h['mtp_loss']:.4f}, "
+        f"MTP top-1 = trunk top-1 on {h['mtp_agreement'] * 100:.1f}% of positions"
+    )
     for key, label in (("ab", "default mode"), ("ab_exact", "exact mode")):
         if key not in body:
             continue
-        print(f"A/B, {label}, {len(body[key]['arms'][0].get('runs', [])) or a.runs} runs × {a.tokens} tokens × {len(json.loads(PROMPTS.read_text()))} code prompts:")
-        print(f"{'depth':>6} {'tok/s':>9} {'speedup':>8} {'accept':>7} {'mean len':>9}  acceptance by position  identical")
+        print(
+            f"A/B, {label}, {len(body[key]['arms'][0].get('runs', [])) or a.runs} runs × {a.tokens} tokens × "
+            f"{len(json.loads(PROMPTS.read_text()))} code prompts:"
+        )
+        print(
+            f"{'depth':>6} {'tok/s':>9} {'speedup':>8} {'accept':>7} {'mean len':>9}  acceptance by position  identical"
+        )
         for arm in body[key]["arms"]:
             pos = ", ".join(f"{x:.2f}" for x in arm["acceptance_by_position"]) or "-"
-            print(f"{arm['depth']:>6} {arm['tokens_per_second_median']:9.1f} {arm['speedup']:7.2f}x {arm['acceptance']:7.2f} "
-                  f"{arm['mean_accept_len']:9.2f}  {pos:<22}  {arm['identical']}")  # fmt: skip
+            print(
+                f"{arm['depth']:>6} {arm['tokens_per_second_median']:9.1f} {arm['speedup']:7.2f}x "
+                f"{arm['acceptance']:7.2f} "
+                f"{arm['mean_accept_len']:9.2f}  {pos:<22}  {arm['identical']}"
+            )
             if arm["depth"] == "auto" and arm.get("depth_choices"):
-                print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in arm["depth_choices"].items()))
+                print(
+                    "       auto chose depths (rounds): "
+                    + ", ".join(f"{k}: {v}" for k, v in arm["depth_choices"].items())
+                )
             for m in sorted(set(arm.get("mismatches", [])))[:2]:
                 print(f"       {m}")
     for s in body["samples"]:
-        print(f"\n--- {s['kind']} (acceptance {s['acceptance']:.2f}, {s['finish_reason']})\n>>> {s['input']}\n{s['output']}")
+        print(
+            f"\n--- {s['kind']} (acceptance {s['acceptance']:.2f}, {s['finish_reason']})\n>>> "
+            f"{s['input']}\n{s['output']}"
+        )
     return 0
 
 

@@ -56,7 +56,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--rate-mbps", type=float, default=0.0, help="limit the fake Hub's link (megabits/s); 0 = loopback speed")
+    ap.add_argument(
+        "--rate-mbps", type=float, default=0.0, help="limit the fake Hub's link (megabits/s); 0 = loopback speed"
+    )
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
@@ -65,13 +67,24 @@ def main() -> int:
     data = _data(a.size_mb)
     sha = hashlib.sha256(data).hexdigest()
     server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.download", "--serve", "--size-mb", str(a.size_mb), "--rate-mbps", str(a.rate_mbps)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.download",
+            "--serve",
+            "--size-mb",
+            str(a.size_mb),
+            "--rate-mbps",
+            str(a.rate_mbps),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     url = server.stdout.readline().strip()
-    info = json.loads(subprocess.run(["curl", "-sf", f"{url}/api/models/bench/Big-GGUF"], capture_output=True, check=True).stdout)
+    info = json.loads(
+        subprocess.run(["curl", "-sf", f"{url}/api/models/bench/Big-GGUF"], capture_output=True, check=True).stdout
+    )
 
     class _Repo:
         pass

@@ -56,10 +56,35 @@ def _env(exact: bool, lib: str | None) -> dict:
 
 def row(path: Path, label: str, exact: bool, tokens: int, lib: str | None) -> dict:
     env = _env(exact, lib)
-    ident = _run(["-m", "app.launcher", "bench", "identity", "--model", str(path), "--tokens", str(tokens), "--max-width", "8",
-                  "--depths", "1,2,3", "--prompt", PROMPT, *(["--exact"] if exact else []), "--json"], env)  # fmt: skip
+    ident = _run(
+        [
+            "-m",
+            "app.launcher",
+            "bench",
+            "identity",
+            "--model",
+            str(path),
+            "--tokens",
+            str(tokens),
+            "--max-width",
+            "8",
+            "--depths",
+            "1,2,3",
+            "--prompt",
+            PROMPT,
+            *(["--exact"] if exact else []),
+            "--json",
+        ],
+        env,
+    )
     cost = _run(["-c", COST, str(path), "1" if exact else "0"], env)
-    return {"model": label, "build": "exact (LLAMAFILE off)" if lib else "default", "exact_mode": exact, **ident, **cost}
+    return {
+        "model": label,
+        "build": "exact (LLAMAFILE off)" if lib else "default",
+        "exact_mode": exact,
+        **ident,
+        **cost,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                 if not a.json:
                     per = " / ".join(f"{w['flips_per_1000']:.0f}" for w in r["widths"][:3])
                     mtp = ", ".join(("=" if m["identical"] else "≠") + str(m["depth"]) for m in r["mtp"]) or "no MTP"
-                    print(f"| {label} | {r['build']} | {'on' if exact else 'off'} | {r['noise']:.4f} | {per} | {mtp} | "
-                          f"{'yes' if r['exact'] else 'no'} | {r['prefill']:.0f} | {r['decode']:.1f} |", flush=True)  # fmt: skip
+                    print(
+                        f"| {label} | {r['build']} | {'on' if exact else 'off'} | {r['noise']:.4f} | {per} | {mtp} | "
+                        f"{'yes' if r['exact'] else 'no'} | {r['prefill']:.0f} | {r['decode']:.1f} |",
+                        flush=True,
+                    )
     if a.json:
         print(json.dumps(rows))
     return 0

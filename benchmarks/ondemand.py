@@ -42,7 +42,10 @@ from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 from engine.synth.demo import demo_model_path
 
-TEXTS = [f"Document {i}: the quick brown fox jumps over the lazy dog near the river bank, again and again." for i in range(16)]
+TEXTS = [
+    f"Document {i}: the quick brown fox jumps over the lazy dog near the river bank, again and again."
+    for i in range(16)
+]
 
 
 def _serve(paths: list[Path]) -> tuple[Engine, Residency, ServerThread]:
@@ -59,8 +62,12 @@ def _serve(paths: list[Path]) -> tuple[Engine, Residency, ServerThread]:
 
 def _first_token_s(url: str, model: str) -> float:
     t0 = time.perf_counter()
-    with httpx.stream("POST", url + "/v1/completions", json={"model": model, "prompt": "Once", "max_tokens": 4,
-                                                            "stream": True}, timeout=600) as r:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        url + "/v1/completions",
+        json={"model": model, "prompt": "Once", "max_tokens": 4, "stream": True},
+        timeout=600,
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
                 return time.perf_counter() - t0
@@ -115,10 +122,14 @@ def gap_while_loading(big: Path) -> dict:
         during = [g for g, y in zip(gaps, stamps[1:]) if t0 <= y <= t1 + 0.05]
         median = statistics.median(gaps)
         covered = stamps[0] < t0 and stamps[-1] > t1
-        return {"load_s": round(t1 - t0, 3), "median_gap_ms": round(median * 1000, 3),
-                "max_gap_during_load_ms": round(max(during) * 1000, 2) if during else None,
-                "max_over_median": round(max(during) / median, 1) if during else None,
-                "tokens_during_load": len(during), "stream_covered_the_load": covered}  # fmt: skip
+        return {
+            "load_s": round(t1 - t0, 3),
+            "median_gap_ms": round(median * 1000, 3),
+            "max_gap_during_load_ms": round(max(during) * 1000, 2) if during else None,
+            "max_over_median": round(max(during) / median, 1) if during else None,
+            "tokens_during_load": len(during),
+            "stream_covered_the_load": covered,
+        }
     finally:
         srv.stop()
         res.close()
@@ -149,18 +160,40 @@ def _embed_rate(url: str, model: str, seconds: float, clients: int = 4) -> float
 
 def embeddings(llama_server: str | None, rounds: int, seconds: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="mtp-embed-bench-"))
-    made = subprocess.run([sys.executable, "-m", "engine.synth.pooledmodels", str(tmp), "bench", "384", "6", "1536", "6"],
-                          capture_output=True, text=True, env=dict(os.environ, GGML_NO_BACKTRACE="1"), check=True)  # fmt: skip
+    made = subprocess.run(
+        [sys.executable, "-m", "engine.synth.pooledmodels", str(tmp), "bench", "384", "6", "1536", "6"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GGML_NO_BACKTRACE="1"),
+        check=True,
+    )
     model = Path(json.loads(made.stdout.strip().splitlines()[-1])["mean"])
     threads = str(os.cpu_count() or 2)
-    ours = ServerProcess([sys.executable, "-m", "app.launcher", "serve", "--model", str(model), "--ctx", "2048",
-                          "--max-pending", "256", "--threads", threads])  # fmt: skip
+    ours = ServerProcess(
+        [
+            sys.executable,
+            "-m",
+            "app.launcher",
+            "serve",
+            "--model",
+            str(model),
+            "--ctx",
+            "2048",
+            "--max-pending",
+            "256",
+            "--threads",
+            threads,
+        ]
+    )
     servers = {"ours": ours}
     try:
         if llama_server:
-            servers["llama-server"] = ServerProcess.llama_server(llama_server, model, ["--embedding", "--pooling", "mean",
-                                                                 "-np", "4", "-c", "8192", "-b", "2048", "-ub", "2048"],
-                                                                 int(threads))  # fmt: skip
+            servers["llama-server"] = ServerProcess.llama_server(
+                llama_server,
+                model,
+                ["--embedding", "--pooling", "mean", "-np", "4", "-c", "8192", "-b", "2048", "-ub", "2048"],
+                int(threads),
+            )
         names = {k: s.model_name() for k, s in servers.items()}
         for k, s in servers.items():  # warm up
             _embed_rate(s.url, names[k], 1.0)
@@ -168,8 +201,10 @@ def embeddings(llama_server: str | None, rounds: int, seconds: float) -> dict:
         for _ in range(rounds):
             for k, s in servers.items():
                 per[k].append(_embed_rate(s.url, names[k], seconds))
-        out = {k: {"texts_per_second": round(statistics.median(v), 1), "rounds": [round(x, 1) for x in v]}
-               for k, v in per.items()}  # fmt: skip
+        out = {
+            k: {"texts_per_second": round(statistics.median(v), 1), "rounds": [round(x, 1) for x in v]}
+            for k, v in per.items()
+        }
         if "llama-server" in per:
             ratios = [a / b for a, b in zip(per["ours"], per["llama-server"])]
             out["ours_over_llama_server"] = round(statistics.median(ratios), 3)

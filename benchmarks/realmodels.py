@@ -39,8 +39,21 @@ def _models(work: Path) -> list[tuple[str, Path]]:
 def _mtp_ab(path: Path, runs: int, tokens: int) -> dict:
     """The A/B benchmark in its own process (``mtp-studio bench --json``): a process that
     has also run llama-cpp-python's ``Llama`` measured every arm 2-4x slower here."""
-    cmd = [sys.executable, "-m", "app.launcher", "bench", "--model", str(path), "--depths", "0,3,auto",
-           "--runs", str(runs), "--max-tokens", str(tokens), "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.launcher",
+        "bench",
+        "--model",
+        str(path),
+        "--depths",
+        "0,3,auto",
+        "--runs",
+        str(runs),
+        "--max-tokens",
+        str(tokens),
+        "--json",
+    ]
     body = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     arms = {a["depth"]: a for a in body["arms"]}
     return {
@@ -81,13 +94,19 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             if not a.json:
                 ab = row["mtp_ab"]
-                mtp = "none (no NextN layers)" if ab is None else (
-                    f"integrated; A/B: plain {ab['plain_tps']:.1f}, depth 3 {ab['d3_tps']:.1f}, auto {ab['auto_tps']:.1f} "
-                    f"tok/s ({ab['auto_speedup']:.2f}x), depth-3 acceptance {ab['acceptance_d3']:.2f}, "
-                    f"identical: {'yes' if ab['identical'] else 'NO'}"
+                mtp = (
+                    "none (no NextN layers)"
+                    if ab is None
+                    else (
+                        f"integrated; A/B: plain {ab['plain_tps']:.1f}, depth 3 {ab['d3_tps']:.1f}, auto "
+                        f"{ab['auto_tps']:.1f} "
+                        f"tok/s ({ab['auto_speedup']:.2f}x), depth-3 acceptance {ab['acceptance_d3']:.2f}, "
+                        f"identical: {'yes' if ab['identical'] else 'NO'}"
+                    )
                 )
                 print(
-                    f"| {row['model']} ({kind}) | {row['architecture']} | {row['quantization']} | {row['size_mb']:.1f} MB | "
+                    f"| {row['model']} ({kind}) | {row['architecture']} | {row['quantization']} | "
+                    f"{row['size_mb']:.1f} MB | "
                     f"{row['ours_tokens_per_second']:.1f} | {row['llama_cpp_python_tokens_per_second']:.1f} | "
                     f"{row['ratio']:.3f} | {'yes' if row['same_tokens'] else 'NO'} | {mtp} |",
                     flush=True,

@@ -33,16 +33,26 @@ def record(model: Path, depths: list[int], tokens: int, runs: int) -> dict:
                 for ids in prompts:
                     rounds = []
                     lm.session.reset()
-                    generate(lm.session, ids, DecodeParams(max_tokens=tokens, depth=FixedDepth(k) if k else None,
-                                                           ignore_eog=True), on_round=rounds.append)  # fmt: skip
+                    generate(
+                        lm.session,
+                        ids,
+                        DecodeParams(max_tokens=tokens, depth=FixedDepth(k) if k else None, ignore_eog=True),
+                        on_round=rounds.append,
+                    )
                     if run == 0:
                         continue  # warm-up
                     kept = out["depths"].setdefault(str(k), [])
                     for prev, r in zip(rounds, rounds[1:]):
                         if r.depth != k or prev.depth != k:
                             continue
-                        kept.append([round(r.verify_ms, 4), round(r.draft_ms, 4), round(r.sync_ms, 4),
-                                     round((r.t - prev.t) * 1000, 4)])  # fmt: skip
+                        kept.append(
+                            [
+                                round(r.verify_ms, 4),
+                                round(r.draft_ms, 4),
+                                round(r.sync_ms, 4),
+                                round((r.t - prev.t) * 1000, 4),
+                            ]
+                        )
                         for i in range(min(r.drafted, r.accepted + 1)):
                             reach[i] += 1
                             acc[i] += i < r.accepted

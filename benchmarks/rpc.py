@@ -42,8 +42,13 @@ def _measure(spec, arms, tokens: int, runs: int, proxies=()) -> dict:
                 for p in proxies:
                     p.reset()
                 for prompt in PROMPTS:
-                    job = J.Generate(prompt=prompt, max_tokens=tokens, ignore_eog=True,
-                                     mtp="off" if arm == "plain" else "on", draft_depth=None if arm == "plain" else arm)  # fmt: skip
+                    job = J.Generate(
+                        prompt=prompt,
+                        max_tokens=tokens,
+                        ignore_eog=True,
+                        mtp="off" if arm == "plain" else "on",
+                        draft_depth=None if arm == "plain" else arm,
+                    )
                     g = eng.submit(job).result()
                     if r:
                         rates.append(g.stats.tokens_per_second)
@@ -117,14 +122,32 @@ def wide_model(out: Path) -> Path:
     from engine.synth.benchmodel import bench_spec
     from engine.synth.qwen35 import build_model
 
-    spec = replace(bench_spec(200, 0.8), n_embd=2048, n_ff=4096, n_head=16, n_head_kv=4, head_dim=128, n_trunk=4,
-                   ssm_v_heads=16, ssm_groups=8, name="RPC cache benchmark (constructed, 2048 wide)")  # fmt: skip
+    spec = replace(
+        bench_spec(200, 0.8),
+        n_embd=2048,
+        n_ff=4096,
+        n_head=16,
+        n_head_kv=4,
+        head_dim=128,
+        n_trunk=4,
+        ssm_v_heads=16,
+        ssm_groups=8,
+        name="RPC cache benchmark (constructed, 2048 wide)",
+    )
     build_model(spec, out)
     return out
 
 
-def run(model: Path, *, tokens: int, runs: int, delays_ms: list[float], arms: list[str], rates_mbit: list,
-        decode: bool = True) -> dict:  # fmt: skip
+def run(
+    model: Path,
+    *,
+    tokens: int,
+    runs: int,
+    delays_ms: list[float],
+    arms: list[str],
+    rates_mbit: list,
+    decode: bool = True,
+) -> dict:
     from engine.rpc.proxy import CountingProxy
     from engine.runtime.load.loader import LoadSpec
 
@@ -139,8 +162,9 @@ def run(model: Path, *, tokens: int, runs: int, delays_ms: list[float], arms: li
         servers = _servers(n)
         proxies = [CountingProxy(s.endpoint) for s in servers]
         try:
-            body["setups"][f"{n} server{'s' if n > 1 else ''}"] = _measure(spec([p.endpoint for p in proxies]), arms,
-                                                                            tokens, runs, proxies)  # fmt: skip
+            body["setups"][f"{n} server{'s' if n > 1 else ''}"] = _measure(
+                spec([p.endpoint for p in proxies]), arms, tokens, runs, proxies
+            )
         finally:
             for p in proxies:
                 p.close()
@@ -150,7 +174,9 @@ def run(model: Path, *, tokens: int, runs: int, delays_ms: list[float], arms: li
         (server,) = _servers(1)
         proxy = CountingProxy(server.endpoint, delay=d / 1000)
         try:
-            body["setups"][f"1 server, +{d:g} ms per round trip"] = _measure(spec([proxy.endpoint]), arms, tokens, runs, [proxy])
+            body["setups"][f"1 server, +{d:g} ms per round trip"] = _measure(
+                spec([proxy.endpoint]), arms, tokens, runs, [proxy]
+            )
         finally:
             proxy.close()
             server.stop()
@@ -160,8 +186,10 @@ def run(model: Path, *, tokens: int, runs: int, delays_ms: list[float], arms: li
 
 
 def _print(body: dict) -> None:
-    print(f"\n{Path(body['model']).name}: {body['size_bytes'] / 2**20:.1f} MiB, {body['tokens']} tokens x "
-          f"{len(PROMPTS)} prompts x {body['runs']} runs (medians)")  # fmt: skip
+    print(
+        f"\n{Path(body['model']).name}: {body['size_bytes'] / 2**20:.1f} MiB, {body['tokens']} tokens x "
+        f"{len(PROMPTS)} prompts x {body['runs']} runs (medians)"
+    )
     if body["setups"]:
         print(f"{'setup':<34} {'arm':>6} {'tok/s':>9} {'vs plain':>9} {'round trips/token':>18} {'forwards/token':>15}")
     for name, s in body["setups"].items():
@@ -170,11 +198,17 @@ def _print(body: dict) -> None:
             if arm == "load_s":
                 continue
             rt = "-" if a["round_trips_per_token"] is None else f"{a['round_trips_per_token']:.2f}"
-            print(f"{name:<34} {arm:>6} {a['tokens_per_second']:9.1f} {a['tokens_per_second'] / plain:8.2f}x {rt:>18} "
-                  f"{a['forwards_per_token']:15.2f}")  # fmt: skip
+            print(
+                f"{name:<34} {arm:>6} {a['tokens_per_second']:9.1f} {a['tokens_per_second'] / plain:8.2f}x {rt:>18} "
+                f"{a['forwards_per_token']:15.2f}"
+            )
     for label, r in body["load_seconds"].items():
-        print(f"load over 1 server, {label}: " + ", ".join(
-            f"{t:.3f} s ({b / 2**20:.1f} MiB sent)" for t, b in zip(r["seconds"], r["bytes_sent"], strict=True)))  # fmt: skip
+        print(
+            f"load over 1 server, {label}: "
+            + ", ".join(
+                f"{t:.3f} s ({b / 2**20:.1f} MiB sent)" for t, b in zip(r["seconds"], r["bytes_sent"], strict=True)
+            )
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,12 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", default="plain,1,auto")
     ap.add_argument("--load-rates-mbit", default="loopback,1000", help="link rates for the load-time figures")
     ap.add_argument("--no-decode", action="store_true", help="only the load-time figures")
-    ap.add_argument("--cache-model", action="store_true",
-                    help="load-time figures on a 480 MB model with tensors the weight cache takes (> 10 MiB)")  # fmt: skip
+    ap.add_argument(
+        "--cache-model",
+        action="store_true",
+        help="load-time figures on a 480 MB model with tensors the weight cache takes (> 10 MiB)",
+    )
     ap.add_argument("--demo", action="store_true", help="also the bundled demo model")
-    ap.add_argument("--server-threads", type=int, default=1,
-                    help="CPU threads per loopback server (default 1: on a small machine the servers' and the "
-                         "client's spinning threads would fight over the same cores)")  # fmt: skip
+    ap.add_argument(
+        "--server-threads",
+        type=int,
+        default=1,
+        help="CPU threads per loopback server (default 1: on a small machine the servers' and the "
+        "client's spinning threads would fight over the same cores)",
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     global SERVER_THREADS
@@ -213,8 +254,15 @@ def main(argv: list[str] | None = None) -> int:
             models.insert(0, demo_model_path())
         for m in models:
             rates = [None if x.strip() == "loopback" else float(x) for x in a.load_rates_mbit.split(",")]
-            body = run(Path(m), tokens=a.tokens, runs=a.runs, delays_ms=delays, arms=arms, rates_mbit=rates,
-                       decode=not a.no_decode)  # fmt: skip
+            body = run(
+                Path(m),
+                tokens=a.tokens,
+                runs=a.runs,
+                delays_ms=delays,
+                arms=arms,
+                rates_mbit=rates,
+                decode=not a.no_decode,
+            )
             results.append(body)
             if not a.json:
                 _print(body)

@@ -17,8 +17,23 @@ from pathlib import Path
 
 
 def _bench(model: Path, runs: int, tokens: int, depths: str, temperature: float, sampled_draft: bool) -> dict:
-    cmd = [sys.executable, "-m", "app.launcher", "bench", "--model", str(model), "--depths", depths, "--runs", str(runs),
-           "--max-tokens", str(tokens), "--temperature", str(temperature), "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.launcher",
+        "bench",
+        "--model",
+        str(model),
+        "--depths",
+        depths,
+        "--runs",
+        str(runs),
+        "--max-tokens",
+        str(tokens),
+        "--temperature",
+        str(temperature),
+        "--json",
+    ]
     if sampled_draft:
         cmd.append("--sampled-draft")
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
@@ -48,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
                 cells = []
                 for d in a.depths.split(","):
                     x = arms[d]
-                    cells.append(f"{x['tokens_per_second_median']:.1f}" if d == "0" else
-                                 f"{x['tokens_per_second_median']:.1f} ({x['speedup']:.2f}x, acc {x['acceptance']:.2f})")  # fmt: skip
+                    cells.append(
+                        f"{x['tokens_per_second_median']:.1f}"
+                        if d == "0"
+                        else f"{x['tokens_per_second_median']:.1f} ({x['speedup']:.2f}x, acc {x['acceptance']:.2f})"
+                    )
                 pos = ", ".join(f"{p:.2f}" for p in arms["3"]["acceptance_by_position"]) if "3" in arms else ""
                 same = "n/a" if body["sampled_draft"] else ("yes" if body["identical"] else "NO")
                 mode = "sampled drafts" if sampled_draft else "argmax drafts"

@@ -41,8 +41,16 @@ def main(argv: list[str] | None = None) -> int:
                 shares = []
                 for r in range(a.rounds):
                     how = {"mtp": Mtp.OFF} if depth == "off" else {"draft_depth": depth}
-                    jobs = [J.Generate(prompt=f"Round {r}, story {i}: once upon a time", max_tokens=a.tokens,
-                                       ignore_eog=True, model="m", **how) for i in range(n)]  # fmt: skip
+                    jobs = [
+                        J.Generate(
+                            prompt=f"Round {r}, story {i}: once upon a time",
+                            max_tokens=a.tokens,
+                            ignore_eog=True,
+                            model="m",
+                            **how,
+                        )
+                        for i in range(n)
+                    ]
                     before = getattr(batcher, "decode_seconds", None)
                     t0 = time.perf_counter()
                     handles = [eng.submit(j) for j in jobs]
@@ -52,8 +60,17 @@ def main(argv: list[str] | None = None) -> int:
                     shares.append((tokens / wall, None if inside is None else 1 - inside / wall))
                 shares.sort(key=lambda x: x[0])
                 tps, share = shares[len(shares) // 2]
-                print(json.dumps({"depth": depth, "n": n, "outside_llama_cpp": None if share is None else round(share, 3),
-                                  "tok_s": round(tps, 1), "rounds": a.rounds}))  # fmt: skip
+                print(
+                    json.dumps(
+                        {
+                            "depth": depth,
+                            "n": n,
+                            "outside_llama_cpp": None if share is None else round(share, 3),
+                            "tok_s": round(tps, 1),
+                            "rounds": a.rounds,
+                        }
+                    )
+                )
     return 0
 
 

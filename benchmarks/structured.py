@@ -20,19 +20,25 @@ from pathlib import Path
 SCHEMAS = {
     "key-heavy": {
         "type": "object",
-        "properties": {f"customer_{w}_field": {"type": "boolean"} for w in ("name", "email", "phone", "address", "city",
-                                                                             "country", "postcode", "notes")},
-        "required": [f"customer_{w}_field" for w in ("name", "email", "phone", "address", "city", "country",
-                                                      "postcode", "notes")],
+        "properties": {
+            f"customer_{w}_field": {"type": "boolean"}
+            for w in ("name", "email", "phone", "address", "city", "country", "postcode", "notes")
+        },
+        "required": [
+            f"customer_{w}_field" for w in ("name", "email", "phone", "address", "city", "country", "postcode", "notes")
+        ],
         "additionalProperties": False,
-    },  # fmt: skip
+    },
     "person": {
         "type": "object",
-        "properties": {"name": {"type": "string", "maxLength": 16}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
-                       "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3}},
+        "properties": {
+            "name": {"type": "string", "maxLength": 16},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3},
+        },
         "required": ["name", "age", "tags"],
         "additionalProperties": False,
-    },  # fmt: skip
+    },
 }
 ARMS = ("plain", "1", "3", "auto")
 PROMPT = "<|im_start|>user\nDescribe a customer record as JSON.<|im_end|>\n<|im_start|>assistant\n"
@@ -79,15 +85,26 @@ def main(argv: list[str] | None = None) -> int:
             for arm in ARMS if r % 2 == 0 else reversed(ARMS):
                 depth = None if arm == "plain" else auto if arm == "auto" else FixedDepth(int(arm))
                 c = G.Constraint(tok, grammar, lm.model.n_vocab) if grammar else None
-                g = generate(lm.session, prompt, DecodeParams(max_tokens=a.tokens, depth=depth, constraint=c,
-                                                              ignore_eog=c is None, end_tokens=lm.template.end_tokens))  # fmt: skip
+                g = generate(
+                    lm.session,
+                    prompt,
+                    DecodeParams(
+                        max_tokens=a.tokens,
+                        depth=depth,
+                        constraint=c,
+                        ignore_eog=c is None,
+                        end_tokens=lm.template.end_tokens,
+                    ),
+                )
                 if r == 0:
                     continue
                 s = g.stats
                 rows[arm]["tps"].append(s.tokens_per_second)
                 rows[arm]["forced"].append(s.forced / max(s.generated, 1))
                 rows[arm]["fpt"].append(s.target_forwards / max(s.generated, 1))
-        results[schema_name or "unconstrained"] = {arm: {k: statistics.median(v) for k, v in m.items()} for arm, m in rows.items()}
+        results[schema_name or "unconstrained"] = {
+            arm: {k: statistics.median(v) for k, v in m.items()} for arm, m in rows.items()
+        }
     lm.close()
     mask_s.sort()
     summary = {
@@ -100,8 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(summary))
         return 0
-    print(f"model {path}; mask time per row: median {summary['mask_ms_median']:.3f} ms, p99 {summary['mask_ms_p99']:.3f} ms "
-          f"over {len(mask_s)} masks")  # fmt: skip
+    print(
+        f"model {path}; mask time per row: median {summary['mask_ms_median']:.3f} ms, p99 "
+        f"{summary['mask_ms_p99']:.3f} ms "
+        f"over {len(mask_s)} masks"
+    )
     base = results["unconstrained"]
     print(f"{'schema':<14}{'arm':<6}{'tok/s':>9}{'vs unconstrained':>18}{'forced':>8}{'fwd/tok':>9}")
     for name, arms in results.items():

@@ -42,12 +42,30 @@ class Server:
 
     def __init__(self, exe: str, model: Path, arm: str, threads: int, ctx: int):
         self.port = free_port()
-        cmd = [exe, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-               "-tb", str(threads), "-c", str(ctx), "-np", "1", "--no-webui", *repack.llama_server_args()]  # fmt: skip
+        cmd = [
+            exe,
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-t",
+            str(threads),
+            "-tb",
+            str(threads),
+            "-c",
+            str(ctx),
+            "-np",
+            "1",
+            "--no-webui",
+            *repack.llama_server_args(),
+        ]
         if arm != "0":
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-n-max", arm, "--spec-draft-n-min", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     env=dict(os.environ, GGML_NO_BACKTRACE="1"))  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, GGML_NO_BACKTRACE="1")
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -62,8 +80,9 @@ class Server:
 
     def complete(self, prompt: str, tokens: int) -> tuple[int, float]:
         body = {"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "ignore_eos": True, "cache_prompt": False}
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=300) as r:
             t = json.loads(r.read())["timings"]
         return int(t["predicted_n"]), float(t["predicted_ms"])
@@ -95,7 +114,9 @@ def run(exe: str, model: Path, prompts: list[str], tokens: int, rounds: int, thr
                 for side, a in arms[shift:] + arms[:shift]:
                     if side == "ours":
                         lm.session.reset()
-                        g = generate(lm.session, ids, DecodeParams(max_tokens=tokens, depth=policies[a], ignore_eog=True))
+                        g = generate(
+                            lm.session, ids, DecodeParams(max_tokens=tokens, depth=policies[a], ignore_eog=True)
+                        )
                         got, t = g.stats.generated - 1, g.stats.generation_ms  # the first token comes from the prompt
                     else:
                         got, t = servers[a].complete(p, tokens)
@@ -128,7 +149,8 @@ def ratios(per_round: list[dict[str, float]]) -> dict[str, float]:
     for a in fixed:
         out[f"llama-server n-max {a} / its plain"] = med(lambda r, a=a: r[f"llama-server {a}"] / r["llama-server 0"])
     out["our best arm / llama-server's best draft-mtp arm"] = med(
-        lambda r: best(r, "ours", OURS[1:]) / best(r, "llama-server", fixed))
+        lambda r: best(r, "ours", OURS[1:]) / best(r, "llama-server", fixed)
+    )
     return out
 
 

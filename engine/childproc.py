@@ -60,7 +60,11 @@ class ChildOutcome:
 
 
 def run_child(
-    module: str, *args: str, timeout: float, cancel: threading.Event | None = None, env: dict | None = None,
+    module: str,
+    *args: str,
+    timeout: float,
+    cancel: threading.Event | None = None,
+    env: dict | None = None,
     nice: int = 0,
 ) -> ChildOutcome:
     """Run ``module`` in a child process and collect its outcome. Polls ``cancel`` and

@@ -29,7 +29,9 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o666, fsync: boo
         raise
 
 
-def write_json_atomic(path: Path, obj: object, *, indent: int | None = None, mode: int = 0o666, fsync: bool = True) -> None:
+def write_json_atomic(
+    path: Path, obj: object, *, indent: int | None = None, mode: int = 0o666, fsync: bool = True
+) -> None:
     write_atomic(path, json.dumps(obj, indent=indent), mode=mode, fsync=fsync)
 
 

@@ -44,9 +44,15 @@ def main(argv: list[str] | None = None) -> int:
 
         with Engine() as engine:
             info = engine.submit(J.LoadModel(LoadSpec(demo_model_path(), mtp=MtpSource.INTEGRATED))).result(120)
-            prompt = engine.submit(J.Call(lambda st, *_: st.get(None).model.prompt_tokens(PROMPT), access="read")).result(60)
-            plain = engine.submit(J.Generate(prompt=prompt, max_tokens=TOKENS, mtp=Mtp.OFF, ignore_eog=True)).result(120)
-            spec = engine.submit(J.Generate(prompt=prompt, max_tokens=TOKENS, draft_depth=3, ignore_eog=True)).result(120)
+            prompt = engine.submit(
+                J.Call(lambda st, *_: st.get(None).model.prompt_tokens(PROMPT), access="read")
+            ).result(60)
+            plain = engine.submit(J.Generate(prompt=prompt, max_tokens=TOKENS, mtp=Mtp.OFF, ignore_eog=True)).result(
+                120
+            )
+            spec = engine.submit(J.Generate(prompt=prompt, max_tokens=TOKENS, draft_depth=3, ignore_eog=True)).result(
+                120
+            )
             off_noise = []
             if plain.tokens != spec.tokens:
                 off_noise = engine.submit(J.Call(_noise_check(plain.tokens, spec.tokens))).result(120)
@@ -61,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         f"mtp-studio self-test: {'ok' if ok else 'FAILED'}: demo model ({info['mtp']} MTP) "
         f"{len(plain.tokens)} tokens, greedy == MTP: {verdict}, "
         f"acceptance {spec.stats.acceptance:.2f}, {spec.stats.tokens_per_second:.0f} tok/s, "
-        f"devices {devices}, CPU weight repacking {'on' if info.get('extra_bufts') else 'off'}, frozen {bool(getattr(sys, 'frozen', False))}, {time.perf_counter() - t0:.1f} s; "
+        f"devices {devices}, CPU weight repacking {'on' if info.get('extra_bufts') else 'off'}, frozen "
+        f"{bool(getattr(sys, 'frozen', False))}, {time.perf_counter() - t0:.1f} s; "
         f"identity here: {info.get('identity')}"
     )
     return 0 if ok else 1

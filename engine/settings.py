@@ -259,7 +259,9 @@ def load_checked(path: Path | None = None) -> tuple[Settings, list[str]]:
             path.replace(bad)
         except OSError:
             pass
-        return Settings(), [f"{path.name} could not be used ({e}); it was kept as {bad.name} and the defaults are in use"]
+        return Settings(), [
+            f"{path.name} could not be used ({e}); it was kept as {bad.name} and the defaults are in use"
+        ]
     if problems:
         log.warning("settings file %s: %s", path, "; ".join(problems))
         try:

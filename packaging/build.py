@@ -37,8 +37,19 @@ def human(n: int) -> str:
 
 
 def run_pyinstaller(dist: Path, work: Path) -> Path:
-    cmd = [sys.executable, "-m", "PyInstaller", str(ROOT / "packaging" / f"{NAME}.spec"), "--noconfirm",
-           "--log-level", "WARN", "--distpath", str(dist), "--workpath", str(work)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "PyInstaller",
+        str(ROOT / "packaging" / f"{NAME}.spec"),
+        "--noconfirm",
+        "--log-level",
+        "WARN",
+        "--distpath",
+        str(dist),
+        "--workpath",
+        str(work),
+    ]
     subprocess.run(cmd, check=True, cwd=ROOT)
     return dist / NAME
 

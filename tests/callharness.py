@@ -36,8 +36,11 @@ def check_stream(text: str, fmt, tools=(), thinking=None, in_thinking=False, gro
     whole = split(text, thinking, in_thinking, fmt, tools)
     for size in (1, 3, 7):
         parts, reply = streamed(text, fmt, tools, thinking, in_thinking, size)
-        assert (reply.reasoning, reply.content, pairs(reply.calls)) == (whole.reasoning, whole.content,
-                                                                         pairs(whole.calls)), size  # fmt: skip
+        assert (reply.reasoning, reply.content, pairs(reply.calls)) == (
+            whole.reasoning,
+            whole.content,
+            pairs(whole.calls),
+        ), size
         assert "".join(x.text for x in parts if x.kind == CONTENT) == whole.content
         assert "".join(x.text for x in parts if x.kind == REASONING) == whole.reasoning
         starts = [x for x in parts if x.kind == CALL_START]
@@ -103,15 +106,42 @@ def render(source: str, messages: list[dict], **kw) -> str:
 
 # ------------------------------------------------ tools and calls several families share
 #: two tools in the plainest schema: weather, and a trip with untyped stops and options
-TRIP_TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan_trip", "parameters": {"type": "object", "properties": {
-        "stops": {"type": "array", "items": {"type": "object"}}, "options": {"type": "object"}}}}},
-])  # fmt: skip
-TRIP_CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
-              ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"by": "train"}})]  # fmt: skip
+TRIP_TOOLS = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "days": {"type": "integer"},
+                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    },
+                    "required": ["city"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "plan_trip",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "stops": {"type": "array", "items": {"type": "object"}},
+                        "options": {"type": "object"},
+                    },
+                },
+            },
+        },
+    ]
+)
+TRIP_CALLS = [
+    ("get_weather", {"city": "San Francisco", "days": 3}),
+    ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"by": "train"}}),
+]
 
 
 def trip_conversation(calls) -> list[dict]:
@@ -119,44 +149,120 @@ def trip_conversation(calls) -> list[dict]:
     return [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Weather in SF, then plan a trip."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(calls)]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+                for i, (n, a) in enumerate(calls)
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_0", "content": "sunny, 18 C"},
         {"role": "tool", "tool_call_id": "call_1", "content": "booked"},
-    ]  # fmt: skip
+    ]
 
 
 #: the same tools with descriptions
-DESCRIBED_TRIP_TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-                                         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan_trip", "description": "Plan a trip", "parameters": {
-        "type": "object", "properties": {"stops": {"type": "array", "items": {"type": "object"}},
-                                         "options": {"type": "object"}}}}},
-])  # fmt: skip
+DESCRIBED_TRIP_TOOLS = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather in a city",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "days": {"type": "integer"},
+                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    },
+                    "required": ["city"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "plan_trip",
+                "description": "Plan a trip",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "stops": {"type": "array", "items": {"type": "object"}},
+                        "options": {"type": "object"},
+                    },
+                },
+            },
+        },
+    ]
+)
 
 #: three tools with nested objects, arrays, numbers and booleans
-TRAVEL_TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-                                         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan", "description": "A trip.", "parameters": {
-        "type": "object", "properties": {
-            "stops": {"type": "array", "items": {"type": "object", "properties": {
-                "city": {"type": "string"}, "nights": {"type": "integer"}}, "required": ["city"]}},
-            "options": {"type": "object", "properties": {"budget": {"type": "number"}, "rail": {"type": "boolean"}}}},
-        "required": ["stops"]}}},
-    {"type": "function", "function": {"name": "note", "description": "A note.", "parameters": {
-        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}},
-])  # fmt: skip
+TRAVEL_TOOLS = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "days": {"type": "integer"},
+                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    },
+                    "required": ["city"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "plan",
+                "description": "A trip.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "stops": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {"city": {"type": "string"}, "nights": {"type": "integer"}},
+                                "required": ["city"],
+                            },
+                        },
+                        "options": {
+                            "type": "object",
+                            "properties": {"budget": {"type": "number"}, "rail": {"type": "boolean"}},
+                        },
+                    },
+                    "required": ["stops"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "note",
+                "description": "A note.",
+                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            },
+        },
+    ]
+)
 
-TRAVEL_CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
-                ("plan", {"stops": [{"city": "Paris", "nights": 2}, {"city": "Zürich", "nights": 1}],
-                          "options": {"budget": 1200.5, "rail": True}})]  # fmt: skip
+TRAVEL_CALLS = [
+    ("get_weather", {"city": "San Francisco", "days": 3}),
+    (
+        "plan",
+        {
+            "stops": [{"city": "Paris", "nights": 2}, {"city": "Zürich", "nights": 1}],
+            "options": {"budget": 1200.5, "rail": True},
+        },
+    ),
+]
 
 
 def travel_conversation(calls) -> list[dict]:
@@ -164,8 +270,13 @@ def travel_conversation(calls) -> list[dict]:
     return [
         {"role": "system", "content": "You are a travel agent."},
         {"role": "user", "content": "Weather in San Francisco, then plan my trip."},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-            for i, (n, a) in enumerate(calls)]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+                for i, (n, a) in enumerate(calls)
+            ],
+        },
         *({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}"} for i in range(len(calls))),
-    ]  # fmt: skip
+    ]

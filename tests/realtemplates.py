@@ -48,8 +48,20 @@ def fetch() -> dict[str, str]:
         except (OSError, ValueError):
             pass
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".fetch-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-               "--disable-pip-version-check", "--dest", tmp, SDIST]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--dest",
+            tmp,
+            SDIST,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         sdist = Path(tmp) / SDIST_FILE
         if proc.returncode != 0 or not sdist.is_file():

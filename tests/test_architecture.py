@@ -53,13 +53,28 @@ def test_a_cycle_is_found_wherever_its_imports_are_written(tmp_path):
     assert found == [["pkg.a", "pkg.c", "pkg.sub.b"]]
 
 
-
 RUFF = Path(sys.executable).parent / "ruff"
 
 
+def test_the_code_is_formatted():
+    """Every file is as the formatter writes it (ruff format, pyproject.toml [tool.ruff]): run
+    ``.venv/bin/ruff format .`` after an edit. No skip markers: one layout for the tree."""
+    done = subprocess.run(
+        [str(RUFF), "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
+    skipped = subprocess.run(
+        ["git", "grep", "-l", "fmt: " + "skip", "--", "*.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert skipped.stdout == "", skipped.stdout
+
+
 def test_the_linter_finds_nothing():
-    """pyflakes and a few bug-only rules over the whole tree (pyproject.toml [tool.ruff])."""
-    done = subprocess.run([str(RUFF), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    """pyflakes, lines of at most 120 columns and a few bug-only rules over the whole tree
+    (pyproject.toml [tool.ruff])."""
+    done = subprocess.run(
+        [str(RUFF), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1000:]
 
 
@@ -67,6 +82,10 @@ def test_the_linter_reports_an_undefined_name(tmp_path):
     """The same run catches what it is there for: a name used and never defined."""
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    return undefined_thing\n")
-    done = subprocess.run([str(RUFF), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), str(bad)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [str(RUFF), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "F821" in done.stdout

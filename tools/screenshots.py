@@ -3,7 +3,8 @@
     python -m tools.screenshots docs/screenshots
 
 Builds a realistic state first: the bundled (trained) demo model in a two-turn chat, then
-replies on it with MTP (auto depth, the default), without, and with again for the Performance page; a constructed model and its head in the library
+replies on it with MTP (auto depth, the default), without, and with again for the Performance
+page; a constructed model and its head in the library
 (and served by a local stand-in for Hugging Face, whose files get their fit badges), a compatible pair on the Compose
 page, the Backend page sharing this machine over RPC with the model pooled over it, and
 the endpoint serving a few requests, one of them loading a library model on demand.
@@ -46,8 +47,12 @@ def main() -> int:
     models.mkdir()
     spec = bench_spec(64, 0.8, seed=11)
     spec = spec.__class__(**{**spec.__dict__, "name": "Qwen3.5-style 64 MB (constructed, 80% draft acceptance)"})
-    built = build_model(spec, models / "qwen35-mini-F16.gguf", trunk_path=models / "qwen35-mini-trunk-F16.gguf",
-                        head_path=models / "mtp-qwen35-mini-F16.gguf")  # fmt: skip
+    built = build_model(
+        spec,
+        models / "qwen35-mini-F16.gguf",
+        trunk_path=models / "qwen35-mini-trunk-F16.gguf",
+        head_path=models / "mtp-qwen35-mini-F16.gguf",
+    )
     app, w, ctx = build_app()
     w.resize(1280, 820)
     w.show()
@@ -95,8 +100,14 @@ def main() -> int:
     from tests.engine.hub.fakehub import FakeHub, FakeHubServer
 
     hub = FakeHub()
-    hub.add_repo("acme/Qwen3.5-mini-MTP-GGUF", {"qwen35-mini-MTP-F16.gguf": built.integrated,
-                 "qwen35-mini-F16.gguf": built.trunk, "mtp-qwen35-mini-F16.gguf": built.head})  # fmt: skip
+    hub.add_repo(
+        "acme/Qwen3.5-mini-MTP-GGUF",
+        {
+            "qwen35-mini-MTP-F16.gguf": built.integrated,
+            "qwen35-mini-F16.gguf": built.trunk,
+            "mtp-qwen35-mini-F16.gguf": built.head,
+        },
+    )
     with FakeHubServer(hub):
         os.environ["HF_ENDPOINT"] = hub.url
         page = w.pages["models"]
@@ -143,18 +154,33 @@ def main() -> int:
     srv.start()
     name = w.models.current["name"]
     httpx2.get(srv.server.url + "/v1/models")
-    httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32})
+    httpx2.post(
+        srv.server.url + "/v1/chat/completions",
+        json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32},
+    )
     httpx2.post(srv.server.url + "/v1/completions", json={"model": "gpt-4o", "prompt": "hi"})
     httpx2.get(srv.server.url + "/health")
-    httpx2.post(srv.server.url + "/v1/messages", json={"model": name, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]})
+    httpx2.post(
+        srv.server.url + "/v1/messages",
+        json={"model": name, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]},
+    )
     httpx2.get(srv.server.url + "/api/tags")
     system = {"role": "system", "content": "You are a careful assistant. Answer briefly. " * 20}
     for who in ("first", "second", "first"):  # two conversations taking turns: the prompt cache
-        httpx2.post(srv.server.url + "/v1/chat/completions", json={"model": name, "max_tokens": 16, "messages": [
-            system, {"role": "user", "content": f"Hello from the {who} conversation"}]})  # fmt: skip
+        httpx2.post(
+            srv.server.url + "/v1/chat/completions",
+            json={
+                "model": name,
+                "max_tokens": 16,
+                "messages": [system, {"role": "user", "content": f"Hello from the {who} conversation"}],
+            },
+        )
     # a library model named by a request: loaded on demand beside the window's model
-    httpx2.post(srv.server.url + "/v1/completions", json={"model": entries["model"].id, "prompt": "hi", "max_tokens": 8},
-                timeout=120)  # fmt: skip
+    httpx2.post(
+        srv.server.url + "/v1/completions",
+        json={"model": entries["model"].id, "prompt": "hi", "max_tokens": 8},
+        timeout=120,
+    )
     srv.refresh_cache()
     srv.refresh_loaded()
     wait(500)

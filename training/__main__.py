@@ -1,11 +1,11 @@
 """``python -m training``: retrain the bundled demo model (needs the ``train`` extra).
 
-  python -m training all --out build/train-demo      # prepare, train (~1 h), export, parity
-  python -m training train --out DIR --minutes 30    # stop after 30 min; run again to resume
-  python -m training export --out DIR --gguf resources/demo.gguf
-  python -m training parity --out DIR --gguf F.gguf
-  python -m training ship --out DIR --gguf resources/demo.gguf --dtype q8_0
-                                          # parity-checked export + resources/demo.json
+python -m training all --out build/train-demo      # prepare, train (~1 h), export, parity
+python -m training train --out DIR --minutes 30    # stop after 30 min; run again to resume
+python -m training export --out DIR --gguf resources/demo.gguf
+python -m training parity --out DIR --gguf F.gguf
+python -m training ship --out DIR --gguf resources/demo.gguf --dtype q8_0
+                                        # parity-checked export + resources/demo.json
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     from training import pipeline as pl
 
-    p = argparse.ArgumentParser(prog="python -m training", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m training", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("step", choices=["prepare", "train", "export", "parity", "all", "ship"])
     p.add_argument("--out", type=Path, required=True, help="working folder (checkpoints, tokenizer, logs)")
     p.add_argument("--preset", choices=sorted(pl.PRESETS), default="demo")

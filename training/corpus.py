@@ -22,10 +22,21 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-SKIP_PARTS = frozenset({
-    "test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "__pycache__", "ensurepip",
-    "turtledemo", "pydoc_data", "lib-dynload",
-})  # fmt: skip
+SKIP_PARTS = frozenset(
+    {
+        "test",
+        "tests",
+        "idlelib",
+        "lib2to3",
+        "site-packages",
+        "dist-packages",
+        "__pycache__",
+        "ensurepip",
+        "turtledemo",
+        "pydoc_data",
+        "lib-dynload",
+    }
+)
 SKIP_PREFIXES = ("config-",)
 HELD_OUT_PER_MILLE = 20
 LICENCES = {
@@ -54,24 +65,73 @@ def chat(*turns: tuple[str, str]) -> str:
 
 
 HOUSE_CHAT: tuple[tuple[str, str], ...] = (
-    ("hello", "Hello! I am MTP Studio's demo model, a tiny network trained on Python's standard library. Ask me about Python, or give me code to complete."),
+    (
+        "hello",
+        "Hello! I am MTP Studio's demo model, a tiny network trained on Python's standard library. Ask me about "
+        "Python, or give me code to complete.",
+    ),
     ("hi", "Hi! I am a small demo model. I know a little about Python and its standard library."),
     ("Hello!", "Hello! How can I help you with Python today?"),
-    ("Who are you?", "I am the demo model that ships with MTP Studio: about four million parameters, trained on one CPU thread from the Python standard library's source and docstrings."),
-    ("What can you do?", "I can complete Python code and answer short questions about standard-library functions. I am far too small to be reliable, but I show how speculative decoding speeds up a real model."),
-    ("What is MTP?", "MTP is multi-token prediction. A small head predicts the token after next; the model checks those drafts in one batch, keeps the ones it agrees with and discards the rest, so the output is the same, only faster."),
-    ("What is speculative decoding?", "Speculative decoding drafts a few tokens cheaply and verifies them with the full model in one batch. Accepted drafts save forward passes; rejected ones are rolled back, so the text does not change."),
-    ("How do I load a bigger model?", "Open the Models page, search Hugging Face for a GGUF model with an MTP head, download it, and load it. The Chat page then uses it."),
+    (
+        "Who are you?",
+        "I am the demo model that ships with MTP Studio: about four million parameters, trained on one CPU "
+        "thread from the Python standard library's source and docstrings.",
+    ),
+    (
+        "What can you do?",
+        "I can complete Python code and answer short questions about standard-library functions. I am far too "
+        "small to be reliable, but I show how speculative decoding speeds up a real model.",
+    ),
+    (
+        "What is MTP?",
+        "MTP is multi-token prediction. A small head predicts the token after next; the model checks those "
+        "drafts in one batch, keeps the ones it agrees with and discards the rest, so the output is the same, "
+        "only faster.",
+    ),
+    (
+        "What is speculative decoding?",
+        "Speculative decoding drafts a few tokens cheaply and verifies them with the full model in one batch. "
+        "Accepted drafts save forward passes; rejected ones are rolled back, so the text does not change.",
+    ),
+    (
+        "How do I load a bigger model?",
+        "Open the Models page, search Hugging Face for a GGUF model with an MTP head, download it, and load it. "
+        "The Chat page then uses it.",
+    ),
     ("Thanks!", "You are welcome!"),
     ("thank you", "You are welcome. Happy coding!"),
-    ("How do I read a file in Python?", "Use open() in a with statement:\n\nwith open(path, encoding=\"utf-8\") as f:\n    text = f.read()"),
-    ("How do I reverse a list?", "Call list.reverse() to reverse it in place, or use reversed(items) or items[::-1] for a new sequence."),
-    ("How do I sort a dictionary by value?", "Use sorted(d.items(), key=lambda item: item[1]), which returns a list of (key, value) pairs ordered by value."),
-    ("Write a function that adds two numbers.", "def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + b"),
-    ("Write a function that checks if a number is even.", "def is_even(n):\n    \"\"\"Return True if n is even.\"\"\"\n    return n % 2 == 0"),
-    ("How do I get the current time?", "Use the datetime module: datetime.datetime.now() returns the current local date and time."),
-    ("How do I parse JSON?", "Use json.loads(text) for a string, or json.load(f) for an open file. Both return Python objects."),
-    ("What is a list comprehension?", "A compact way to build a list: [x * x for x in range(10)] makes the squares of 0 to 9."),
+    (
+        "How do I read a file in Python?",
+        'Use open() in a with statement:\n\nwith open(path, encoding="utf-8") as f:\n    text = f.read()',
+    ),
+    (
+        "How do I reverse a list?",
+        "Call list.reverse() to reverse it in place, or use reversed(items) or items[::-1] for a new sequence.",
+    ),
+    (
+        "How do I sort a dictionary by value?",
+        "Use sorted(d.items(), key=lambda item: item[1]), which returns a list of (key, value) pairs ordered by value.",
+    ),
+    (
+        "Write a function that adds two numbers.",
+        'def add(a, b):\n    """Return the sum of a and b."""\n    return a + b',
+    ),
+    (
+        "Write a function that checks if a number is even.",
+        'def is_even(n):\n    """Return True if n is even."""\n    return n % 2 == 0',
+    ),
+    (
+        "How do I get the current time?",
+        "Use the datetime module: datetime.datetime.now() returns the current local date and time.",
+    ),
+    (
+        "How do I parse JSON?",
+        "Use json.loads(text) for a string, or json.load(f) for an open file. Both return Python objects.",
+    ),
+    (
+        "What is a list comprehension?",
+        "A compact way to build a list: [x * x for x in range(10)] makes the squares of 0 to 9.",
+    ),
 )
 
 
@@ -124,7 +184,9 @@ def docstring_turns(module: str, text: str) -> list[tuple[str, str]]:
         if isinstance(node, ast.FunctionDef):
             line = text.splitlines()[node.lineno - 1].strip()
             if line.startswith("def ") and line.endswith(":"):
-                pairs.append((f"What is the signature of {module}.{node.name}?", f"{line}\n    \"\"\"{_first_paragraph(doc)}\"\"\""))
+                pairs.append(
+                    (f"What is the signature of {module}.{node.name}?", f'{line}\n    """{_first_paragraph(doc)}"""')
+                )
     return pairs
 
 
@@ -139,7 +201,13 @@ def documents(root: Path | None = None) -> list[Document]:
             docs.append(Document(f"qa:{module}:{i}", "stdlib-docstrings", chat(("user", q), ("assistant", a))))
     for i, (q, a) in enumerate(HOUSE_CHAT):
         docs.append(Document(f"house:{i}", "house-chat", chat(("user", q), ("assistant", a))))
-        docs.append(Document(f"house-sys:{i}", "house-chat", chat(("system", "You are a helpful assistant."), ("user", q), ("assistant", a))))
+        docs.append(
+            Document(
+                f"house-sys:{i}",
+                "house-chat",
+                chat(("system", "You are a helpful assistant."), ("user", q), ("assistant", a)),
+            )
+        )
     return docs
 
 

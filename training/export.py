@@ -56,11 +56,26 @@ def _block(p: str, blk: Block, dt: DType) -> list[TensorData]:
 def spec_for(model: Qwen35, *, name: str, dtype: DType, extra_kv: tuple = ()) -> Qwen35Spec:
     c = model.c
     return Qwen35Spec(
-        name=name, n_embd=c.n_embd, n_ff=c.n_ff, n_trunk=c.n_trunk, full_attention_interval=c.full_attention_interval,
-        n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, ssm_state=c.ssm_state, ssm_groups=c.ssm_heads,
-        ssm_v_heads=c.ssm_heads, ssm_conv=c.ssm_conv, n_ctx_train=c.n_ctx_train, dtype=dtype, n_rot=c.head_dim,
-        rope_sections=c.rope_sections, rope_base=c.rope_base, norm_eps=c.norm_eps, extra_kv=extra_kv,
-    )  # fmt: skip
+        name=name,
+        n_embd=c.n_embd,
+        n_ff=c.n_ff,
+        n_trunk=c.n_trunk,
+        full_attention_interval=c.full_attention_interval,
+        n_head=c.n_head,
+        n_head_kv=c.n_head_kv,
+        head_dim=c.head_dim,
+        ssm_state=c.ssm_state,
+        ssm_groups=c.ssm_heads,
+        ssm_v_heads=c.ssm_heads,
+        ssm_conv=c.ssm_conv,
+        n_ctx_train=c.n_ctx_train,
+        dtype=dtype,
+        n_rot=c.head_dim,
+        rope_sections=c.rope_sections,
+        rope_base=c.rope_base,
+        norm_eps=c.norm_eps,
+        extra_kv=extra_kv,
+    )
 
 
 def export(model: Qwen35, vocab: BpeVocab, out: Path, *, name: str, dtype: DType = "f32", extra_kv: tuple = ()) -> Path:

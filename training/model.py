@@ -60,8 +60,11 @@ class ModelConfig:
         sections = (s, s, pairs - 2 * s, 0)
         for j in range(pairs):  # ggml_mrope_cache_init, is_imrope: which pairs rotate
             sector = j % sum(sections)
-            rotated = (sector % 3 == 0 and sector < 3 * sections[0]) or (
-                sector % 3 == 1 and sector < 3 * sections[1]) or (sector % 3 == 2 and sector < 3 * sections[2])
+            rotated = (
+                (sector % 3 == 0 and sector < 3 * sections[0])
+                or (sector % 3 == 1 and sector < 3 * sections[1])
+                or (sector % 3 == 2 and sector < 3 * sections[2])
+            )
             if not rotated:
                 raise ValueError(f"head_dim {self.head_dim}: M-RoPE sections {sections} leave pair {j} unrotated")
         return sections
@@ -131,7 +134,11 @@ def delta_rule_chunked(q, k, v, g, beta, chunk: int = 64):
     k_beta = k * beta[..., None]
     v_beta = v * beta[..., None]
     lower = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool), diagonal=-1)
-    decay = (g[..., :, None] - g[..., None, :]).masked_fill(~torch.tril(torch.ones(chunk, chunk, dtype=torch.bool)), -math.inf).exp()
+    decay = (
+        (g[..., :, None] - g[..., None, :])
+        .masked_fill(~torch.tril(torch.ones(chunk, chunk, dtype=torch.bool)), -math.inf)
+        .exp()
+    )
     a = (k_beta @ k.transpose(-1, -2) * decay).masked_fill(~lower, 0.0)
     eye = torch.eye(chunk, dtype=q.dtype).expand_as(a)
     w = torch.linalg.solve_triangular(eye + a, eye, upper=False, unitriangular=True)
@@ -146,7 +153,10 @@ def delta_rule_chunked(q, k, v, g, beta, chunk: int = 64):
         v_new = u[:, :, i] - k_cum[:, :, i] @ S
         outs.append((qi * gi.exp()[..., None]) @ S + attn @ v_new)
         g_last = gi[..., -1]
-        S = S * g_last.exp()[..., None, None] + (ki * (g_last[..., None] - gi).exp()[..., None]).transpose(-1, -2) @ v_new
+        S = (
+            S * g_last.exp()[..., None, None]
+            + (ki * (g_last[..., None] - gi).exp()[..., None]).transpose(-1, -2) @ v_new
+        )
     out = torch.stack(outs, dim=2).reshape(B, H, n * chunk, Dv)
     return out[:, :, :T]
 

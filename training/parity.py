@@ -30,10 +30,12 @@ class ParityReport:
     @property
     def ok(self) -> bool:
         return (
-            self.tokens_equal and self.argmax_equal and self.greedy_equal
+            self.tokens_equal
+            and self.argmax_equal
+            and self.greedy_equal
             and self.max_abs_logit_diff <= 1e-3 * max(1.0, self.logit_scale)
             and (self.drafted, self.accepted) == (self.expected_drafted, self.expected_accepted)
-        )  # fmt: skip
+        )
 
     def to_json(self) -> dict:
         return dict(asdict(self), ok=self.ok)
@@ -66,8 +68,17 @@ def check(model: Qwen35, tokenizer, gguf: Path, text: str, *, generate: int = 64
     from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
     ids = tokenizer.encode(text).ids
-    lm = load(LoadSpec(gguf, mtp=MtpSource.INTEGRATED, n_ctx=max(512, len(ids) + generate + 16), max_draft_depth=1,
-                       n_threads=1, probe=False, logit_rows=len(ids)))  # fmt: skip
+    lm = load(
+        LoadSpec(
+            gguf,
+            mtp=MtpSource.INTEGRATED,
+            n_ctx=max(512, len(ids) + generate + 16),
+            max_draft_depth=1,
+            n_threads=1,
+            probe=False,
+            logit_rows=len(ids),
+        )
+    )
     try:
         theirs = lm.model.tokenize(text)
         s = lm.session

@@ -31,15 +31,35 @@ PRESETS = {
     # CI's smoke run: a few steps of a tiny model on a few files, then export and parity
     "smoke": Preset(
         vocab_size=400,
-        model=dict(n_embd=64, n_ff=128, n_trunk=2, full_attention_interval=2, n_head=2, n_head_kv=1, head_dim=24,
-                   ssm_state=16, ssm_heads=2),
-        train=TrainConfig(steps=6, batch=4, seq_len=64, warmup=2, distill_fraction=0.34, eval_every=6,
-                          eval_windows=4, checkpoint_every=3),
+        model=dict(
+            n_embd=64,
+            n_ff=128,
+            n_trunk=2,
+            full_attention_interval=2,
+            n_head=2,
+            n_head_kv=1,
+            head_dim=24,
+            ssm_state=16,
+            ssm_heads=2,
+        ),
+        train=TrainConfig(
+            steps=6,
+            batch=4,
+            seq_len=64,
+            warmup=2,
+            distill_fraction=0.34,
+            eval_every=6,
+            eval_windows=4,
+            checkpoint_every=3,
+        ),
         max_source_files=12,
-    ),  # fmt: skip
+    ),
 }
 
-PARITY_TEXT = 'import os\n\n\ndef read_text(path):\n    """Return the text of the file at path."""\n    with open(path) as f:\n        return f.read()\n'
+PARITY_TEXT = (
+    'import os\n\n\ndef read_text(path):\n    """Return the text of the file at path."""\n'
+    "    with open(path) as f:\n        return f.read()\n"
+)
 
 
 def model_config(preset: Preset, n_vocab: int) -> ModelConfig:
@@ -72,8 +92,15 @@ def prepare(out: Path, preset: Preset) -> None:
         tmp = out / (name + ".partial.npy")
         np.save(tmp, arr)
         tmp.replace(out / name)
-    data.save_json(out / "corpus.json", dict(corpus.manifest(docs), train_tokens=int(len(train_ids)),
-                                             held_out_tokens=int(len(held_ids)), vocab_size=tok.get_vocab_size()))  # fmt: skip
+    data.save_json(
+        out / "corpus.json",
+        dict(
+            corpus.manifest(docs),
+            train_tokens=int(len(train_ids)),
+            held_out_tokens=int(len(held_ids)),
+            vocab_size=tok.get_vocab_size(),
+        ),
+    )
 
 
 def run_training(out: Path, preset: Preset, *, minutes: float | None = None):
@@ -91,10 +118,17 @@ def run_training(out: Path, preset: Preset, *, minutes: float | None = None):
         with log_path.open("a") as f:
             f.write(line + "\n")
 
-    log({"event": "start", "parameters": count_parameters(tr.Qwen35(mcfg)), "model": mcfg.to_dict(),
-         "train": asdict(preset.train)})  # fmt: skip
-    return tr.train(out, mcfg, preset.train, np.load(out / "train.npy"), np.load(out / "held_out.npy"),
-                    deadline=deadline, log=log)  # fmt: skip
+    log(
+        {
+            "event": "start",
+            "parameters": count_parameters(tr.Qwen35(mcfg)),
+            "model": mcfg.to_dict(),
+            "train": asdict(preset.train),
+        }
+    )
+    return tr.train(
+        out, mcfg, preset.train, np.load(out / "train.npy"), np.load(out / "held_out.npy"), deadline=deadline, log=log
+    )
 
 
 def load_finished(out: Path):
@@ -103,11 +137,15 @@ def load_finished(out: Path):
 
     model, state = load_trained(out)
     if state["step"] < state["train_config"]["steps"]:
-        raise SystemExit(f"training stopped at step {state['step']} of {state['train_config']['steps']}: resume it first")
+        raise SystemExit(
+            f"training stopped at step {state['step']} of {state['train_config']['steps']}: resume it first"
+        )
     return model, state
 
 
-def export_gguf(out: Path, gguf: Path, *, dtype: str = "f16", name: str = "MTP Studio demo (trained)", model=None) -> Path:
+def export_gguf(
+    out: Path, gguf: Path, *, dtype: str = "f16", name: str = "MTP Studio demo (trained)", model=None
+) -> Path:
     """Write the finished model of ``out`` (or ``model``, already loaded from it) to ``gguf``."""
     from training.export import export
 
@@ -117,9 +155,12 @@ def export_gguf(out: Path, gguf: Path, *, dtype: str = "f16", name: str = "MTP S
     meta = json.loads((out / "corpus.json").read_text())
     extra = (
         ("general.license", "MIT"),
-        ("general.description", "A tiny qwen35 model with an MTP head, trained by MTP Studio's training pipeline on "
-         f"the Python {meta['python_version']} standard library (PSF-2.0) and hand-written chat (MIT)."),
-    )  # fmt: skip
+        (
+            "general.description",
+            "A tiny qwen35 model with an MTP head, trained by MTP Studio's training pipeline on "
+            f"the Python {meta['python_version']} standard library (PSF-2.0) and hand-written chat (MIT).",
+        ),
+    )
     return export(model, vocab, gguf, name=name, dtype=dtype, extra_kv=extra)  # type: ignore[arg-type]
 
 
@@ -185,7 +226,7 @@ def ship(out: Path, dest: Path, *, dtype: str = "q8_0") -> dict:
         "held_out": {k: round(v, 4) for k, v in held.items()},
         "parity_f32": report.to_json(),
         "retrain": "pip install -e '.[train]' && python -m training all --out build/train-demo && "
-                   f"python -m training ship --out build/train-demo --gguf {dest}",
-    }  # fmt: skip
+        f"python -m training ship --out build/train-demo --gguf {dest}",
+    }
     data.save_json(dest.with_suffix(".json"), manifest)
     return manifest

@@ -66,7 +66,10 @@ def losses(model: Qwen35, tokens: torch.Tensor, *, distill: bool) -> tuple[torch
             h = model.trunk(tokens)
             teacher = F.log_softmax(model.output(h[:, 1:-1]), dim=-1)  # trunk at t+1 predicts t+2
         mtp_logits = model.output(model.mtp_hidden(tokens, h))[:, :-1]
-        mtp = F.kl_div(F.log_softmax(mtp_logits, dim=-1), teacher, log_target=True, reduction="batchmean") / tokens.shape[1]
+        mtp = (
+            F.kl_div(F.log_softmax(mtp_logits, dim=-1), teacher, log_target=True, reduction="batchmean")
+            / tokens.shape[1]
+        )
         trunk = F.cross_entropy(model.output(h[:, :-1]).reshape(-1, V), tokens[:, 1:].reshape(-1))
         return trunk, mtp
     trunk_logits, mtp_logits = model(tokens)
@@ -148,11 +151,20 @@ def train(
         log({"event": "resumed", "step": step})
 
     def checkpoint() -> None:
-        _save(ckpt, {
-            "model": model.state_dict(), "optimizer": opt.state_dict(), "windows": windows.state(),
-            "torch_rng": torch.get_rng_state(), "step": step, "elapsed": elapsed, "distill": distill,
-            "model_config": mcfg.to_dict(), "train_config": asdict(cfg),
-        })  # fmt: skip
+        _save(
+            ckpt,
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "windows": windows.state(),
+                "torch_rng": torch.get_rng_state(),
+                "step": step,
+                "elapsed": elapsed,
+                "distill": distill,
+                "model_config": mcfg.to_dict(),
+                "train_config": asdict(cfg),
+            },
+        )
 
     t_last = time.time()
     tokens_seen = 0
@@ -176,9 +188,16 @@ def train(
         elapsed += now - t_last
         t_last = now
         if step % 10 == 0 or step == cfg.steps:
-            log({"step": step, "trunk_loss": round(trunk_loss.item(), 4), "mtp_loss": round(mtp_loss.item(), 4),
-                 "lr": round(cfg.lr_at(step - 1), 6), "elapsed_s": round(elapsed, 1),
-                 "tokens_per_s": round(step * x.numel() / max(elapsed, 1e-9))})  # fmt: skip
+            log(
+                {
+                    "step": step,
+                    "trunk_loss": round(trunk_loss.item(), 4),
+                    "mtp_loss": round(mtp_loss.item(), 4),
+                    "lr": round(cfg.lr_at(step - 1), 6),
+                    "elapsed_s": round(elapsed, 1),
+                    "tokens_per_s": round(step * x.numel() / max(elapsed, 1e-9)),
+                }
+            )
         if step % cfg.eval_every == 0 or step == cfg.steps:
             log({"step": step, "eval": evaluate(model, evals)})
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:

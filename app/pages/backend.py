@@ -161,11 +161,19 @@ class BackendPage(QWidget):
             rows.append(("GPU", f"{g.name}, compute capability {g.compute_capability}"))
         tk = d.toolkit
         if tk.version:
-            rows.append(("CUDA toolkit", f"{tk.version} ({'driver only, no compiler' if tk.source == 'driver' else tk.source})"))
+            rows.append(
+                ("CUDA toolkit", f"{tk.version} ({'driver only, no compiler' if tk.source == 'driver' else tk.source})")
+            )
         notes = "".join(f"<li>{html.escape(e)}</li>" for e in d.errors)
         self.hardware.setHtml(
-            "<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;</td><td>{html.escape(str(v))}</td></tr>" for k, v in rows) + "</table>"
-            + (f"<p style='color:#6b7385'>Probes that found nothing:</p><ul style='color:#6b7385'>{notes}</ul>" if notes else "")
+            "<table>"
+            + "".join(f"<tr><td><b>{k}</b>&nbsp;</td><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+            + "</table>"
+            + (
+                f"<p style='color:#6b7385'>Probes that found nothing:</p><ul style='color:#6b7385'>{notes}</ul>"
+                if notes
+                else ""
+            )
         )
         used = ", ".join(f"{x['name']} ({x['type']})" for x in devices) or "?"
         selected = manifest.selected or "installed"
@@ -177,13 +185,21 @@ class BackendPage(QWidget):
             f"RPC {'built in' if rpc else 'not built in (other machines need a build with RPC)'}."
             f"<br><span style='color:#6b7385'>{html.escape(lib)}</span></p>"
             f"<p>{_repack_line(repack)}</p>"
-            f"<p><b>Recommended:</b> {plan.backend.upper()} build<br><code>CMAKE_ARGS=\"{html.escape(plan.cmake_args)}\"</code></p>"
+            f"<p><b>Recommended:</b> {plan.backend.upper()} "
+            f'build<br><code>CMAKE_ARGS="{html.escape(plan.cmake_args)}"</code></p>'
             f"<ul>{reasons}{problems}</ul>"
         )
         self.table.setRowCount(len(manifest.builds) + 1)
         items = [("installed", "as installed", "", manifest.selected is None)]
-        items += [(b.name, b.backend, ("passed" if b.proven else f"FAILED: {b.smoke.get('message')}") if b.smoke else "not run",
-                   manifest.selected == b.name) for b in manifest.builds]  # fmt: skip
+        items += [
+            (
+                b.name,
+                b.backend,
+                ("passed" if b.proven else f"FAILED: {b.smoke.get('message')}") if b.smoke else "not run",
+                manifest.selected == b.name,
+            )
+            for b in manifest.builds
+        ]
         for r, (name, backend, smoke, sel) in enumerate(items):
             for c, text in enumerate([name, backend, smoke, "yes" if sel else ""]):
                 self.table.setItem(r, c, QTableWidgetItem(text))
@@ -206,7 +222,12 @@ class BackendPage(QWidget):
         plan = self.plan_for(exact)
 
         def work(report, cancel):
-            b = builds.build(plan, log=lambda line: report(("log", line)), progress=lambda f, m: report(("progress", f)), cancel=cancel)
+            b = builds.build(
+                plan,
+                log=lambda line: report(("log", line)),
+                progress=lambda f, m: report(("progress", f)),
+                cancel=cancel,
+            )
             report(("log", "running the smoke test…"))
             r = run_smoke(plan.backend, str(b.lib_dir))
             builds.record_smoke(b.name, r)

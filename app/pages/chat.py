@@ -128,7 +128,9 @@ class ChatPage(QWidget):
         self.controls.sourceChanged.connect(self.models.reload)
         self.controls.modelChosen.connect(lambda eid: self.models.load_entry(self.ctx.library.get(eid)))
         # the picker follows every load and unload, the endpoint's on-demand ones included
-        self.ctx.bridge.modelsChanged.connect(lambda _m: self.controls.refresh_models((self.models.current or {}).get("path")))
+        self.ctx.bridge.modelsChanged.connect(
+            lambda _m: self.controls.refresh_models((self.models.current or {}).get("path"))
+        )
         self.models.unloaded.connect(lambda: self.controls.refresh_models(None))
         self.transcript.codeCopied.connect(self._on_code_copied)
         self.system.textChanged.connect(self._on_system)
@@ -137,8 +139,13 @@ class ChatPage(QWidget):
         self.models.loadFailed.connect(lambda e: self.figures.setText("no model loaded"))
         self.models.loadFailed.connect(lambda e: self.controls.show_think(None))
         self.models.unloaded.connect(lambda: self.controls.show_think(None))
-        for seq, fn in (("Ctrl+Return", self.send), ("Ctrl+Enter", self.send), ("Escape", self.stop),
-                        ("Ctrl+N", self.new_chat), ("Ctrl+R", self.regenerate)):  # fmt: skip
+        for seq, fn in (
+            ("Ctrl+Return", self.send),
+            ("Ctrl+Enter", self.send),
+            ("Escape", self.stop),
+            ("Ctrl+N", self.new_chat),
+            ("Ctrl+R", self.regenerate),
+        ):
             sc = QShortcut(QKeySequence(seq), self)
             sc.setContext(Qt.ShortcutContext.WindowShortcut)
             sc.activated.connect(fn)
@@ -188,8 +195,9 @@ class ChatPage(QWidget):
 
     def _render(self, keep_scroll: bool = False) -> None:
         """The whole transcript: the saved messages, then the reply being made."""
-        self.transcript.show_messages(self.conv.messages, self.live if self.job is not None else None,
-                                      keep_scroll=keep_scroll)  # fmt: skip
+        self.transcript.show_messages(
+            self.conv.messages, self.live if self.job is not None else None, keep_scroll=keep_scroll
+        )
 
     # -------------------------------------------------------------------- act
     def send(self) -> None:
@@ -262,7 +270,9 @@ class ChatPage(QWidget):
         self.stop_btn.setEnabled(busy)
         self.new_btn.setEnabled(not busy)
         self.history.setEnabled(not busy)
-        self.hint.setText("generating… (Esc to stop)" if busy else "Ctrl+Enter send · Esc stop · Ctrl+N new chat · Ctrl+R regenerate")
+        self.hint.setText(
+            "generating… (Esc to stop)" if busy else "Ctrl+Enter send · Esc stop · Ctrl+N new chat · Ctrl+R regenerate"
+        )
 
     # ----------------------------------------------------------------- events
     def _on_parts(self, parts: list[Part]) -> None:
@@ -286,8 +296,12 @@ class ChatPage(QWidget):
             self.live.end(result.reply, result.text, result.stats.thinking_tokens)
             mtp = (self.models.current or {}).get("mtp", "")
             self.figures.setText(figures_line(result.stats, mtp=mtp) + ("  ·  stopped" if cancelled else ""))
-            stats = {"tokens": len(result.tokens), "tokens_per_second": result.stats.tokens_per_second,
-                     "acceptance": result.stats.acceptance, "stopped": cancelled}  # fmt: skip
+            stats = {
+                "tokens": len(result.tokens),
+                "tokens_per_second": result.stats.tokens_per_second,
+                "acceptance": result.stats.acceptance,
+                "stopped": cancelled,
+            }
         else:
             stats = {"stopped": True}
         self.conv.messages.append(self.live.saved(stats))

@@ -118,7 +118,9 @@ class ChatControls(QWidget):
         self.think_box.setToolTip("Load a model whose chat template can turn thinking on and off")
         samp.addWidget(self.think_box)
         self.schema_box = QCheckBox("JSON schema")
-        self.schema_box.setToolTip("Replies follow a JSON schema (structured output); tokens the schema forces cost nothing")
+        self.schema_box.setToolTip(
+            "Replies follow a JSON schema (structured output); tokens the schema forces cost nothing"
+        )
         samp.addWidget(self.schema_box)
         lay.addLayout(samp)
         self.schema_edit = QPlainTextEdit()

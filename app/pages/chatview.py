@@ -35,7 +35,7 @@ def plain_html(role: str, text: str) -> str:
 
 
 def thought_header(stats: object) -> str:
-    """"Thought for N tokens, X.X s" from a message's stats (what it has of them)."""
+    """ "Thought for N tokens, X.X s" from a message's stats (what it has of them)."""
     stats = stats if isinstance(stats, dict) else {}
     n, s = stats.get("thinking_tokens"), stats.get("thinking_s")
     words = []
@@ -53,8 +53,10 @@ def thinking_html(key: str, reasoning: str, header: str, *, expanded: bool, live
         head = f'<span style="color:{MUTED}"><i>{html.escape(header)}</i></span>'
     else:
         arrow = "▾" if expanded else "▸"
-        head = (f'<a href="think:{html.escape(key)}" style="color:{MUTED}; text-decoration:none">'
-                f"{arrow} {html.escape(header)}</a>")  # fmt: skip
+        head = (
+            f'<a href="think:{html.escape(key)}" style="color:{MUTED}; text-decoration:none">'
+            f"{arrow} {html.escape(header)}</a>"
+        )
     out = f'<p style="margin:2px 0 4px 0">{head}</p>'
     if (expanded or live) and reasoning.strip():
         out += (
@@ -85,8 +87,9 @@ def call_card(name: str, arguments: str) -> str:
     )
 
 
-def assistant_html(msg: dict, key: str, codes: list[str], *, expanded: bool = False,
-                   live_header: str | None = None) -> str:  # fmt: skip
+def assistant_html(
+    msg: dict, key: str, codes: list[str], *, expanded: bool = False, live_header: str | None = None
+) -> str:
     """An assistant message. ``live_header``: the reply is still thinking (say this)."""
     content = msg.get("content", "")
     reasoning = msg.get("reasoning")

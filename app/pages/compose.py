@@ -134,7 +134,9 @@ class ComposePage(QWidget):
     def refresh(self) -> None:
         lib = self.ctx.library
         entries = lib.entries()
-        self.target.fill([(e.name, str(e.path(lib.root))) for e in entries if e.kind == EntryKind.MODEL and e.mtp == MtpStatus.NONE])
+        self.target.fill(
+            [(e.name, str(e.path(lib.root))) for e in entries if e.kind == EntryKind.MODEL and e.mtp == MtpStatus.NONE]
+        )
         self.head.fill([(e.name, str(e.path(lib.root))) for e in entries if e.kind == EntryKind.HEAD])
 
     def showEvent(self, event) -> None:
@@ -183,8 +185,10 @@ class ComposePage(QWidget):
             return None
         lib = self.ctx.library
         target, head = (Path(p) for p in self._checked)
-        self.task = Task(lambda report, cancel: compose_into_library(lib, target, head, progress=report, cancel=cancel),
-                         name="compose")  # fmt: skip
+        self.task = Task(
+            lambda report, cancel: compose_into_library(lib, target, head, progress=report, cancel=cancel),
+            name="compose",
+        )
         self.task.progress.connect(lambda f: self.bar.setValue(int(f * 1000)))
         self.task.succeeded.connect(self._done)
         self.task.failed.connect(self._failed)
@@ -208,7 +212,8 @@ class ComposePage(QWidget):
         self.result = entry
         v = res.validation
         lines = [
-            f"<b style='color:#1f8a5b'>Composed {entry.name}</b>: {res.block_count} blocks, {res.nextn_layers} NextN layer(s), "
+            f"<b style='color:#1f8a5b'>Composed {entry.name}</b>: {res.block_count} blocks, {res.nextn_layers} "
+            f"NextN layer(s), "
             f"{res.tensors_added} tensors added, {len(res.outputs)} file(s). It is in the library.",
             f"Validation: {'passed' if v.valid else 'FAILED'} ({len(v.errors)} errors, {len(v.warnings)} warnings)",
         ]
@@ -219,7 +224,9 @@ class ComposePage(QWidget):
             self.ctx.messages.status(f"Composed {entry.name}")
 
     def _failed(self, error) -> None:
-        self.report.setHtml(f"<b style='color:#b3261e'>Compose failed</b><br>{user_text(error)}<br>Nothing was written.")
+        self.report.setHtml(
+            f"<b style='color:#b3261e'>Compose failed</b><br>{user_text(error)}<br>Nothing was written."
+        )
         if self.ctx.messages is not None:
             self.ctx.messages.error("Compose failed", error)
 
@@ -232,4 +239,3 @@ class ComposePage(QWidget):
         if self.result is not None:
             self.models.load(self.result.path(self.ctx.library.root), source="integrated")
         self.load_btn.setEnabled(False)
-

@@ -77,7 +77,16 @@ class DownloadRow(QWidget):
         head = f"{req.repo}:{req.head.name}" if req.head else None
 
         def work(report, cancel):
-            return pull(cfg, lib, req.repo, file=req.group.name, revision=req.revision, head=head, progress=report, cancel=cancel)
+            return pull(
+                cfg,
+                lib,
+                req.repo,
+                file=req.group.name,
+                revision=req.revision,
+                head=head,
+                progress=report,
+                cancel=cancel,
+            )
 
         self.task = Task(work, name="pull")
         self.task.progress.connect(self._on_progress)

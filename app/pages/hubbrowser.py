@@ -13,7 +13,16 @@ Signals:
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.context import AppContext
 from app.pages.downloads import PullRequest, hub_config
@@ -47,7 +56,9 @@ class HubBrowser(QWidget):
         row.addWidget(self.query, 1)
         row.addWidget(self.search_btn)
         hl.addLayout(row)
-        self.hint = QLabel("Search to list repositories; pick one to see its GGUF files, then a file to read its header.")
+        self.hint = QLabel(
+            "Search to list repositories; pick one to see its GGUF files, then a file to read its header."
+        )
         self.hint.setObjectName("Hint")
         hl.addWidget(self.hint)
         lists = QHBoxLayout()
@@ -141,7 +152,9 @@ class HubBrowser(QWidget):
                 tags.append(f"{len(g.files)} shards")
             if not g.complete:
                 tags.append(f"INCOMPLETE: {len(g.files)} of {g.expected_shards}")
-            text = f"{g.quant or '?':<8} {human_size(g.size):>10}  {g.name}" + (f"  [{', '.join(tags)}]" if tags else "")
+            text = f"{g.quant or '?':<8} {human_size(g.size):>10}  {g.name}" + (
+                f"  [{', '.join(tags)}]" if tags else ""
+            )
             item = QListWidgetItem(text)
             item.setData(Qt.ItemDataRole.UserRole, g.name)
             item.setData(Qt.ItemDataRole.UserRole + 1, text)
@@ -159,8 +172,14 @@ class HubBrowser(QWidget):
 
     def file_item(self, name: str) -> QListWidgetItem | None:
         """The files list's item of the group ``name`` (None: not listed)."""
-        return next((self.files.item(i) for i in range(self.files.count())
-                     if self.files.item(i).data(Qt.ItemDataRole.UserRole) == name), None)  # fmt: skip
+        return next(
+            (
+                self.files.item(i)
+                for i in range(self.files.count())
+                if self.files.item(i).data(Qt.ItemDataRole.UserRole) == name
+            ),
+            None,
+        )
 
     def _current_group(self) -> FileGroup | None:
         item = self.files.currentItem()
@@ -183,9 +202,13 @@ class HubBrowser(QWidget):
         task.start()
 
     def _show_header(self, h: dict) -> None:
-        mtp = {"none": "no MTP layers", "integrated": "integrated MTP (NextN) layers", "head-only": "an MTP head",
-               "assistant": "an MTP drafter (assistant) for another model",
-               "trunk-only": "a trunk whose MTP head ships apart"}[h["mtp"]]  # fmt: skip
+        mtp = {
+            "none": "no MTP layers",
+            "integrated": "integrated MTP (NextN) layers",
+            "head-only": "an MTP head",
+            "assistant": "an MTP drafter (assistant) for another model",
+            "trunk-only": "a trunk whose MTP head ships apart",
+        }[h["mtp"]]
         self.file_info.setText(f"{h['architecture']}, context {h['context_length']}, {h['block_count']} blocks, {mtp}")
 
     # --------------------------------------------------------------- download

@@ -84,7 +84,7 @@ class LiveReply:
         return r is not None and bool(r.reasoning) and not r.content and not r.calls
 
     def header(self, now: float | None = None) -> str | None:
-        """"Thinking… N tokens, X tok/s" while it thinks; None once it does not."""
+        """ "Thinking… N tokens, X tok/s" while it thinks; None once it does not."""
         if not self.thinking:
             return None
         now = time.monotonic() if now is None else now

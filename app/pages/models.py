@@ -154,7 +154,9 @@ class ModelsPage(QWidget):
             self.recommended.cancel()
         elif self.isVisible() and not self.recommended.started:  # the last model was deleted
             self.recommended.start()
-        self.total.setText(f"{len(entries)} model(s), {human_size(sum(e.size for e in entries))} in {self.ctx.library.root}")
+        self.total.setText(
+            f"{len(entries)} model(s), {human_size(sum(e.size for e in entries))} in {self.ctx.library.root}"
+        )
         self._update_buttons()
 
     def selected(self):
@@ -171,14 +173,24 @@ class ModelsPage(QWidget):
             self.details.setHtml("")
             return
         s = e.summary
-        rows = [("Answers", _answers(e.path(self.ctx.library.root))), ("Loaded", "yes" if self.loaded_name(e) else None),
-                ("Architecture", s.get("architecture")), ("Quantization", s.get("quantization") or s.get("main_quant_type")),
-                ("Parameters", f"{(s.get('parameters') or 0) / 1e6:.1f} M"), ("Context", s.get("context_length")),
-                ("Blocks", s.get("block_count")), ("NextN layers", s.get("nextn_layers")), ("MTP", e.mtp),
-                ("Files", "<br>".join(e.files)), ("Source", e.provenance.get("repo") or e.provenance.get("path")),
-                ("Revision", (e.provenance.get("revision") or "")[:12])]  # fmt: skip
+        rows = [
+            ("Answers", _answers(e.path(self.ctx.library.root))),
+            ("Loaded", "yes" if self.loaded_name(e) else None),
+            ("Architecture", s.get("architecture")),
+            ("Quantization", s.get("quantization") or s.get("main_quant_type")),
+            ("Parameters", f"{(s.get('parameters') or 0) / 1e6:.1f} M"),
+            ("Context", s.get("context_length")),
+            ("Blocks", s.get("block_count")),
+            ("NextN layers", s.get("nextn_layers")),
+            ("MTP", e.mtp),
+            ("Files", "<br>".join(e.files)),
+            ("Source", e.provenance.get("repo") or e.provenance.get("path")),
+            ("Revision", (e.provenance.get("revision") or "")[:12]),
+        ]
         self.details.setHtml(
-            f"<b>{e.name}</b><table>" + "".join(f"<tr><td><i>{k}</i>&nbsp;</td><td>{v}</td></tr>" for k, v in rows if v) + "</table>"
+            f"<b>{e.name}</b><table>"
+            + "".join(f"<tr><td><i>{k}</i>&nbsp;</td><td>{v}</td></tr>" for k, v in rows if v)
+            + "</table>"
         )
 
     def _update_buttons(self) -> None:
@@ -211,11 +223,14 @@ class ModelsPage(QWidget):
 
     def import_file(self, path: Path) -> Task:
         lib = self.ctx.library
+
         def work(report, cancel):
             return lib.import_file(path, progress=lambda done, total: report((done, total)), cancel=cancel)
 
         task = Task(work, name="import")
-        task.succeeded.connect(lambda e: (self.refresh(), self.ctx.messages and self.ctx.messages.status(f"Imported {e.name}")))
+        task.succeeded.connect(
+            lambda e: (self.refresh(), self.ctx.messages and self.ctx.messages.status(f"Imported {e.name}"))
+        )
         task.failed.connect(lambda err: self.ctx.messages and self.ctx.messages.error("Import failed", err))
         self._track(task)
         return task.start()
@@ -225,7 +240,9 @@ class ModelsPage(QWidget):
         if e is None:
             return
         if confirm:
-            answer = QMessageBox.question(self, "Delete model", f"Delete {e.name} ({human_size(e.size)}) from the library?")
+            answer = QMessageBox.question(
+                self, "Delete model", f"Delete {e.name} ({human_size(e.size)}) from the library?"
+            )
             if answer != QMessageBox.StandardButton.Yes:
                 return
         self.ctx.library.delete(e.id)

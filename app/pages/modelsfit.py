@@ -44,7 +44,9 @@ def badge_text(fit: Fit | None) -> str:
 def machine_line(devices: list[DeviceFree]) -> str:
     """What the fit was judged against: "22.6 GB free host memory, CUDA0: 7.8 GB free"."""
     host, gpus = devices[0], devices[1:]
-    return ", ".join([f"{human_size(host.free)} free host memory"] + [f"{d.name}: {human_size(d.free)} free" for d in gpus])
+    return ", ".join(
+        [f"{human_size(host.free)} free host memory"] + [f"{d.name}: {human_size(d.free)} free" for d in gpus]
+    )
 
 
 class FitBadges(QObject):
@@ -115,7 +117,7 @@ def show_badge(item: QListWidgetItem, outcome: object) -> None:
 
 
 class RecommendedBox(QWidget):
-    """"Recommended for this machine": the curated MTP repos' best quantization that fits
+    """ "Recommended for this machine": the curated MTP repos' best quantization that fits
     (engine.runtime.load.recommend), checked in a cancellable background task. Shown
     while the library is empty. GUI thread.
 
@@ -185,8 +187,15 @@ class RecommendedBox(QWidget):
 
         def work(report, cancel):
             devices = machine_devices()
-            recs = recommend(cfg, devices, n_ctx=n_ctx, repos=repos, depth=depth, cancel=cancel,
-                             report=lambda repo, outcome: report((repo, outcome)))  # fmt: skip
+            recs = recommend(
+                cfg,
+                devices,
+                n_ctx=n_ctx,
+                repos=repos,
+                depth=depth,
+                cancel=cancel,
+                report=lambda repo, outcome: report((repo, outcome)),
+            )
             return devices, recs
 
         self.list.clear()
@@ -211,8 +220,9 @@ class RecommendedBox(QWidget):
         c["done"].append(item[0])
         if isinstance(item[1], BaseException):
             c["errors"].append(item[1])
-        self.status.setText(f"reading the headers of {len(c['repos'])} repositories ({len(c['done'])} done); "
-                            "nothing is downloaded…")  # fmt: skip
+        self.status.setText(
+            f"reading the headers of {len(c['repos'])} repositories ({len(c['done'])} done); nothing is downloaded…"
+        )
 
     def _on_failed(self, error: BaseException) -> None:
         self.status.setText(f"Recommendations failed: {user_text(error)}")
@@ -237,8 +247,10 @@ class RecommendedBox(QWidget):
         on = machine_line(devices)
         checked = n_repos - len(errors)
         if not checked:  # nothing was read: no verdict on what fits
-            self.status.setText(f"Could not check the {n_repos} recommended models: {user_text(errors[0]).rstrip('.')}. "
-                                "Check the connection to Hugging Face and press Check again.")  # fmt: skip
+            self.status.setText(
+                f"Could not check the {n_repos} recommended models: {user_text(errors[0]).rstrip('.')}. "
+                "Check the connection to Hugging Face and press Check again."
+            )
             return
         text = f"{len(recs)} of {n_repos} fit at context {n_ctx} with MTP ({on}); pick one to see its files."
         if not recs:

@@ -97,8 +97,10 @@ class PerformancePage(QWidget):
         self.bench_bar = QProgressBar()
         self.bench_bar.setVisible(False)
         bl.addWidget(self.bench_bar)
-        self.bench_result = QLabel("Runs plain greedy against depths 1, 2, 3 and auto on the loaded model, "
-                                   "interleaved, and checks every output is identical.")  # fmt: skip
+        self.bench_result = QLabel(
+            "Runs plain greedy against depths 1, 2, 3 and auto on the loaded model, "
+            "interleaved, and checks every output is identical."
+        )
         self.bench_result.setObjectName("Hint")
         self.bench_result.setWordWrap(True)
         bl.addWidget(self.bench_result, 1)
@@ -207,8 +209,13 @@ class PerformancePage(QWidget):
         # endpoint's other models go on meanwhile
         current = self.models.current if self.models is not None else None
         model = current["name"] if current else next(iter(self.ctx.bridge.engine.models()), None)
-        fn = bench_job(parse_depths("0,1,2,3,auto"), list(DEFAULT_PROMPTS), self.bench_tokens.value(), self.bench_runs.value(),
-                       model=model)  # fmt: skip
+        fn = bench_job(
+            parse_depths("0,1,2,3,auto"),
+            list(DEFAULT_PROMPTS),
+            self.bench_tokens.value(),
+            self.bench_runs.value(),
+            model=model,
+        )
         job = self.bench_job = self.ctx.bridge.run(J.Call(fn, "bench", model=model))
         job.progress.connect(self._on_progress)
         job.failed.connect(self._on_failed)
@@ -238,13 +245,17 @@ class PerformancePage(QWidget):
             return
         body = result.to_json()
         rows = [
-            f"{a['depth']:>5}: {a['tokens_per_second_median']:7.1f} tok/s  {a['speedup']:.2f}x  acceptance {a['acceptance']:.2f}"
-            + ("" if a["identical"] else "  OUTPUT DIFFERS")
+            f"{a['depth']:>5}: {a['tokens_per_second_median']:7.1f} tok/s  {a['speedup']:.2f}x  acceptance "
+            f"{a['acceptance']:.2f}" + ("" if a["identical"] else "  OUTPUT DIFFERS")
             for a in body["arms"]
         ]
-        verdict = "identical outputs in every arm" if body["identical"] else (
-            "outputs differ at near-ties: llama.cpp's kernels are not batch-invariant in this configuration "
-            "(Backend page: exact arithmetic)"
+        verdict = (
+            "identical outputs in every arm"
+            if body["identical"]
+            else (
+                "outputs differ at near-ties: llama.cpp's kernels are not batch-invariant in this configuration "
+                "(Backend page: exact arithmetic)"
+            )
         )
         auto = next((a for a in body["arms"] if a["depth"] == "auto" and a["depth_choices"]), None)
         if auto is not None:

@@ -72,7 +72,9 @@ class RpcPanel(QGroupBox):
         self.endpoints.setPlaceholderText("host:port of each machine running `mtp-studio rpc serve`, comma-separated")
         self.split = QLineEdit(r.tensor_split)
         self.split.setPlaceholderText("split: by memory")
-        self.split.setToolTip("Layer shares, one per device: the remote ones in list order, then this machine (e.g. 3,1,1)")
+        self.split.setToolTip(
+            "Layer shares, one per device: the remote ones in list order, then this machine (e.g. 3,1,1)"
+        )
         self.split.setMaximumWidth(190)
         self.check_btn = QPushButton("Check")
         self.apply_btn = QPushButton("Use and reload")
@@ -152,8 +154,11 @@ class RpcPanel(QGroupBox):
         self.serve_btn.setText("Stop sharing" if running else "Start sharing")
         if running:
             ep = self.server.endpoint
-            how = f"other machines use --rpc <this machine's address>:{ep.port}" if self.network.isChecked() else (
-                f"this machine only: --rpc {ep}")  # fmt: skip
+            how = (
+                f"other machines use --rpc <this machine's address>:{ep.port}"
+                if self.network.isChecked()
+                else (f"this machine only: --rpc {ep}")
+            )
             text = f"<b>Sharing</b> at {ep} (process {self.server.pid}); {how}."
             if self.server.options.warning:
                 text += f"<br><span style='color:#b3261e'>{html.escape(self.server.options.warning)}</span>"
@@ -162,8 +167,10 @@ class RpcPanel(QGroupBox):
         else:
             text = "Not sharing."
             if self.network.isChecked():
-                text += (" <span style='color:#b3261e'>With 'Accept other machines', anyone who can reach the port can "
-                         "use this machine: llama.cpp's RPC protocol has no authentication.</span>")  # fmt: skip
+                text += (
+                    " <span style='color:#b3261e'>With 'Accept other machines', anyone who can reach the port can "
+                    "use this machine: llama.cpp's RPC protocol has no authentication.</span>"
+                )
         self.serve_status.setText(text)
 
     # ---------------------------------------------------------------- using
@@ -191,8 +198,9 @@ class RpcPanel(QGroupBox):
             self._show_devices({"devices": [], "placement": current["placement"]})
             return None
         model = self.models.path if self.models is not None else None
-        task = self.check_task = Task(lambda report, cancel: survey_in_child(eps, model, list(split) if split else None),
-                                      name="rpc-check")  # fmt: skip
+        task = self.check_task = Task(
+            lambda report, cancel: survey_in_child(eps, model, list(split) if split else None), name="rpc-check"
+        )
         task.succeeded.connect(self._show_devices)
         task.failed.connect(lambda e: self.devices.setText(f"<span style='color:#b3261e'>{html.escape(str(e))}</span>"))
         self.devices.setText("Connecting…")
@@ -204,8 +212,10 @@ class RpcPanel(QGroupBox):
         for d in rows:
             where = d["endpoint"] or "this machine"
             layers = f", {d['layers']} layers" if "layers" in d else ""
-            parts.append(f"<b>{html.escape(d['name'])}</b> ({html.escape(where)}): "
-                         f"{d['memory_free'] / 2**30:.1f} of {d['memory_total'] / 2**30:.1f} GiB free{layers}")  # fmt: skip
+            parts.append(
+                f"<b>{html.escape(d['name'])}</b> ({html.escape(where)}): "
+                f"{d['memory_free'] / 2**30:.1f} of {d['memory_total'] / 2**30:.1f} GiB free{layers}"
+            )
         tail = " — MTP head and output stay on this machine" if "placement" in out else ""
         self.devices.setText("; ".join(parts) + tail)
 

@@ -35,9 +35,11 @@ def cache_text(info: dict) -> str:
         return "off: every prompt that leaves the loaded conversation is decoded from its start"
     mib = info["bytes"] / 2**20
     budget = info["budget_bytes"] / 2**20
-    return (f"{info['entries']} snapshots, {mib:.1f} of {budget:.0f} MB, {info['evicted']} evicted\n"
-            f"{info['hits']} hits, {info['live']} resumed live, {info['misses']} misses  ·  "
-            f"{info['restored_tokens']} tokens restored")  # fmt: skip
+    return (
+        f"{info['entries']} snapshots, {mib:.1f} of {budget:.0f} MB, {info['evicted']} evicted\n"
+        f"{info['hits']} hits, {info['live']} resumed live, {info['misses']} misses  ·  "
+        f"{info['restored_tokens']} tokens restored"
+    )
 
 
 #: what each API answers on, for the page (engine.server.routes)
@@ -127,13 +129,17 @@ class ServerPage(QWidget):
         self.table.setHorizontalHeaderLabels(["Time", "Method", "Path", "Status", "ms"])
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().setVisible(False)
-        hint = QLabel("Every request is listed here while the server runs: method, path, status and time; "
-                      "never headers, bodies or keys.")  # fmt: skip
+        hint = QLabel(
+            "Every request is listed here while the server runs: method, path, status and time; "
+            "never headers, bodies or keys."
+        )
         hint.setObjectName("Hint")
         lay.addWidget(hint)
         lay.addWidget(self.table, 1)
         self.toggle.clicked.connect(self.toggle_server)
-        self.gen_key.clicked.connect(lambda: (self.key.setText(secrets.token_urlsafe(24)), self.key.setEchoMode(QLineEdit.EchoMode.Normal)))
+        self.gen_key.clicked.connect(
+            lambda: (self.key.setText(secrets.token_urlsafe(24)), self.key.setEchoMode(QLineEdit.EchoMode.Normal))
+        )
         if s.autostart:
             self.start()
 
@@ -151,13 +157,17 @@ class ServerPage(QWidget):
         self.idle_ttl.setSuffix(" min")
         self.idle_ttl.setSpecialValueText("never")
         self.idle_ttl.setValue(s.idle_ttl_min)
-        self.idle_ttl.setToolTip("A model loaded on demand is unloaded after this long without requests "
-                                 "(requests may ask for their own: Ollama's keep_alive, LM Studio's ttl).")  # fmt: skip
+        self.idle_ttl.setToolTip(
+            "A model loaded on demand is unloaded after this long without requests "
+            "(requests may ask for their own: Ollama's keep_alive, LM Studio's ttl)."
+        )
         self.max_models = QSpinBox()
         self.max_models.setRange(1, 16)
         self.max_models.setValue(s.max_models)
-        self.max_models.setToolTip("Models loaded at once; the least recently used idle one is unloaded to make room, "
-                                   "as is any that would not fit the memory beside the others.")  # fmt: skip
+        self.max_models.setToolTip(
+            "Models loaded at once; the least recently used idle one is unloaded to make room, "
+            "as is any that would not fit the memory beside the others."
+        )
         self.loaded_table = QTableWidget(0, 6)
         self.loaded_table.setHorizontalHeaderLabels(["Model", "Memory", "Requests", "Idle", "Unloads", ""])
         self.loaded_table.verticalHeader().setVisible(False)
@@ -181,8 +191,10 @@ class ServerPage(QWidget):
 
         if self.server is not None and self.server.residency is not None:
             return self.server.residency.loaded()
-        return [ResidentInfo(n, "loaded", (i.get("memory") or {}).get("total_bytes", 0), -1, 0, -1.0, None, True, False)
-                for n, i in self.ctx.bridge.engine.models().items()]  # fmt: skip
+        return [
+            ResidentInfo(n, "loaded", (i.get("memory") or {}).get("total_bytes", 0), -1, 0, -1.0, None, True, False)
+            for n, i in self.ctx.bridge.engine.models().items()
+        ]
 
     def refresh_loaded(self) -> None:
         rows = self.loaded_rows()
@@ -190,9 +202,16 @@ class ServerPage(QWidget):
         for r, m in enumerate(rows):
             state = m.state if m.state != "loaded" else ("in use" if m.users else None)
             idle = "–" if m.idle_s < 0 else state or _duration(m.idle_s)
-            unloads = ("by hand" if m.pinned else "kept") if m.expires_in_s is None else f"in {_duration(m.expires_in_s)}"
-            cells = [m.name, f"{m.memory_bytes / 2**20:.0f} MB" if m.memory_bytes else "–",
-                     "–" if m.requests < 0 else str(m.requests), idle, unloads]  # fmt: skip
+            unloads = (
+                ("by hand" if m.pinned else "kept") if m.expires_in_s is None else f"in {_duration(m.expires_in_s)}"
+            )
+            cells = [
+                m.name,
+                f"{m.memory_bytes / 2**20:.0f} MB" if m.memory_bytes else "–",
+                "–" if m.requests < 0 else str(m.requests),
+                idle,
+                unloads,
+            ]
             for c, text in enumerate(cells):
                 self.loaded_table.setItem(r, c, QTableWidgetItem(text))
             button = QPushButton("Unload")
@@ -230,18 +249,35 @@ class ServerPage(QWidget):
 
         st = self.ctx.settings
         s = st.server
-        s.serve_library, s.idle_ttl_min, s.max_models = self.serve_library.isChecked(), self.idle_ttl.value(), self.max_models.value()
+        s.serve_library, s.idle_ttl_min, s.max_models = (
+            self.serve_library.isChecked(),
+            self.idle_ttl.value(),
+            self.max_models.value(),
+        )
         if not s.serve_library:
             return None
 
         def spec_for(m) -> LoadSpec:
             source = st.mtp.source if (m.head is not None or st.mtp.source != "external") else "auto"
-            spec = LoadSpec(m.path, head=m.head, mtp=MtpSource(source), n_ctx=st.n_ctx, max_draft_depth=load_depth(st),
-                            fit="shrink", parallel=max(1, min(st.parallel, 16)), name=m.name)  # fmt: skip
+            spec = LoadSpec(
+                m.path,
+                head=m.head,
+                mtp=MtpSource(source),
+                n_ctx=st.n_ctx,
+                max_draft_depth=load_depth(st),
+                fit="shrink",
+                parallel=max(1, min(st.parallel, 16)),
+                name=m.name,
+            )
             return replace(spec, mtp=MtpSource.OFF, head=None, parallel=1) if m.kind != "chat" else spec
 
-        return Residency(self.ctx.bridge.engine, Catalog(self.ctx.library), spec_for, max_loaded=s.max_models,
-                         idle_ttl=s.idle_ttl_min * 60 if s.idle_ttl_min else None)  # fmt: skip
+        return Residency(
+            self.ctx.bridge.engine,
+            Catalog(self.ctx.library),
+            spec_for,
+            max_loaded=s.max_models,
+            idle_ttl=s.idle_ttl_min * 60 if s.idle_ttl_min else None,
+        )
 
     def _cache_box(self) -> QGroupBox:
         """The prompt cache both the chats and the endpoint use: its budget, and what it holds."""
@@ -282,7 +318,8 @@ class ServerPage(QWidget):
         self.parallel.setValue(self.ctx.settings.parallel)
         self.parallel.setToolTip(
             "Requests one model decodes together, each with MTP (the window's chat and every client of the endpoint). "
-            "Each has a KV cache of the context length; fewer are used when they do not fit. Applies from the next load."
+            "Each has a KV cache of the context length; fewer are used when they do not fit. Applies from the "
+            "next load."
         )
         self.parallel.valueChanged.connect(lambda n: setattr(self.ctx.settings, "parallel", int(n)))
         self.slot_table = QTableWidget(0, 6)
@@ -306,14 +343,23 @@ class ServerPage(QWidget):
         self.slot_table.setRowCount(len(slots))
         for r, s in enumerate(slots):
             acc = s["acceptance"]
-            cells = [str(s["slot"]), s["state"], str(s["tokens"]), f"{s['tokens_per_second']:.1f}",
-                     str(s["depth"]) if s["state"] == "busy" else "–", "–" if acc is None else f"{acc:.0%}"]  # fmt: skip
+            cells = [
+                str(s["slot"]),
+                s["state"],
+                str(s["tokens"]),
+                f"{s['tokens_per_second']:.1f}",
+                str(s["depth"]) if s["state"] == "busy" else "–",
+                "–" if acc is None else f"{acc:.0%}",
+            ]
             for c, text in enumerate(cells):
                 self.slot_table.setItem(r, c, QTableWidgetItem(text))
         busy = [s for s in slots if s["state"] == "busy"]
         if not slots:
-            self.slot_figures.setText("one request at a time (the loaded model has no slots)" if
-                                      self.ctx.bridge.engine.models() else "no model loaded")  # fmt: skip
+            self.slot_figures.setText(
+                "one request at a time (the loaded model has no slots)"
+                if self.ctx.bridge.engine.models()
+                else "no model loaded"
+            )
         else:
             total = sum(s["tokens_per_second"] for s in busy)
             text = f"{len(busy)} of {len(slots)} busy · {total:.1f} tok/s together"
@@ -339,8 +385,13 @@ class ServerPage(QWidget):
         s.host, s.port, s.api_key = self.host.text().strip() or "127.0.0.1", self.port.value(), self.key.text().strip()
         s.cors_origins = [o.strip() for o in self.cors.text().split(",") if o.strip()]
         s.autostart = self.autostart.isChecked()
-        return ServerSettings(host=s.host, port=s.port, api_key=s.api_key or None, cors_origins=tuple(s.cors_origins),
-                              thinking_budget=s.thinking_budget or None)  # fmt: skip
+        return ServerSettings(
+            host=s.host,
+            port=s.port,
+            api_key=s.api_key or None,
+            cors_origins=tuple(s.cors_origins),
+            thinking_budget=s.thinking_budget or None,
+        )
 
     def toggle_server(self) -> None:
         self.stop() if self.server is not None else self.start()
@@ -351,8 +402,9 @@ class ServerPage(QWidget):
         try:
             settings = self._settings()
             settings.check()
-            self.server = ServerThread(self.ctx.bridge.engine, settings, on_request=self.relay.entry.emit,
-                                       residency=self._residency()).start()  # fmt: skip
+            self.server = ServerThread(
+                self.ctx.bridge.engine, settings, on_request=self.relay.entry.emit, residency=self._residency()
+            ).start()
             self.server.wait_ready()
         except (ValueError, OSError, TimeoutError) as e:
             self.server = None
@@ -382,7 +434,16 @@ class ServerPage(QWidget):
 
     def _editable(self, on: bool) -> None:
         """The settings a running endpoint was started with are read-only until it stops."""
-        for w in (self.host, self.port, self.key, self.cors, self.gen_key, self.serve_library, self.idle_ttl, self.max_models):
+        for w in (
+            self.host,
+            self.port,
+            self.key,
+            self.cors,
+            self.gen_key,
+            self.serve_library,
+            self.idle_ttl,
+            self.max_models,
+        ):
             w.setEnabled(on)
         self.refresh_loaded()
 
@@ -390,7 +451,13 @@ class ServerPage(QWidget):
         self.per_api[e.get("api", "openai")] += 1
         self.api_counts.setText(api_counts_text(self.per_api))
         self.table.insertRow(0)
-        values = [time.strftime("%H:%M:%S", time.localtime(e["time"])), e["method"], e["path"], str(e["status"]), f"{e['ms']:.0f}"]
+        values = [
+            time.strftime("%H:%M:%S", time.localtime(e["time"])),
+            e["method"],
+            e["path"],
+            str(e["status"]),
+            f"{e['ms']:.0f}",
+        ]
         for c, v in enumerate(values):
             self.table.setItem(0, c, QTableWidgetItem(v))
         if self.table.rowCount() > self.MAX_ROWS:

@@ -109,8 +109,15 @@ class Transcript(QTextBrowser):
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.removeSelectedText()
         del self._codes[self._hist_codes :]
-        cursor.insertHtml(chatview.assistant_html(self._live.message(), "live", self._codes, expanded="live" in self._open,
-                                                  live_header=self._live.header()))  # fmt: skip
+        cursor.insertHtml(
+            chatview.assistant_html(
+                self._live.message(),
+                "live",
+                self._codes,
+                expanded="live" in self._open,
+                live_header=self._live.header(),
+            )
+        )
         if at_end:
             bar.setValue(bar.maximum())
         self._live_ms = (time.perf_counter() - t0) * 1000

@@ -90,8 +90,11 @@ def load_manifest() -> Manifest:
 
 
 def save_manifest(m: Manifest) -> None:
-    write_json_atomic(_manifest_path(), {"version": m.version, "selected": m.selected, "builds": [asdict(b) for b in m.builds]},
-                      indent=2)  # fmt: skip
+    write_json_atomic(
+        _manifest_path(),
+        {"version": m.version, "selected": m.selected, "builds": [asdict(b) for b in m.builds]},
+        indent=2,
+    )
 
 
 def selected_lib_dir() -> str | None:
@@ -136,7 +139,9 @@ def build(
 ) -> Build:
     """Compile llama-cpp-python with ``plan.cmake_args`` into a new build folder."""
     if getattr(sys, "frozen", False) and python is None:
-        raise BuildError("Building a backend needs Python with pip; run `mtp-studio backend build` from a source install.")
+        raise BuildError(
+            "Building a backend needs Python with pip; run `mtp-studio backend build` from a source install."
+        )
     name = name or build_name(plan)
     root = backends_root()
     root.mkdir(parents=True, exist_ok=True)
@@ -145,9 +150,18 @@ def build(
     shutil.rmtree(work, ignore_errors=True)
     (work / "wheel").mkdir(parents=True)
     cmd = [
-        python or sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-binary", "llama-cpp-python",
-        f"llama-cpp-python=={LLAMA_CPP_VERSION}", "-w", str(work / "wheel"), "-v",
-    ]  # fmt: skip
+        python or sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-binary",
+        "llama-cpp-python",
+        f"llama-cpp-python=={LLAMA_CPP_VERSION}",
+        "-w",
+        str(work / "wheel"),
+        "-v",
+    ]
     if plan.cmake_args:
         cmd.append("--no-cache-dir")  # pip's wheel cache ignores CMAKE_ARGS: never reuse a CPU wheel for a GPU build
     env = dict(os.environ, CMAKE_ARGS=plan.cmake_args, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))

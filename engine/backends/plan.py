@@ -150,7 +150,8 @@ def _cuda(d: Detection, gpus: list[dict], toolkit: dict, portable: bool, forced:
             else:
                 need = "a toolkit that supports it"
             problems.append(
-                f"CUDA {tk.version} cannot build for {g.name} (compute capability {g.compute_capability}, sm_{g.arch}); "
+                f"CUDA {tk.version} cannot build for {g.name} (compute capability {g.compute_capability}, "
+                f"sm_{g.arch}); "
                 f"it needs {need}. A build from this toolkit would not run on that GPU."
             )
     if not d.gpus and forced:

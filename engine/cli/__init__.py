@@ -34,7 +34,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mtp-studio", description="Run local LLMs fast with native MTP speculative decoding.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output (including llama.cpp's) to stderr")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log debug output (including llama.cpp's) to stderr"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

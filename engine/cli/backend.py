@@ -19,7 +19,9 @@ def register(sub) -> None:
     pl = bsub.add_parser("plan", help="which build to use, why, and its CMAKE_ARGS")
     pl.add_argument("--backend", choices=["metal", "cuda", "cpu"])
     pl.add_argument("--portable", action="store_true", help="CUDA: also the toolkit's default architectures")
-    pl.add_argument("--exact", action="store_true", help="the batch-invariant CPU build (exact mode for F16/F32 models)")
+    pl.add_argument(
+        "--exact", action="store_true", help="the batch-invariant CPU build (exact mode for F16/F32 models)"
+    )
     pl.add_argument("--rpc", action="store_true", help="with llama.cpp's RPC backend: lend this machine, use others")
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(func=run_plan)
@@ -99,8 +101,10 @@ def run_detect(args) -> int:
     devices = ", ".join(f"{x['name']} ({x['type']})" for x in use.get("devices", [])) or use.get("error", "?")
     print(f"in use        build {use['build']}: {devices}; RPC {'built in' if use.get('rpc') else 'not built in'}")
     if (rp := use.get("repack")) is not None:
-        print(f"repacking     {'on' if rp['allowed'] else 'off'}" + (f": {rp['reason']}" if rp["reason"] else
-                                                                   ": llama.cpp's repacked CPU kernels ran on this CPU"))
+        print(
+            f"repacking     {'on' if rp['allowed'] else 'off'}"
+            + (f": {rp['reason']}" if rp["reason"] else ": llama.cpp's repacked CPU kernels ran on this CPU")
+        )
     for e in d["errors"]:
         print(f"note          {e}")
     return EXIT_OK

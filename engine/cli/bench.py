@@ -85,8 +85,16 @@ def _identity(args) -> int:
 
     try:
         depths = [int(x) for x in args.depths.split(",") if x.strip()]
-        lm = load(LoadSpec(args.model, head=args.head, mtp=MtpSource.AUTO, n_ctx=args.ctx,
-                           max_draft_depth=max(depths + [1]), exact=args.exact))  # fmt: skip
+        lm = load(
+            LoadSpec(
+                args.model,
+                head=args.head,
+                mtp=MtpSource.AUTO,
+                n_ctx=args.ctx,
+                max_draft_depth=max(depths + [1]),
+                exact=args.exact,
+            )
+        )
     except (MtpStudioError, ValueError) as e:
         return die(str(e), EXIT_INVALID)
     try:
@@ -98,18 +106,26 @@ def _identity(args) -> int:
     if args.json:
         print(json.dumps(body))
         return 0
-    print(f"{body['model']}: {args.tokens} greedy tokens after a {len(prompt)}-token prompt, exact mode {'on' if args.exact else 'off'}")
+    print(
+        f"{body['model']}: {args.tokens} greedy tokens after a {len(prompt)}-token prompt, exact mode "
+        f"{'on' if args.exact else 'off'}"
+    )
     print(f"{'width':>6} {'max |dlogit|':>13} {'flips':>6} {'per 1000':>9}  margins at flips")
     for w in body["widths"]:
         margins = ", ".join(f"{m:.3f}" for m in w["flip_margins"]) or "-"
         print(f"{w['width']:>6} {w['max_abs_diff']:13.4f} {w['flips']:>6} {w['flips_per_1000']:9.1f}  {margins}")
     for m in body["mtp"]:
-        what = "identical" if m["identical"] else (
-            f"differs from token {m['first_divergence']} (plain top-2 margin {m['margin_at_divergence']:.4f})"
+        what = (
+            "identical"
+            if m["identical"]
+            else (f"differs from token {m['first_divergence']} (plain top-2 margin {m['margin_at_divergence']:.4f})")
         )
         print(f"MTP depth {m['depth']}: {what}")
     print(f"prompt decoded whole vs in two parts: last row differs by {body['prefill_split_diff']:.4f}")
-    print(f"noise bound {body['noise']:.4f}; {'bit-exact' if body['exact'] else 'not batch-invariant'} here; load: {body['identity']}")
+    print(
+        f"noise bound {body['noise']:.4f}; {'bit-exact' if body['exact'] else 'not batch-invariant'} here; "
+        f"load: {body['identity']}"
+    )
     return 0
 
 
@@ -130,7 +146,8 @@ def _versus(args) -> int:
     else:
         print(
             f"{body['model']}: {args.tokens} tokens, {r.threads} threads, median of {args.runs}: "
-            f"ours {body['ours_tokens_per_second']:.1f} tok/s, llama-cpp-python {body['llama_cpp_python_tokens_per_second']:.1f} "
+            f"ours {body['ours_tokens_per_second']:.1f} tok/s, llama-cpp-python "
+            f"{body['llama_cpp_python_tokens_per_second']:.1f} "
             f"tok/s, ratio {r.ratio:.3f}, same tokens: {'yes' if r.same_tokens else 'NO'}"
         )
     return 0 if r.same_tokens else EXIT_INVALID
@@ -184,11 +201,16 @@ def _register_ab(p) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="sample every arm at this temperature (0: greedy)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--sampled-draft", action="store_true", help="while sampling, sample the drafts (rejection sampling)")
+    p.add_argument(
+        "--sampled-draft", action="store_true", help="while sampling, sample the drafts (rejection sampling)"
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", type=Path, help="write a PNG: tokens/s by arm, acceptance by draft position")
-    p.add_argument("--profile", action="store_true",
-                   help="split each arm's time per token into llama.cpp calls, row reads, sampling and Python")  # fmt: skip
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="split each arm's time per token into llama.cpp calls, row reads, sampling and Python",
+    )
     p.set_defaults(func=_ab)
 
 
@@ -249,10 +271,19 @@ def _ab(args) -> int:
             from engine.runtime.decode.sampling import SamplingParams
 
             sampling = SamplingParams(
-                limits.check_temperature(args.temperature), limits.check_top_p(args.top_p), limits.check_top_k(args.top_k)
+                limits.check_temperature(args.temperature),
+                limits.check_top_p(args.top_p),
+                limits.check_top_k(args.top_k),
             )
-            job = bench_job(arms, prompts, args.max_tokens, args.runs, sampling=sampling, sampled_draft=args.sampled_draft,
-                            profile=args.profile)  # fmt: skip
+            job = bench_job(
+                arms,
+                prompts,
+                args.max_tokens,
+                args.runs,
+                sampling=sampling,
+                sampled_draft=args.sampled_draft,
+                profile=args.profile,
+            )
             handle = engine.submit(J.Call(job, "bench"))
             for ev in handle.events():
                 if isinstance(ev, J.Progress) and not args.json:
@@ -270,7 +301,9 @@ def _ab(args) -> int:
     if args.json:
         print(json.dumps(body))
     else:
-        print(f"{'depth':>6} {'tok/s':>9} {'min':>8} {'max':>8} {'speedup':>8} {'accept':>7} {'mean len':>9}  identical")
+        print(
+            f"{'depth':>6} {'tok/s':>9} {'min':>8} {'max':>8} {'speedup':>8} {'accept':>7} {'mean len':>9}  identical"
+        )
         for a in body["arms"]:
             print(
                 f"{a['depth']:>6} {a['tokens_per_second_median']:9.1f} {a['tokens_per_second_min']:8.1f} "
@@ -278,7 +311,10 @@ def _ab(args) -> int:
                 f"{a['mean_accept_len']:9.2f}  {_identical(body, a)}"
             )
             if a["depth"] == "auto" and a["depth_choices"]:
-                print("       auto chose depths (rounds): " + ", ".join(f"{k}: {v}" for k, v in a["depth_choices"].items()))
+                print(
+                    "       auto chose depths (rounds): "
+                    + ", ".join(f"{k}: {v}" for k, v in a["depth_choices"].items())
+                )
     if body.get("verdict") and not args.json:
         print(f"\n{body['verdict']}")
     elif not args.json:
@@ -325,4 +361,6 @@ def _server(args) -> int:
     from engine.server.bench import run
 
     clients = [int(x) for x in args.clients.split(",") if x.strip()]
-    return run(args.model, max_tokens=args.max_tokens, requests=args.requests, clients=clients, ctx=args.ctx, as_json=args.json)
+    return run(
+        args.model, max_tokens=args.max_tokens, requests=args.requests, clients=clients, ctx=args.ctx, as_json=args.json
+    )

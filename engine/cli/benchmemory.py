@@ -42,11 +42,17 @@ def run(args) -> int:
                 r = rows[-1]
                 e = r.estimate
                 log = r.logged
-                print(f"{r.model:<32} ctx {r.n_ctx:>7}  MTP {r.mtp:<10} estimate {_mib(e.total_bytes):>8} MiB  "
-                      f"measured {_mib(r.measured_bytes):>8} MiB  error {100 * r.error:+.1f}%", flush=True)  # fmt: skip
-                print(f"    estimate: weights {_mib(e.weights_bytes)}, KV {_mib(e.kv_bytes)}, recurrent "
-                      f"{_mib(e.recurrent_bytes)}, MTP {_mib(e.mtp_bytes)}, compute {_mib(e.compute_bytes)}; "
-                      f"logits reserve not made: {_mib(e.saved_bytes)} MiB", flush=True)  # fmt: skip
+                print(
+                    f"{r.model:<32} ctx {r.n_ctx:>7}  MTP {r.mtp:<10} estimate {_mib(e.total_bytes):>8} MiB  "
+                    f"measured {_mib(r.measured_bytes):>8} MiB  error {100 * r.error:+.1f}%",
+                    flush=True,
+                )
+                print(
+                    f"    estimate: weights {_mib(e.weights_bytes)}, KV {_mib(e.kv_bytes)}, recurrent "
+                    f"{_mib(e.recurrent_bytes)}, MTP {_mib(e.mtp_bytes)}, compute {_mib(e.compute_bytes)}; "
+                    f"logits reserve not made: {_mib(e.saved_bytes)} MiB",
+                    flush=True,
+                )
                 print("    llama.cpp log: " + ", ".join(f"{k} {_mib(v)}" for k, v in log.items()), flush=True)
     if args.json:
         print(json.dumps([r.to_json() for r in rows]))

@@ -17,7 +17,9 @@ def register(bsub) -> None:
     )
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--clients", default="1,2,4,8", help="numbers of concurrent clients (default 1,2,4,8)")
-    p.add_argument("--arms", default="auto,off,1,2,3", help="our arms: auto, off or a fixed depth (default auto,off,1,2,3)")
+    p.add_argument(
+        "--arms", default="auto,off,1,2,3", help="our arms: auto, off or a fixed depth (default auto,off,1,2,3)"
+    )
     p.add_argument("--parallel", type=int, default=4, help="slots, ours and llama-server's (default 4)")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2, help="measured rounds per arm and client count (default 2)")
@@ -29,8 +31,12 @@ def register(bsub) -> None:
 
 def add_llama_server_args(p) -> None:
     """The options of a benchmark that also measures llama-server (bench slots, bench agent)."""
-    p.add_argument("--llama-server", default=None, metavar="PATH",
-                   help="llama-server binary (built from the vendored llama.cpp); default: on PATH, else skipped")  # fmt: skip
+    p.add_argument(
+        "--llama-server",
+        default=None,
+        metavar="PATH",
+        help="llama-server binary (built from the vendored llama.cpp); default: on PATH, else skipped",
+    )
     p.add_argument("--llama-mtp-depth", type=int, default=3, help="llama-server's --spec-draft-n-max (default 3)")
 
 
@@ -66,8 +72,10 @@ def run(args) -> int:
         if binary:
             common = ["-np", str(args.parallel), "-c", str(args.ctx * args.parallel), "--cache-ram", "0"]
             spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(args.llama_mtp_depth)]
-            for name, extra_args in ((f"llama-server draft-mtp {args.llama_mtp_depth}", spec),
-                                     ("llama-server no speculation", [])):  # fmt: skip
+            for name, extra_args in (
+                (f"llama-server draft-mtp {args.llama_mtp_depth}", spec),
+                ("llama-server no speculation", []),
+            ):
                 servers[name] = S.ServerProcess.llama_server(binary, args.model, common + extra_args, threads)
                 targets[name] = (servers[name].url, "bench", {})
         for name, (url, model, extra) in targets.items():  # warm-up
@@ -83,27 +91,38 @@ def run(args) -> int:
         for s in servers.values():
             s.stop()
     body = {
-        "model": args.model.name, "parallel": args.parallel, "tokens": args.tokens, "rounds": args.rounds,
-        "threads": threads, "llama_server": binary,
+        "model": args.model.name,
+        "parallel": args.parallel,
+        "tokens": args.tokens,
+        "rounds": args.rounds,
+        "threads": threads,
+        "llama_server": binary,
         "arms": {name: {str(n): S.summarise(runs) for n, runs in per.items()} for name, per in results.items()},
-    }  # fmt: skip
+    }
     ours = {name: per for name, per in results.items() if name.startswith("ours ")}
     if "ours auto" in ours and len(ours) > 1:
         body["auto_vs_worst_paired"] = {str(n): r for n, r in S.paired(ours, "ours auto").items()}
     if args.json:
         print(json.dumps(body))
         return 0
-    print(f"{body['model']}: {args.tokens}-token greedy completions, {body['parallel']} slots, medians of "
-          f"{args.rounds} rounds (aggregate tok/s; per-client ms/token p50/p95)")  # fmt: skip
+    print(
+        f"{body['model']}: {args.tokens}-token greedy completions, {body['parallel']} slots, medians of "
+        f"{args.rounds} rounds (aggregate tok/s; per-client ms/token p50/p95)"
+    )
     print(f"{'arm':<34}" + "".join(f"{'N=' + str(n):>22}" for n in clients))
     for name, per in body["arms"].items():
-        cells = "".join(f"{per[str(n)]['tokens_per_second']:>9.1f} ({per[str(n)]['per_token_ms_p50']:.1f}/"
-                        f"{per[str(n)]['per_token_ms_p95']:.1f})".rjust(22) for n in clients)  # fmt: skip
+        cells = "".join(
+            f"{per[str(n)]['tokens_per_second']:>9.1f} ({per[str(n)]['per_token_ms_p50']:.1f}/"
+            f"{per[str(n)]['per_token_ms_p95']:.1f})".rjust(22)
+            for n in clients
+        )
         print(f"{name:<34}{cells}")
     if "auto_vs_worst_paired" in body:
-        print(f"{'auto / the arm it does worst against':<34}" + "".join(
-            f"{body['auto_vs_worst_paired'].get(str(n), float('nan')):>22.3f}" for n in clients)
-            + "  (of ours; medians of the ratios within rounds)")  # fmt: skip
+        print(
+            f"{'auto / the arm it does worst against':<34}"
+            + "".join(f"{body['auto_vs_worst_paired'].get(str(n), float('nan')):>22.3f}" for n in clients)
+            + "  (of ours; medians of the ratios within rounds)"
+        )
     if not binary:
         print("llama-server: not found (pass --llama-server PATH); its arms were skipped")
     return 0

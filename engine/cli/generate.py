@@ -24,9 +24,14 @@ def add_model_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
     """Options shared by every command that loads a model; ``many``: ``--model`` may be
     given several times or not at all (``serve``: the library, on demand)."""
     if many:
-        p.add_argument("--model", action="append", default=[], metavar="GGUF",
-                       help="serve this GGUF, loaded at start (repeatable); without --model every library model is "
-                            "served by name, loaded on demand")  # fmt: skip
+        p.add_argument(
+            "--model",
+            action="append",
+            default=[],
+            metavar="GGUF",
+            help="serve this GGUF, loaded at start (repeatable); without --model every library model is "
+            "served by name, loaded on demand",
+        )
     else:
         p.add_argument("--model", required=True, help="target GGUF (shard 1 of a split set)")
     p.add_argument("--head", help="separate MTP head GGUF (mtp-*.gguf)" + (" for the first --model" if many else ""))
@@ -36,20 +41,32 @@ def add_model_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
         default="auto",
         help="where MTP drafts come from (default: auto)",
     )
-    p.add_argument("--ctx", type=int, default=None,
-                   help=f"context length (default {DEFAULT_CTX}, lowered to what fits this machine's memory; "
-                        "a --ctx that does not fit is refused)")  # fmt: skip
-    p.add_argument("--no-fit-check", action="store_true",
-                   help="load even when the memory estimate says it does not fit (llama.cpp may then fail)")  # fmt: skip
+    p.add_argument(
+        "--ctx",
+        type=int,
+        default=None,
+        help=f"context length (default {DEFAULT_CTX}, lowered to what fits this machine's memory; "
+        "a --ctx that does not fit is refused)",
+    )
+    p.add_argument(
+        "--no-fit-check",
+        action="store_true",
+        help="load even when the memory estimate says it does not fit (llama.cpp may then fail)",
+    )
     p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload (-1: all, 0: CPU only)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the CPUs available)")
     p.add_argument(
         "--exact",
         action="store_true",
-        help="batch-invariant arithmetic: MTP output bit-identical to one-token-at-a-time decoding (slower; docs/mtp.md)",
+        help="batch-invariant arithmetic: MTP output bit-identical to one-token-at-a-time decoding (slower; "
+        "docs/mtp.md)",
     )
-    p.add_argument("--chat-template-file", metavar="FILE", default=None,
-                   help="a Jinja chat template to use instead of the model's own (as llama-server's option)")
+    p.add_argument(
+        "--chat-template-file",
+        metavar="FILE",
+        default=None,
+        help="a Jinja chat template to use instead of the model's own (as llama-server's option)",
+    )
     add_rpc_args(p)
 
 
@@ -71,7 +88,9 @@ def add_rpc_args(p: argparse.ArgumentParser) -> None:
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text from a prompt or a chat")
     add_model_args(p)
-    p.add_argument("--draft-depth", type=depth_arg, default=None, help="tokens drafted per round, or 'auto' (default auto)")
+    p.add_argument(
+        "--draft-depth", type=depth_arg, default=None, help="tokens drafted per round, or 'auto' (default auto)"
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="raw prompt text (no chat template)")
     src.add_argument("--chat-json", type=Path, help="JSON file with a list of {role, content} messages")
@@ -87,14 +106,25 @@ def register(sub) -> None:
         help="while sampling, sample the drafts too (rejection sampling: higher acceptance, exact in distribution, "
         "but not the same text as plain sampling with the same seed)",
     )
-    p.add_argument("--suffix-drafts", action=argparse.BooleanOptionalAction, default=None,
-                   help="draft from the conversation itself too: what followed the newest tokens where they "
-                   "occurred before, also without an MTP head (default: on; docs/agent-speed.md)")  # fmt: skip
-    p.add_argument("--presence-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per token already generated")
+    p.add_argument(
+        "--suffix-drafts",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="draft from the conversation itself too: what followed the newest tokens where they "
+        "occurred before, also without an MTP head (default: on; docs/agent-speed.md)",
+    )
+    p.add_argument(
+        "--presence-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per token already generated"
+    )
     p.add_argument("--frequency-penalty", type=float, default=None, help="OpenAI's: -2 to 2, per time generated")
     p.add_argument("--repeat-penalty", type=float, default=None, help="llama.cpp's: above 0 (1: off)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--json-schema", type=Path, metavar="FILE", help="the output follows this JSON schema (docs/endpoint.md: Structured output)")
+    g.add_argument(
+        "--json-schema",
+        type=Path,
+        metavar="FILE",
+        help="the output follows this JSON schema (docs/endpoint.md: Structured output)",
+    )
     g.add_argument("--grammar", type=Path, metavar="FILE", help="the output follows this GBNF or Lark grammar")
     g.add_argument("--regex", metavar="RE", help="the output matches this regular expression")
     p.add_argument("--json", action="store_true", help="print one JSON object with tokens, text and stats")
@@ -233,8 +263,19 @@ def run(args) -> int:
             if args.json:
                 result = engine.submit(job).result()
                 out = result.to_json()
-                keys = ("architecture", "quantization", "mtp", "chat_template", "add_bos", "fallbacks", "extra_bufts",
-                        "exact", "identity", "rpc", "placement")  # fmt: skip
+                keys = (
+                    "architecture",
+                    "quantization",
+                    "mtp",
+                    "chat_template",
+                    "add_bos",
+                    "fallbacks",
+                    "extra_bufts",
+                    "exact",
+                    "identity",
+                    "rpc",
+                    "placement",
+                )
                 out["model"] = {k: info.get(k) for k in keys}
                 sys.stdout.write(json.dumps(out) + "\n")
                 return 0

@@ -44,14 +44,21 @@ def register(sub) -> None:
     p = sub.add_parser("split", help="split a GGUF file into a shard set, as llama-gguf-split does")
     p.add_argument("file", type=Path, help="GGUF file to split (not already a shard)")
     p.add_argument(
-        "--out", required=True, type=Path, metavar="PREFIX",
+        "--out",
+        required=True,
+        type=Path,
+        metavar="PREFIX",
         help="writes PREFIX-00001-of-0000N.gguf, … (a trailing .gguf is dropped)",
     )
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--shards", type=int, metavar="N", help="this many shards, the tensors shared out evenly")
     size.add_argument("--max-tensors", type=int, metavar="N", help="at most N tensors per shard")
-    size.add_argument("--max-size", type=parse_size, metavar="SIZE",
-                      help="at most SIZE of tensor data per shard, e.g. 500M or 4G (decimal; 4GiB: binary)")  # fmt: skip
+    size.add_argument(
+        "--max-size",
+        type=parse_size,
+        metavar="SIZE",
+        help="at most SIZE of tensor data per shard, e.g. 500M or 4G (decimal; 4GiB: binary)",
+    )
     p.add_argument("--force", action="store_true", help="replace existing shards of that name (never the input)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_split)
@@ -65,7 +72,9 @@ def run_inspect(args) -> int:
 
     try:
         s = inspect_path(args.file)
-        f = fit_of_set(open_set(args.file), args.ctx, mtp=s["mtp"]["kind"] == "integrated" and s["mtp"]["arch_supported"])
+        f = fit_of_set(
+            open_set(args.file), args.ctx, mtp=s["mtp"]["kind"] == "integrated" and s["mtp"]["arch_supported"]
+        )
     except MtpStudioError as e:
         return die(str(e), EXIT_INVALID)
     s["memory"] = f.estimate.to_json()
@@ -146,8 +155,14 @@ def run_compose(args) -> int:
 
     try:
         with _term_interrupts():
-            result = compose(args.target, args.head, args.out, set_kv=args.set_kv, overwrite=args.force,
-                             progress=_progress(args, "composing"))  # fmt: skip
+            result = compose(
+                args.target,
+                args.head,
+                args.out,
+                set_kv=args.set_kv,
+                overwrite=args.force,
+                progress=_progress(args, "composing"),
+            )
     except (KeyboardInterrupt, Cancelled):
         return die("cancelled; nothing was written", EXIT_INVALID)
     except MtpStudioError as e:
@@ -159,7 +174,8 @@ def run_compose(args) -> int:
         for w in result.warnings:
             print(f"warning: {w}", file=sys.stderr)
         print(
-            f"composed {len(result.outputs)} file(s): {result.block_count} blocks, {result.nextn_layers} NextN layer(s), "
+            f"composed {len(result.outputs)} file(s): {result.block_count} blocks, {result.nextn_layers} NextN "
+            f"layer(s), "
             f"{result.tensors_added} tensors added"
         )
         for o in result.outputs:
@@ -190,8 +206,15 @@ def run_split(args) -> int:
     prefix = args.out.with_name(args.out.name.removesuffix(".gguf"))
     try:
         with _term_interrupts():
-            outs = split_model(args.file, args.shards, prefix, max_tensors=args.max_tensors, max_bytes=args.max_size,
-                               overwrite=args.force, progress=_progress(args, "splitting"))  # fmt: skip
+            outs = split_model(
+                args.file,
+                args.shards,
+                prefix,
+                max_tensors=args.max_tensors,
+                max_bytes=args.max_size,
+                overwrite=args.force,
+                progress=_progress(args, "splitting"),
+            )
     except (KeyboardInterrupt, Cancelled):
         return die("cancelled; nothing was written", EXIT_INVALID)
     except MtpStudioError as e:
@@ -201,7 +224,9 @@ def run_split(args) -> int:
         for o in outs:
             o.unlink(missing_ok=True)
         errors = "; ".join(str(e) for e in report.errors[:3])
-        return _failed(args, ComposeError(f"The shards failed validation and were removed: {errors}", code="output_invalid"))
+        return _failed(
+            args, ComposeError(f"The shards failed validation and were removed: {errors}", code="output_invalid")
+        )
     if args.json:
         print(json.dumps({"ok": True, "outputs": [str(o) for o in outs], "validation": report.to_json()}))
     else:

@@ -14,8 +14,14 @@ def register(sub) -> None:
     p = sub.add_parser("search", help="search Hugging Face for GGUF models")
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--files", action="store_true", help="also list each repo's GGUF files and whether each fits this machine (slower)")
-    p.add_argument("--ctx", type=int, default=4096, help="context size the fit is judged at (with --files; default 4096)")
+    p.add_argument(
+        "--files",
+        action="store_true",
+        help="also list each repo's GGUF files and whether each fits this machine (slower)",
+    )
+    p.add_argument(
+        "--ctx", type=int, default=4096, help="context size the fit is judged at (with --files; default 4096)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_search)
 
@@ -77,9 +83,17 @@ def run_search(args) -> int:
                 devices = devices or machine_devices()
                 rev, groups = list_gguf(cfg, h.repo_id)
                 item["files"] = [
-                    {"name": g.name, "quant": g.quant, "size": g.size, "shards": len(g.files), "complete": g.complete,
-                     "mtp_head": g.head, "fit": _fit_json(remote_fit(cfg, h.repo_id, g, rev, args.ctx, devices))
-                     if not g.head and g.complete else None}  # fmt: skip
+                    {
+                        "name": g.name,
+                        "quant": g.quant,
+                        "size": g.size,
+                        "shards": len(g.files),
+                        "complete": g.complete,
+                        "mtp_head": g.head,
+                        "fit": _fit_json(remote_fit(cfg, h.repo_id, g, rev, args.ctx, devices))
+                        if not g.head and g.complete
+                        else None,
+                    }
                     for g in groups
                 ]
             out.append(item)
@@ -95,7 +109,9 @@ def run_search(args) -> int:
             shards = f" ({f['shards']} shards)" if f["shards"] > 1 else ""
             fit = ""
             if f.get("fit"):
-                fit = f"  [{f['fit']['label']}" + (f", up to context {f['fit']['max_ctx']}]" if f["fit"]["max_ctx"] else "]")
+                fit = f"  [{f['fit']['label']}" + (
+                    f", up to context {f['fit']['max_ctx']}]" if f["fit"]["max_ctx"] else "]"
+                )
             print(f"    {f['quant'] or '?':<10} {_size(f['size']):>10}  {f['name']}{shards}{tag}{fit}")
     if not out:
         print("no GGUF repos found")
@@ -144,7 +160,9 @@ def run_pull(args) -> int:
     lib = _library()
     for e in (res.model, res.head):
         if e is not None:
-            print(f"{'already in' if res.already_local else 'added to'} the library: {e.id} ({e.mtp}) {e.path(lib.root)}")
+            print(
+                f"{'already in' if res.already_local else 'added to'} the library: {e.id} ({e.mtp}) {e.path(lib.root)}"
+            )
     if res.head is not None:
         print(
             "compose them into one model with:\n  mtp-studio compose --target "
@@ -157,8 +175,15 @@ def run_models(args) -> int:
     lib = _library()
     entries = lib.entries()
     if args.json:
-        print(json.dumps({"root": str(lib.root), "total_bytes": sum(e.size for e in entries),
-                          "models": [dict(e.__dict__, path=str(e.path(lib.root))) for e in entries]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "root": str(lib.root),
+                    "total_bytes": sum(e.size for e in entries),
+                    "models": [dict(e.__dict__, path=str(e.path(lib.root))) for e in entries],
+                }
+            )
+        )
         return EXIT_OK
     for e in entries:
         src = e.provenance.get("repo") or e.provenance.get("path") or e.provenance.get("source")

@@ -29,8 +29,10 @@ def memory() -> dict[str, str]:
     """What this installation keeps in memory, by default, next to where it keeps files."""
     from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
-    return {"prompt cache": f"{DEFAULT_PROMPT_CACHE_MB} MB of host memory per loaded model by default "
-                            "(app: Server page; serve: --cache-ram MB; 0: off)"}  # fmt: skip
+    return {
+        "prompt cache": f"{DEFAULT_PROMPT_CACHE_MB} MB of host memory per loaded model by default "
+        "(app: Server page; serve: --cache-ram MB; 0: off)"
+    }
 
 
 def run(args) -> int:
@@ -38,8 +40,11 @@ def run(args) -> int:
 
     found = all_paths()
     if args.json:
-        print(json.dumps({**found, "frozen": bool(getattr(sys, "frozen", False)),
-                          "prompt_cache_mb": DEFAULT_PROMPT_CACHE_MB}))  # fmt: skip
+        print(
+            json.dumps(
+                {**found, "frozen": bool(getattr(sys, "frozen", False)), "prompt_cache_mb": DEFAULT_PROMPT_CACHE_MB}
+            )
+        )
     else:
         rows = {**found, **memory()}
         width = max(map(len, rows))

@@ -20,9 +20,13 @@ def register(sub) -> None:
     )
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=50052, help="port (default 50052; 0: any free one)")
-    s.add_argument("--cache", action="store_true", help="keep received weights on disk so the next load skips the network")
+    s.add_argument(
+        "--cache", action="store_true", help="keep received weights on disk so the next load skips the network"
+    )
     s.add_argument("--threads", type=int, default=None, help="CPU threads of the served CPU device")
-    s.add_argument("--device", action="append", default=[], help="serve only this device (repeatable; default: GPUs, else CPU)")
+    s.add_argument(
+        "--device", action="append", default=[], help="serve only this device (repeatable; default: GPUs, else CPU)"
+    )
     s.add_argument(
         "--allow-network",
         action="store_true",
@@ -44,8 +48,14 @@ def run_serve(args) -> int:
 
     from engine.rpc.server import ServerOptions, default_threads, free_port, serve_forever, weight_cache_dir
 
-    opts = ServerOptions(host=args.host, port=args.port, threads=args.threads, cache=args.cache,
-                         devices=tuple(args.device), allow_network=args.allow_network)  # fmt: skip
+    opts = ServerOptions(
+        host=args.host,
+        port=args.port,
+        threads=args.threads,
+        cache=args.cache,
+        devices=tuple(args.device),
+        allow_network=args.allow_network,
+    )
     try:
         opts.check()
     except MtpStudioError as e:
@@ -58,13 +68,16 @@ def run_serve(args) -> int:
     print(
         f"mtp-studio: serving this machine's devices at {opts.endpoint}"
         + (f", weight cache {cache}" if cache else "")
-        + "; use it with --rpc " + (str(opts.endpoint) if not opts.warning else f"<this machine's address>:{opts.port}")
+        + "; use it with --rpc "
+        + (str(opts.endpoint) if not opts.warning else f"<this machine's address>:{opts.port}")
         + ". Stop with Ctrl-C.",
         file=sys.stderr,
         flush=True,
     )
     try:
-        serve_forever(opts.host, opts.port, threads=opts.threads or default_threads(), cache=cache, devices=list(opts.devices))
+        serve_forever(
+            opts.host, opts.port, threads=opts.threads or default_threads(), cache=cache, devices=list(opts.devices)
+        )
     except KeyboardInterrupt:
         return EXIT_OK
     except MtpStudioError as e:
@@ -93,8 +106,10 @@ def run_devices(args) -> int:
     for d in rows:
         where = d["endpoint"] or "this machine"
         layers = f"  {d['layers']:>3} layers" if "layers" in d else ""
-        print(f"{d['name']:<8} {where:<22} {d['type']:<5} {d['memory_free'] / 2**30:7.1f} GiB free of "
-              f"{d['memory_total'] / 2**30:.1f}{layers}")  # fmt: skip
+        print(
+            f"{d['name']:<8} {where:<22} {d['type']:<5} {d['memory_free'] / 2**30:7.1f} GiB free of "
+            f"{d['memory_total'] / 2**30:.1f}{layers}"
+        )
     if "placement" in out:
         print(f"MTP head and output layer: {out['placement']['mtp_and_output']} (this machine)")
     return EXIT_OK

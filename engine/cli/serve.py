@@ -21,17 +21,33 @@ API_KEY_ENV = "MTP_STUDIO_API_KEY"
 def register(sub) -> None:
     p = sub.add_parser("serve", help="serve models through a local OpenAI-, Anthropic- and Ollama-compatible endpoint")
     add_model_args(p, many=True)
-    p.add_argument("--library", action="store_true",
-                   help="with --model: also serve every library model by name, loaded on demand")  # fmt: skip
-    p.add_argument("--idle-ttl", type=float, default=DEFAULT_IDLE_TTL_S, metavar="SECONDS",
-                   help="unload a model loaded on demand after this long without requests (default "
-                        f"{DEFAULT_IDLE_TTL_S:g}; -1: never); requests may set their own (keep_alive, ttl)")  # fmt: skip
-    p.add_argument("--max-models", type=int, default=DEFAULT_MAX_LOADED, metavar="N",
-                   help=f"models loaded at once (default {DEFAULT_MAX_LOADED}); the least recently used idle one "
-                        "is unloaded to make room")  # fmt: skip
-    p.add_argument("--memory-budget", type=int, default=None, metavar="MB",
-                   help=f"memory loaded models may take, by their estimates (default {BUDGET_SHARE:.0%} of this "
-                        "machine's: its GPUs' with a GPU build)")  # fmt: skip
+    p.add_argument(
+        "--library", action="store_true", help="with --model: also serve every library model by name, loaded on demand"
+    )
+    p.add_argument(
+        "--idle-ttl",
+        type=float,
+        default=DEFAULT_IDLE_TTL_S,
+        metavar="SECONDS",
+        help="unload a model loaded on demand after this long without requests (default "
+        f"{DEFAULT_IDLE_TTL_S:g}; -1: never); requests may set their own (keep_alive, ttl)",
+    )
+    p.add_argument(
+        "--max-models",
+        type=int,
+        default=DEFAULT_MAX_LOADED,
+        metavar="N",
+        help=f"models loaded at once (default {DEFAULT_MAX_LOADED}); the least recently used idle one "
+        "is unloaded to make room",
+    )
+    p.add_argument(
+        "--memory-budget",
+        type=int,
+        default=None,
+        metavar="MB",
+        help=f"memory loaded models may take, by their estimates (default {BUDGET_SHARE:.0%} of this "
+        "machine's: its GPUs' with a GPU build)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument(
@@ -49,18 +65,40 @@ def register(sub) -> None:
     )
     p.add_argument("--draft-depth", type=depth_arg, default=None, help="default draft depth, or 'auto'")
     p.add_argument("--max-pending", type=int, default=16, help="requests queued or running before 429")
-    p.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
-                   help=f"requests decoded together, each with MTP (default {DEFAULT_PARALLEL}; each has a KV cache of "
-                        "--ctx tokens, and fewer are used when they do not fit; 1: one at a time)")  # fmt: skip
-    p.add_argument("--ollama-port", type=int, nargs="?", const=11434, default=None, metavar="PORT",
-                   help="also listen where Ollama clients look (default 11434), for VS Code Copilot, Open WebUI, "
-                        "Continue, Cline, aider's ollama_chat/")  # fmt: skip
-    p.add_argument("--thinking-budget", type=int, default=None, metavar="N",
-                   help="thinking models: most tokens a reply may think before its answer is started for it "
-                        "(requests may set thinking_budget_tokens; default unlimited)")  # fmt: skip
-    p.add_argument("--cache-ram", type=int, default=DEFAULT_PROMPT_CACHE_MB, metavar="MB",
-                   help="host memory for prompt-cache snapshots, so conversations that take turns resume "
-                        f"where they were (default {DEFAULT_PROMPT_CACHE_MB}; 0: off)")  # fmt: skip
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=DEFAULT_PARALLEL,
+        metavar="N",
+        help=f"requests decoded together, each with MTP (default {DEFAULT_PARALLEL}; each has a KV cache of "
+        "--ctx tokens, and fewer are used when they do not fit; 1: one at a time)",
+    )
+    p.add_argument(
+        "--ollama-port",
+        type=int,
+        nargs="?",
+        const=11434,
+        default=None,
+        metavar="PORT",
+        help="also listen where Ollama clients look (default 11434), for VS Code Copilot, Open WebUI, "
+        "Continue, Cline, aider's ollama_chat/",
+    )
+    p.add_argument(
+        "--thinking-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="thinking models: most tokens a reply may think before its answer is started for it "
+        "(requests may set thinking_budget_tokens; default unlimited)",
+    )
+    p.add_argument(
+        "--cache-ram",
+        type=int,
+        default=DEFAULT_PROMPT_CACHE_MB,
+        metavar="MB",
+        help="host memory for prompt-cache snapshots, so conversations that take turns resume "
+        f"where they were (default {DEFAULT_PROMPT_CACHE_MB}; 0: off)",
+    )
     p.set_defaults(func=run)
 
 
@@ -101,8 +139,11 @@ def run(args) -> int:
     stems = [Path(m).name.removesuffix(".gguf") for m in args.model]
     if len(set(stems)) < len(stems):
         same = sorted({s for s in stems if stems.count(s) > 1})
-        return die(f"several --model files are named {', '.join(same)}: requests name a model by its file's stem, so "
-                   "each must differ (rename or link one)", EXIT_USAGE)  # fmt: skip
+        return die(
+            f"several --model files are named {', '.join(same)}: requests name a model by its file's stem, so "
+            "each must differ (rename or link one)",
+            EXIT_USAGE,
+        )
     from dataclasses import replace
 
     from engine.runtime.ondemand.catalog import Catalog
@@ -131,10 +172,13 @@ def run(args) -> int:
         except MtpStudioError as e:
             return die(str(e), EXIT_INVALID)
         residency = Residency(
-            engine, catalog, spec_for, max_loaded=max(args.max_models, len(infos)),
+            engine,
+            catalog,
+            spec_for,
+            max_loaded=max(args.max_models, len(infos)),
             idle_ttl=None if args.idle_ttl < 0 else args.idle_ttl,
             memory_budget=args.memory_budget << 20 if args.memory_budget else None,
-        )  # fmt: skip
+        )
         server = ServerThread(engine, settings, residency=residency)
         try:
             server.start()
@@ -149,11 +193,16 @@ def run(args) -> int:
         if library is not None:
             n = len([s for s in catalog.items() if not s.named])
             ttl = "never unloaded" if args.idle_ttl < 0 else f"unloaded after {args.idle_ttl:g} s idle"
-            print(f"serving {n} library model(s) by name at {server.url}/v1 ({key}): loaded on demand, {ttl}, "
-                  f"at most {residency.max_loaded} at once", flush=True)
-        print(f"APIs: OpenAI {server.url}/v1 (chat, completions, responses, embeddings) · Anthropic {server.url} "
-              f"(messages) · Ollama {server.url}" + (f" and port {server.ollama_port}" if server.ollama_port else ""),
-              flush=True)  # fmt: skip
+            print(
+                f"serving {n} library model(s) by name at {server.url}/v1 ({key}): loaded on demand, {ttl}, "
+                f"at most {residency.max_loaded} at once",
+                flush=True,
+            )
+        print(
+            f"APIs: OpenAI {server.url}/v1 (chat, completions, responses, embeddings) · Anthropic {server.url} "
+            f"(messages) · Ollama {server.url}" + (f" and port {server.ollama_port}" if server.ollama_port else ""),
+            flush=True,
+        )
         from engine.runtime.llama import repack
 
         if notice := repack.verdict().notice:  # once, where a server's user looks: its console
@@ -174,8 +223,10 @@ def _describe_load(info: dict) -> None:
     print(f"chat template: {info.get('chat_template')}", flush=True)
     print(context_line(info), flush=True)
     if info.get("parallel", 1) < info.get("parallel_requested", 1):
-        print(f"parallel: {info['parallel']} of {info['parallel_requested']} requested (what fits this machine's memory)",
-              flush=True)  # fmt: skip
+        print(
+            f"parallel: {info['parallel']} of {info['parallel_requested']} requested (what fits this machine's memory)",
+            flush=True,
+        )
     for note in [*info.get("fallbacks", []), *([info["mtp_off_reason"]] if info.get("mtp_off_reason") else [])]:
         print(f"note: {note}", file=sys.stderr, flush=True)
     if info.get("placement"):

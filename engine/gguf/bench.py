@@ -37,7 +37,9 @@ def _meta(n_layers: int, nextn: int, n_embd: int, vocab: int, merges: int) -> li
         codec.encode_kv(f"{a}.block_count", V.UINT32, bc),
         codec.encode_kv(f"{a}.context_length", V.UINT32, 262144),
         codec.encode_kv(f"{a}.embedding_length", V.UINT32, n_embd),
-        codec.encode_kv(f"{a}.attention.recurrent_layers", V.ARRAY, [i < n_layers and (i + 1) % 4 != 0 for i in range(bc)], V.BOOL),
+        codec.encode_kv(
+            f"{a}.attention.recurrent_layers", V.ARRAY, [i < n_layers and (i + 1) % 4 != 0 for i in range(bc)], V.BOOL
+        ),
     ]
     if nextn:
         kvs.append(codec.encode_kv(f"{a}.nextn_predict_layers", V.UINT32, nextn))
@@ -166,7 +168,8 @@ def run(size_gb: float, folder: Path | None, runs: int, as_json: bool) -> int:
         print(f"cp + sync: {', '.join(f'{x:.2f}' for x in cp_sync_s)} s")
         print(f"compose:   {', '.join(f'{x:.2f}' for x in compose_s)} s (validated, fsynced)")
         print(
-            f"compose / (cp + sync): {result['compose_over_cp_sync']:.2f}   compose / cp: {result['compose_over_cp']:.2f}   "
+            f"compose / (cp + sync): {result['compose_over_cp_sync']:.2f}   compose / cp: "
+            f"{result['compose_over_cp']:.2f}   "
             f"peak RSS: {result['peak_rss_mb']:.0f} MB"
         )
     return 0

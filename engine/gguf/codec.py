@@ -117,7 +117,9 @@ def parse_set_kv(spec: str) -> tuple[str, ValueType, Any, ValueType | None]:
     key, eq, rest = spec.partition("=")
     tname, colon, raw = rest.partition(":")
     if not key or not eq or not colon:
-        raise ComposeError(f"--set-kv {spec!r}: expected KEY=TYPE:VALUE (e.g. general.name=str:My model)", code="bad_set_kv")
+        raise ComposeError(
+            f"--set-kv {spec!r}: expected KEY=TYPE:VALUE (e.g. general.name=str:My model)", code="bad_set_kv"
+        )
     try:
         if tname.startswith("arr[") and tname.endswith("]"):
             elem = TYPE_NAMES[tname[4:-1]]

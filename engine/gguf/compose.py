@@ -167,11 +167,14 @@ def check_compatible(target: ModelSet, head: ModelSet) -> tuple[str, int, int, i
     if fam is not None and fam.ships != "both":
         raise ComposeError(
             f"{fam.label or arch} heads are not composed: llama.cpp loads them beside their target "
-            + ("(the head carries output tensors of its own under the names the trunk's already use). "
-               if fam.ships == "separate" else "(an assistant is a model of its own). ")
+            + (
+                "(the head carries output tensors of its own under the names the trunk's already use). "
+                if fam.ships == "separate"
+                else "(an assistant is a model of its own). "
+            )
             + "Attach the head instead: load the model with --mtp external --head FILE.",
             code="separate_head",
-        )  # fmt: skip
+        )
     n = _u32(t, f"{arch}.block_count", "target")
     if _u32(t, f"{arch}.nextn_predict_layers", "target", 0):
         raise ComposeError("The target already has NextN (MTP) layers; it needs no head", code="target_has_nextn")
@@ -214,11 +217,16 @@ def check_compatible(target: ModelSet, head: ModelSet) -> tuple[str, int, int, i
                     code="per_layer_mismatch",
                 )
             if head_trunk == n and hkv.value[:n] != tkv.value:
-                raise ComposeError(f"Per-layer array {key}: the head's trunk entries differ from the target's", code="per_layer_mismatch")
+                raise ComposeError(
+                    f"Per-layer array {key}: the head's trunk entries differ from the target's",
+                    code="per_layer_mismatch",
+                )
             continue
         if hkv is None:
             if key.startswith("tokenizer."):
-                raise ComposeError(f"The head lacks {key}, so its tokenizer cannot be checked", code="tokenizer_mismatch")
+                raise ComposeError(
+                    f"The head lacks {key}, so its tokenizer cannot be checked", code="tokenizer_mismatch"
+                )
             warnings.append(f"the head lacks {key}")
             continue
         if hkv.raw_value != tkv.raw_value:
@@ -301,7 +309,9 @@ def plan(
             )
         name = f"blk.{n + b - head_trunk}." + tensor.name.split(".", 2)[2]
         if len(name.encode()) > MAX_NAME_BYTES:
-            raise ComposeError(f"Renamed tensor {name} would be {len(name.encode())} bytes (limit 63)", code="name_too_long")
+            raise ComposeError(
+                f"Renamed tensor {name} would be {len(name.encode())} bytes (limit 63)", code="name_too_long"
+            )
         if name in existing:
             raise ComposeError(f"Tensor {name} already exists in the target", code="name_collision")
         existing.add(name)
@@ -359,7 +369,9 @@ def plan(
             sp.header = codec.header_prefix(3, len(records), len(meta)) + b"".join(meta) + b"".join(records)
         else:
             meta = [
-                codec.encode_kv(SPLIT_TENSORS_COUNT, ValueType.INT32, total_tensors) if kv.key == SPLIT_TENSORS_COUNT else kv.raw
+                codec.encode_kv(SPLIT_TENSORS_COUNT, ValueType.INT32, total_tensors)
+                if kv.key == SPLIT_TENSORS_COUNT
+                else kv.raw
                 for kv in h.kv_list
             ]
             records = [t.raw for t in h.tensors]
@@ -398,8 +410,9 @@ def compose(
         commit(temps, p.outputs)
     except OSError as e:
         discard(temps)
-        raise ComposeError(f"Writing {e.filename or p.outputs[0]} failed: {e.strerror or e}. Nothing was written.",
-                           code="write_failed") from None  # fmt: skip
+        raise ComposeError(
+            f"Writing {e.filename or p.outputs[0]} failed: {e.strerror or e}. Nothing was written.", code="write_failed"
+        ) from None
     except BaseException:
         discard(temps)
         raise
@@ -412,7 +425,14 @@ def compose(
         )
     added = sum(len(s.new_tensors) for s in p.shards)
     return ComposeResult(
-        p.outputs, p.architecture, p.trunk_layers + p.nextn_layers, p.nextn_layers, added, copier.done, p.warnings, report
+        p.outputs,
+        p.architecture,
+        p.trunk_layers + p.nextn_layers,
+        p.nextn_layers,
+        added,
+        copier.done,
+        p.warnings,
+        report,
     )
 
 
@@ -454,7 +474,9 @@ def verify(p: Plan) -> Report:
             if d is None or (d.dims, d.type, d.offset) != (t.dims, t.type, t.offset):
                 report.error("target_tensor_changed", f"target tensor {t.name} changed in the output", str(dst.path))
     if facts.nextn_layers != p.nextn_layers:
-        report.error("bad_nextn", f"output has {facts.nextn_layers} NextN layers, expected {p.nextn_layers}", str(p.outputs[0]))
+        report.error(
+            "bad_nextn", f"output has {facts.nextn_layers} NextN layers, expected {p.nextn_layers}", str(p.outputs[0])
+        )
     return report
 
 
@@ -473,4 +495,3 @@ def sha256_of_tensor(path: Path, header: GGUFHeader, tensor: TensorInfo) -> str:
             h.update(chunk)
             left -= len(chunk)
     return h.hexdigest()
-

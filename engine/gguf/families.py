@@ -85,8 +85,13 @@ class MtpFamily:
 
 
 #: a MoE block with shared experts (GLM-4.7-Flash's MTP graph asserts each)
-_MOE_SHEXP = ("ffn_gate_inp.weight", "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
-              "ffn_down_shexp.weight")  # fmt: skip
+_MOE_SHEXP = (
+    "ffn_gate_inp.weight",
+    "ffn_down_exps.weight",
+    "ffn_gate_shexp.weight",
+    "ffn_up_shexp.weight",
+    "ffn_down_shexp.weight",
+)
 
 _NO_GRAPH = "llama.cpp loads its NextN layers but builds no MTP draft graph for it"
 
@@ -97,7 +102,12 @@ FAMILIES: dict[str, MtpFamily] = {
         MtpFamily("qwen35moe", hybrid=True, mrope=True, label="Qwen3.5 MoE / Qwen3.6"),
         MtpFamily("qwen3next", hybrid=True, label="Qwen3-Next"),
         MtpFamily("glm4moe", trunk_only=True, label="GLM-4.5 / 4.6 / 4.7"),
-        MtpFamily("deepseek2", trunk_only=True, nextn_requires=_MOE_SHEXP, label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)"),
+        MtpFamily(
+            "deepseek2",
+            trunk_only=True,
+            nextn_requires=_MOE_SHEXP,
+            label="GLM-4.7-Flash (the DeepSeek V3 / V3.1 / Kimi converters drop MTP)",
+        ),
         MtpFamily("deepseek32", trunk_only=True, nextn_requires=("ffn_gate_inp.weight",), label="DeepSeek V3.2"),
         MtpFamily("deepseek4", ships="separate", label="DeepSeek V4"),
         MtpFamily("glm-dsa", trunk_only=True, label="GLM-5"),

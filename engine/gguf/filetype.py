@@ -71,7 +71,6 @@ def header_file_type(h: GGUFHeader) -> str | None:
     return file_type_name(h.get("general.file_type"))
 
 
-
 def largest_tensor_type(ms: ModelSet) -> str | None:
     """The tensor type holding the most bytes of a model set."""
     sizes: Counter[str] = Counter()

@@ -94,8 +94,12 @@ def format_summary(s: dict[str, Any]) -> str:
         "none": "no",
         "integrated": f"yes, integrated ({s['nextn_layers']} NextN layer(s))",
         "head-only": f"head only ({s['nextn_layers']} NextN layer(s); compose it with its target)",
-        "assistant": f"an assistant: a drafter for another model ({s['nextn_layers']} layer(s); load it as that model's head)",
-        "trunk-only": f"trunk only ({s['nextn_layers']} NextN layer(s) declared; their head ships as a separate mtp- file)",
+        "assistant": (
+            f"an assistant: a drafter for another model ({s['nextn_layers']} layer(s); load it as that model's head)"
+        ),
+        "trunk-only": (
+            f"trunk only ({s['nextn_layers']} NextN layer(s) declared; their head ships as a separate mtp- file)"
+        ),
     }[mtp["kind"]]
     tok = s["tokenizer"]
     lines = [
@@ -104,7 +108,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"name          {s['name']}",
         f"size          {human_size(s['size_bytes'])} in {len(s['shards'])} file(s), {s['tensors']} tensors",
         f"parameters    {human_count(s['parameters'])}",
-        f"quantization  {s['quantization']} (tensors: " + ", ".join(f"{k}: {v}" for k, v in s["quant_types"].items()) + ")",
+        f"quantization  {s['quantization']} (tensors: "
+        + ", ".join(f"{k}: {v}" for k, v in s["quant_types"].items())
+        + ")",
         f"context       {s['context_length']}",
         f"blocks        {s['block_count']}",
         f"MTP           {mtp_line}",

@@ -21,15 +21,39 @@ from engine.gguf.shards import ModelSet
 from engine.gguf.families import ASSISTANTS, family, no_mtp_reason, tensor_base
 from engine.gguf.validate import block_index
 
-_DENSE_BLOCK = frozenset({
-    "attn_norm", "post_attention_norm", "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "attn_q_norm",
-    "attn_k_norm", "ffn_gate", "ffn_up", "ffn_down",
-})  # fmt: skip
-_MOE_BLOCK = frozenset({
-    "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps", "ffn_down_exps", "ffn_exp_probs_b",
-    "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
-})  # fmt: skip
-_NEXTN = frozenset({f"nextn.{n}" for n in ("eh_proj", "enorm", "hnorm", "embed_tokens", "shared_head_head", "shared_head_norm")})
+_DENSE_BLOCK = frozenset(
+    {
+        "attn_norm",
+        "post_attention_norm",
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_qkv",
+        "attn_output",
+        "attn_q_norm",
+        "attn_k_norm",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    }
+)
+_MOE_BLOCK = frozenset(
+    {
+        "ffn_gate_inp",
+        "ffn_gate_exps",
+        "ffn_up_exps",
+        "ffn_gate_up_exps",
+        "ffn_down_exps",
+        "ffn_exp_probs_b",
+        "ffn_gate_inp_shexp",
+        "ffn_gate_shexp",
+        "ffn_up_shexp",
+        "ffn_down_shexp",
+    }
+)
+_NEXTN = frozenset(
+    {f"nextn.{n}" for n in ("eh_proj", "enorm", "hnorm", "embed_tokens", "shared_head_head", "shared_head_norm")}
+)
 
 #: tensors llama.cpp loads in the NextN block, per architecture (from its
 #: ``load_arch_tensors``); architectures not listed are not checked tensor by tensor
@@ -170,7 +194,8 @@ def _check_vocab(target: Summary, head: Summary) -> None:
         )
     if target.vocab_digest and head.vocab_digest and target.vocab_digest != head.vocab_digest:
         raise PairingError(
-            "The head's vocabulary differs from the target's (same size, different tokens). This head is for another model.",
+            "The head's vocabulary differs from the target's (same size, different tokens). This head is for "
+            "another model.",
             code="tokenizer_mismatch",
         )
 

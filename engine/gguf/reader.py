@@ -263,7 +263,9 @@ def _value_type(raw: int, cur: _Cursor, where: str, at: int) -> ValueType:
     try:
         return ValueType(raw)
     except ValueError:
-        raise GGUFError(f"{where} has invalid value type {raw}", file=cur.file, offset=at, code="bad_value_type") from None
+        raise GGUFError(
+            f"{where} has invalid value type {raw}", file=cur.file, offset=at, code="bad_value_type"
+        ) from None
 
 
 def _skip_value(cur: _Cursor, vtype: ValueType, key: str) -> tuple[ValueType | None, int | None]:
@@ -279,11 +281,17 @@ def _skip_value(cur: _Cursor, vtype: ValueType, key: str) -> tuple[ValueType | N
     count = cur.u64(f"array length of {key!r}")
     if etype == ValueType.ARRAY:
         raise GGUFError(
-            f"key {key!r} is a nested array, which llama.cpp does not support", file=cur.file, offset=at, code="nested_array"
+            f"key {key!r} is a nested array, which llama.cpp does not support",
+            file=cur.file,
+            offset=at,
+            code="nested_array",
         )
     if count > MAX_ARRAY_ELEMENTS:
         raise GGUFError(
-            f"array {key!r} claims {count} elements (limit {MAX_ARRAY_ELEMENTS})", file=cur.file, offset=at, code="bad_array"
+            f"array {key!r} claims {count} elements (limit {MAX_ARRAY_ELEMENTS})",
+            file=cur.file,
+            offset=at,
+            code="bad_array",
         )
     if etype == ValueType.STRING:
         buf, size, off = cur.buf, cur.size, cur.off
@@ -310,7 +318,9 @@ def parse_buffer(buf: Any, size: int, file: str = "<buffer>") -> tuple[int, list
     cur.need(4, "magic")
     magic = bytes(buf[0:4])
     if magic != MAGIC:
-        raise GGUFError(f"not a GGUF file (magic is {magic!r}, expected b'GGUF')", file=file, offset=0, code="bad_magic")
+        raise GGUFError(
+            f"not a GGUF file (magic is {magic!r}, expected b'GGUF')", file=file, offset=0, code="bad_magic"
+        )
     cur.off = 4
     version = cur.u32("version")
     if version not in SUPPORTED_VERSIONS:
@@ -319,7 +329,9 @@ def parse_buffer(buf: Any, size: int, file: str = "<buffer>") -> tuple[int, list
             raise GGUFError(
                 "big-endian GGUF file: llama.cpp only loads little-endian files", file=file, offset=4, code="big_endian"
             )
-        raise GGUFError(f"unsupported GGUF version {version} (supported: 2, 3)", file=file, offset=4, code="bad_version")
+        raise GGUFError(
+            f"unsupported GGUF version {version} (supported: 2, 3)", file=file, offset=4, code="bad_version"
+        )
     n_tensors = cur.i64("tensor count")
     n_kv = cur.i64("KV count")
     # Each KV needs >= 13 bytes and each tensor-info >= 24: counts beyond that are garbage.

@@ -80,10 +80,14 @@ def open_set(path: str | Path) -> ModelSet:
             file=str(p),
             code="not_first_shard",
         )
-    count = int(count_kv.value) if count_kv is not None and isinstance(count_kv.value, int) else (name.count if name else 1)
+    count = (
+        int(count_kv.value) if count_kv is not None and isinstance(count_kv.value, int) else (name.count if name else 1)
+    )
     if name is not None and count != name.count:
         raise GGUFError(
-            f"split.count is {count} but the file name says {name.count} shards", file=str(p), code="split_count_mismatch"
+            f"split.count is {count} but the file name says {name.count} shards",
+            file=str(p),
+            code="split_count_mismatch",
         )
     if name is None:
         if count != 1:

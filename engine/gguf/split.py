@@ -18,7 +18,16 @@ from pathlib import Path
 
 from engine.errors import ComposeError
 from engine.gguf import codec
-from engine.gguf.constants import ALIGNMENT_KEY, DEFAULT_ALIGNMENT, SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS_COUNT, ValueType, pad, shard_name
+from engine.gguf.constants import (
+    ALIGNMENT_KEY,
+    DEFAULT_ALIGNMENT,
+    SPLIT_COUNT,
+    SPLIT_NO,
+    SPLIT_TENSORS_COUNT,
+    ValueType,
+    pad,
+    shard_name,
+)
 from engine.gguf.filecopy import Copier, check_outputs, check_space, commit, discard, sweep_stale_partials, temp_path
 from engine.gguf.reader import TensorInfo, read_header
 
@@ -120,8 +129,9 @@ def split_model(
         commit(temps, outs)
     except OSError as e:
         discard(temps)
-        raise ComposeError(f"Writing {e.filename or outs[0]} failed: {e.strerror or e}. Nothing was written.",
-                           code="write_failed") from None  # fmt: skip
+        raise ComposeError(
+            f"Writing {e.filename or outs[0]} failed: {e.strerror or e}. Nothing was written.", code="write_failed"
+        ) from None
     except BaseException:
         discard(temps)
         raise

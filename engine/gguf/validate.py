@@ -321,7 +321,9 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
         b = block_index(t.name)
         if b is None:
             if "nextn." in t.name and not is_head_root_tensor(facts.architecture, t.name):
-                report.error("unknown_tensor", f"tensor {t.name!r} looks like a NextN tensor outside any block", str(h.path))
+                report.error(
+                    "unknown_tensor", f"tensor {t.name!r} looks like a NextN tensor outside any block", str(h.path)
+                )
             continue
         blocks.add(b)
         if b >= facts.block_count:
@@ -361,7 +363,8 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
             if fam is None or not fam.trunk_only:
                 report.error(
                     "trunk_only_unsupported",
-                    f"this {facts.architecture} file declares {facts.nextn_layers} NextN layer(s) but holds none of their "
+                    f"this {facts.architecture} file declares {facts.nextn_layers} NextN layer(s) but holds "
+                    f"none of their "
                     f"tensors, and llama.cpp loads such a trunk only for the families whose loaders allow it. Compose "
                     "it with its mtp- head first (compose), or use a file converted with its MTP layers",
                     f,
@@ -380,9 +383,11 @@ def check_mtp_tensors(ms: ModelSet, facts: MtpFacts, report: Report) -> None:
             report.warn("bad_nextn", problem, f)
         if fam is not None and fam.graph:
             facts.nextn_missing = tuple(
-                f"blk.{b}.{suffix}" for b in range(trunk, facts.block_count) for suffix in fam.nextn_requires
+                f"blk.{b}.{suffix}"
+                for b in range(trunk, facts.block_count)
+                for suffix in fam.nextn_requires
                 if f"blk.{b}.{suffix}" not in names
-            )  # fmt: skip
+            )
             if facts.nextn_missing:
                 report.warn("nextn_incomplete", nextn_missing_problem(facts), f)
     elif blocks_with_nextn:
@@ -414,7 +419,11 @@ def check_set(ms: ModelSet, report: Report) -> None:
         return
     for i, h in enumerate(ms.headers):
         hf = str(h.path)
-        for key, want in ((SPLIT_NO, ValueType.UINT16), (SPLIT_COUNT, ValueType.UINT16), (SPLIT_TENSORS_COUNT, ValueType.INT32)):
+        for key, want in (
+            (SPLIT_NO, ValueType.UINT16),
+            (SPLIT_COUNT, ValueType.UINT16),
+            (SPLIT_TENSORS_COUNT, ValueType.INT32),
+        ):
             kv = h.kvs.get(key)
             if kv is None:
                 report.error("missing_split_key", f"{key} is missing", hf)
@@ -458,7 +467,9 @@ def check_set(ms: ModelSet, report: Report) -> None:
         for sib in first.path.parent.glob(f"{name.prefix}-*-of-*.gguf"):
             m = SHARD_PATTERN.match(sib.name)
             if m and m["prefix"] == name.prefix and sib not in ms.paths:
-                report.error("extra_shard", f"{sib.name} looks like part of this set but is not one of its {n} shards", f)
+                report.error(
+                    "extra_shard", f"{sib.name} looks like part of this set but is not one of its {n} shards", f
+                )
 
 
 # ------------------------------------------------------------------------ entry
@@ -485,7 +496,9 @@ def validate_path(path: str | Path) -> tuple[Report, MtpFacts, ModelSet | None]:
         ms = open_set(path)
     except GGUFError as e:
         report = Report(files=[str(path)])
-        report.error(e.code, e.bare_message + (f" at offset {e.offset}" if e.offset is not None else ""), e.file or str(path))
+        report.error(
+            e.code, e.bare_message + (f" at offset {e.offset}" if e.offset is not None else ""), e.file or str(path)
+        )
         return report, MtpFacts(), None
     except ModelNotFoundError as e:
         report = Report(files=[str(path)])

@@ -66,9 +66,17 @@ def compose_into_library(
     work = library.root / WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     try:
-        res = compose(target, head, work / first, overwrite=True, cancel=cancel,
-                      progress=(lambda done, total: progress(done / max(total, 1))) if progress else None)  # fmt: skip
-        entry = library.add(res.outputs, name=name, provenance={"source": "compose", "target": str(target), "head": str(head)})
+        res = compose(
+            target,
+            head,
+            work / first,
+            overwrite=True,
+            cancel=cancel,
+            progress=(lambda done, total: progress(done / max(total, 1))) if progress else None,
+        )
+        entry = library.add(
+            res.outputs, name=name, provenance={"source": "compose", "target": str(target), "head": str(head)}
+        )
     finally:
         for leftover in work.glob("*"):  # a cancel or failure (compose removed its own temp files)
             leftover.unlink(missing_ok=True)

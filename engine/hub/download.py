@@ -119,7 +119,9 @@ def partial_paths(folder: Path, t: Target) -> tuple[Path, Path]:
 class _Meter:
     """Bytes -> FileProgress, with a smoothed rate; raises Cancelled when asked to."""
 
-    def __init__(self, filename: str, total: int, start: int, progress: ProgressFn | None, cancel: threading.Event | None):
+    def __init__(
+        self, filename: str, total: int, start: int, progress: ProgressFn | None, cancel: threading.Event | None
+    ):
         self.filename = filename
         self.total = total
         self.done = start
@@ -321,7 +323,9 @@ def download(
                 raise
             except Exception as e:
                 status = getattr(getattr(e, "response", None), "status_code", None)
-                transient = (isinstance(e, HfHubHTTPError) and status in RETRY_STATUS) or not isinstance(e, HfHubHTTPError)
+                transient = (isinstance(e, HfHubHTTPError) and status in RETRY_STATUS) or not isinstance(
+                    e, HfHubHTTPError
+                )
                 if not transient or attempt >= RETRIES:
                     raise translate(e, f"{t.repo_id}/{t.path}") from None
                 wait = _retry_after(e) or BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
@@ -360,4 +364,3 @@ def discard_partial(partial_dir: Path, t: Target) -> None:
 def partial_size(partial_dir: Path, t: Target) -> int:
     part, _ = partial_paths(partial_dir, t)
     return part.stat().st_size if part.exists() else 0
-

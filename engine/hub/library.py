@@ -78,8 +78,6 @@ class Entry:
         return root / self.id / self.files[0]
 
 
-
-
 def _entry_from(d: object, folder_name: str | None = None) -> Entry:
     """An :class:`Entry` from JSON, checked field by field (``ValueError`` if not one)."""
     if not isinstance(d, dict):
@@ -89,17 +87,21 @@ def _entry_from(d: object, folder_name: str | None = None) -> Entry:
     e = Entry(**kw)  # TypeError when a required field is missing
     e.kind, e.mtp = EntryKind(e.kind), MtpStatus(e.mtp)  # ValueError when not one of them
     checks = (
-        isinstance(e.id, str) and bool(e.id) and "/" not in e.id and e.id not in (".", "..")
+        isinstance(e.id, str)
+        and bool(e.id)
+        and "/" not in e.id
+        and e.id not in (".", "..")
         and (folder_name is None or e.id == folder_name),
         isinstance(e.name, str),
-        isinstance(e.files, list) and bool(e.files)
+        isinstance(e.files, list)
+        and bool(e.files)
         and all(isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..") for f in e.files),
         isinstance(e.size, int) and not isinstance(e.size, bool) and e.size >= 0,
         isinstance(e.provenance, dict),
         isinstance(e.summary, dict),
         e.pair is None or isinstance(e.pair, str),
         isinstance(e.added, (int, float)) and not isinstance(e.added, bool),
-    )  # fmt: skip
+    )
     if not all(checks):
         raise ValueError("a field has the wrong type or value")
     return e
@@ -117,8 +119,18 @@ def describe(first_file: Path) -> tuple[str, str, dict]:
     if not report.valid:
         raise GGUFError(str(report.errors[0]), file=str(first_file), code=report.errors[0].code)
     s = summarize(ms, facts)
-    keep = ("architecture", "name", "parameters", "quantization", "main_quant_type", "context_length", "embedding_length", "block_count",
-            "nextn_layers", "size_bytes")  # fmt: skip
+    keep = (
+        "architecture",
+        "name",
+        "parameters",
+        "quantization",
+        "main_quant_type",
+        "context_length",
+        "embedding_length",
+        "block_count",
+        "nextn_layers",
+        "size_bytes",
+    )
     summary = {k: s[k] for k in keep}
     summary["vocab_size"] = s["tokenizer"]["vocab_size"]
     kind = EntryKind.HEAD if facts.kind in ("head-only", "assistant") else EntryKind.MODEL
@@ -164,7 +176,9 @@ class Library:
         with self._lock:
             entries = []
             if self.root.is_dir():
-                for folder in sorted(p for p in self.root.iterdir() if self._entry_dir_ok(p) and not p.name.startswith(".")):
+                for folder in sorted(
+                    p for p in self.root.iterdir() if self._entry_dir_ok(p) and not p.name.startswith(".")
+                ):
                     e = self._read_entry(folder)
                     if e is not None:
                         entries.append(e)
@@ -216,8 +230,18 @@ class Library:
         added = recovered.get("added")
         if isinstance(added, bool) or not isinstance(added, (int, float)):
             added = folder.stat().st_mtime
-        e = Entry(folder.name, name or summary.get("name") or folder.name, files, kind, mtp, size, provenance, summary,
-                  pair=pair, added=added)  # fmt: skip
+        e = Entry(
+            folder.name,
+            name or summary.get("name") or folder.name,
+            files,
+            kind,
+            mtp,
+            size,
+            provenance,
+            summary,
+            pair=pair,
+            added=added,
+        )
         write_json_atomic(folder / "entry.json", asdict(e), indent=2)
         return e
 
@@ -361,4 +385,3 @@ class Library:
             m.pair, h.pair = h.id, m.id
             self.update(m)
             self.update(h)
-

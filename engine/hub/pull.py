@@ -43,7 +43,11 @@ class PullResult:
     already_local: bool
 
     def to_json(self) -> dict:
-        out = {"model": self.model.__dict__, "head": self.head.__dict__ if self.head else None, "already_local": self.already_local}
+        out = {
+            "model": self.model.__dict__,
+            "head": self.head.__dict__ if self.head else None,
+            "already_local": self.already_local,
+        }
         if self.head is not None:
             out["compose_hint"] = "mtp-studio compose --target <model file> --head <head file> --out composite.gguf"
         return out
@@ -53,7 +57,9 @@ def choose_group(groups: list[FileGroup], *, file: str | None, quant: str | None
     pool = [g for g in groups if g.head == head] or groups
     if file is not None:
         for g in groups:
-            if file in (g.name, g.name.rsplit("/", 1)[-1]) or any(file in (f.path, f.path.rsplit("/", 1)[-1]) for f in g.files):
+            if file in (g.name, g.name.rsplit("/", 1)[-1]) or any(
+                file in (f.path, f.path.rsplit("/", 1)[-1]) for f in g.files
+            ):
                 return g
         raise HubError(f"No GGUF file {file!r} in this repo. Files: " + ", ".join(g.name for g in groups))
     if quant is not None:
@@ -67,11 +73,14 @@ def choose_group(groups: list[FileGroup], *, file: str | None, quant: str | None
     if len(pool) == 1:
         return pool[0]
     what = "MTP head" if head else "model"
-    raise HubError(f"This repo has several {what} files; pick one with --file or --quant: " + ", ".join(g.name for g in pool))
+    raise HubError(
+        f"This repo has several {what} files; pick one with --file or --quant: " + ", ".join(g.name for g in pool)
+    )
 
 
-def _pairing_head(cfg: HubConfig, model: tuple[str, str, FileGroup], repo: str, rev: str,
-                  groups: list[FileGroup]) -> FileGroup:  # fmt: skip
+def _pairing_head(
+    cfg: HubConfig, model: tuple[str, str, FileGroup], repo: str, rev: str, groups: list[FileGroup]
+) -> FileGroup:
     """Of a repo's several heads or drafters, the one made for ``model``: those whose
     remote headers pair with the model's, and of those the one :func:`head_for` picks by
     name (several sizes' drafters, each in several quantizations, often share a repo)."""
@@ -96,7 +105,8 @@ def _targets(repo: str, rev: str, group: FileGroup) -> list[Target]:
     if not group.complete:
         have = ", ".join(f.path for f in group.files)
         raise HubError(
-            f"{group.name} is a set of {group.expected_shards} shards but the repo has only {len(group.files)} ({have}); "
+            f"{group.name} is a set of {group.expected_shards} shards but the repo has only {len(group.files)} "
+            f"({have}); "
             "nothing was downloaded."
         )
     targets = [Target(repo, f.path, rev, f.size, f.sha256, f.blob_id) for f in group.files]
@@ -149,7 +159,12 @@ def pull(
 
     sets = [(r, v, g, _targets(r, v, g)) for r, v, g in plan]
     existing = [library.find_provenance(r, v, [t.path for t in ts]) for r, v, _, ts in sets]
-    missing = sum(t.size - partial_size(library.partial_dir, t) for (_, _, _, ts), e in zip(sets, existing) if e is None for t in ts)
+    missing = sum(
+        t.size - partial_size(library.partial_dir, t)
+        for (_, _, _, ts), e in zip(sets, existing)
+        if e is None
+        for t in ts
+    )
     check_space(library.root, missing, library.space_left())
 
     total = sum(t.size for (_, _, _, ts), e in zip(sets, existing) if e is None for t in ts)

@@ -25,7 +25,6 @@ def candidate_groups(groups: list[FileGroup]) -> list[FileGroup]:
     complete models, not MTP heads nor vision projectors (``mmproj-*``, by name; the
     header is checked afterwards)."""
     out = [
-        g for g in groups
-        if g.complete and not g.head and not g.name.rsplit("/", 1)[-1].lower().startswith("mmproj")
-    ]  # fmt: skip
+        g for g in groups if g.complete and not g.head and not g.name.rsplit("/", 1)[-1].lower().startswith("mmproj")
+    ]
     return sorted(out, key=lambda g: -g.size)

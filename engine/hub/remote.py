@@ -28,14 +28,18 @@ class HubConfig:
     @classmethod
     def from_env(cls, token: str | None = None, offline: bool | None = None) -> HubConfig:
         off = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") if offline is None else offline
-        return cls(os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/"), token or os.environ.get("HF_TOKEN"), off)
+        return cls(
+            os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/"), token or os.environ.get("HF_TOKEN"), off
+        )
 
     def __repr__(self) -> str:  # never show the token
         return f"HubConfig(endpoint={self.endpoint!r}, token={'set' if self.token else None}, offline={self.offline})"
 
     def api(self):
         if self.offline:
-            raise OfflineError("Offline mode: Hugging Face is not contacted; only models already in the library are used.")
+            raise OfflineError(
+                "Offline mode: Hugging Face is not contacted; only models already in the library are used."
+            )
         from huggingface_hub import HfApi
 
         return HfApi(endpoint=self.endpoint, token=self.token or False)

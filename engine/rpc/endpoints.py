@@ -78,7 +78,9 @@ def parse_endpoints(value: str | list[str] | tuple[str, ...] | None) -> tuple[En
             raise InvalidSettingError(f"RPC endpoint {ep} is listed twice.")
         seen.add(ep)
     if len(eps) > MAX_SERVERS:
-        raise InvalidSettingError(f"At most {MAX_SERVERS} RPC endpoints can be used (llama.cpp's limit); {len(eps)} were given.")
+        raise InvalidSettingError(
+            f"At most {MAX_SERVERS} RPC endpoints can be used (llama.cpp's limit); {len(eps)} were given."
+        )
     return eps
 
 
@@ -153,7 +155,9 @@ def parse_tensor_split(value: str | list | tuple | None) -> tuple[float, ...] | 
     try:
         weights = tuple(float(x) for x in items)
     except (TypeError, ValueError):
-        raise InvalidSettingError(f"The tensor split {value!r} must be numbers separated by commas, e.g. 3,1,1.") from None
+        raise InvalidSettingError(
+            f"The tensor split {value!r} must be numbers separated by commas, e.g. 3,1,1."
+        ) from None
     if any(w < 0 or w != w for w in weights) or not any(w > 0 for w in weights):
         raise InvalidSettingError("Tensor split weights must be >= 0, with at least one above 0.")
     return weights

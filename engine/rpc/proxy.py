@@ -18,8 +18,9 @@ from engine.rpc.endpoints import Endpoint
 
 
 class CountingProxy:
-    def __init__(self, target: Endpoint, *, delay: float = 0.0, rate: float | None = None, host: str = "127.0.0.1",
-                 port: int = 0):  # fmt: skip
+    def __init__(
+        self, target: Endpoint, *, delay: float = 0.0, rate: float | None = None, host: str = "127.0.0.1", port: int = 0
+    ):
         self.target = target
         self.delay = delay
         self.rate = rate  # bytes/s each way (a link's bandwidth), None: unlimited

@@ -103,7 +103,10 @@ def _server_devices(lib: ctypes.CDLL, names: list[str]) -> list[int]:
         for n in names:
             dev = lib.ggml_backend_dev_by_name(n.encode())
             if not dev:
-                known = [lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i)).decode() for i in range(lib.ggml_backend_dev_count())]
+                known = [
+                    lib.ggml_backend_dev_name(lib.ggml_backend_dev_get(i)).decode()
+                    for i in range(lib.ggml_backend_dev_count())
+                ]
                 raise InvalidSettingError(f"No device named {n!r} here (devices: {', '.join(known)}).")
             out.append(dev)
         return out
@@ -261,14 +264,25 @@ class RpcServer:
                 return self
             with open(self.log_path, "ab") as log:  # O_APPEND: the child's writes never overwrite each other
                 self._proc = subprocess.Popen(
-                    self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    self.command(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                     env=child_env(PYTHONUNBUFFERED="1"),
-                )  # fmt: skip
+                )
         deadline = time.monotonic() + timeout
-        host = "127.0.0.1" if self.options.host in ("0.0.0.0", "") else "::1" if self.options.host == "::" else self.options.host
+        host = (
+            "127.0.0.1"
+            if self.options.host in ("0.0.0.0", "")
+            else "::1"
+            if self.options.host == "::"
+            else self.options.host
+        )
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RpcError(f"The RPC server did not start: {self.log_tail() or f'exit status {self._proc.returncode}'}")
+                raise RpcError(
+                    f"The RPC server did not start: {self.log_tail() or f'exit status {self._proc.returncode}'}"
+                )
             if READY_MARK.encode() not in self._read_log():
                 time.sleep(0.05)
                 continue
@@ -294,7 +308,6 @@ class RpcServer:
             return self.log_path.read_bytes()
         except OSError:
             return b""
-
 
     def log_text(self) -> str:
         return self._read_log().decode("utf-8", "replace")

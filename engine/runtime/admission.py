@@ -11,7 +11,8 @@ The engine thread takes jobs in order. Most wait until the slots are idle; these
 - :func:`slotted`: a generation on a model with slots joins its steps.
 
 :func:`run_off_path` runs work (a load) on a thread of its own while the engine thread keeps
-stepping; :func:`run_in_steps` runs a call (the A/B bench) as one of its model's sequences. Engine thread only: these read the engine's state, which only it touches.
+stepping; :func:`run_in_steps` runs a call (the A/B bench) as one of its model's sequences.
+Engine thread only: these read the engine's state, which only it touches.
 """
 
 from __future__ import annotations
@@ -62,8 +63,12 @@ def slotted(job: J.Job, state) -> LoadedModel | None:
     return lm if isinstance(lm, LoadedModel) and lm.slots is not None else None
 
 
-def run_off_path(work: Callable[[Callable[[float, str], None]], Any], emit: Callable[[J.Event], None],
-                 step_while: Callable[..., None], name: str) -> Any:  # fmt: skip
+def run_off_path(
+    work: Callable[[Callable[[float, str], None]], Any],
+    emit: Callable[[J.Event], None],
+    step_while: Callable[..., None],
+    name: str,
+) -> Any:
     """``work(progress)`` on a thread of its own while ``step_while(waiting, idle=…)`` keeps
     the engine thread stepping; its progress is emitted from the engine thread; what it
     raises is raised here."""
@@ -93,8 +98,9 @@ def run_off_path(work: Callable[[Callable[[float, str], None]], Any], emit: Call
     return out["value"]
 
 
-def run_in_steps(fn: Callable[[], Any], start: Callable[[Callable[[], None]], None],
-                 step_while: Callable[..., None]) -> Any:  # fmt: skip
+def run_in_steps(
+    fn: Callable[[], Any], start: Callable[[Callable[[], None]], None], step_while: Callable[..., None]
+) -> Any:
     """``fn()`` as one of a model's sequences (``start``: its batcher's): its decodes go
     through the model's steps, which ``step_while(waiting)`` runs with every other model's
     until it returns; what it raises is raised here, outside the steps."""
@@ -111,4 +117,3 @@ def run_in_steps(fn: Callable[[], Any], start: Callable[[Callable[[], None]], No
     if "error" in out:
         raise out["error"]
     return out["value"]
-

@@ -173,20 +173,28 @@ class Engine:
     def queue_depth(self) -> int:
         """Jobs waiting or running (those in slots included)."""
         with self._lock:
-            running = len(self._in_slots) + (1 if self._current is not None and self._current not in self._in_slots else 0)
+            running = len(self._in_slots) + (
+                1 if self._current is not None and self._current not in self._in_slots else 0
+            )
         return self._queue.qsize() + running + isinstance(self._peeked, JobHandle)
 
     def slots(self) -> dict[str, list[dict]]:
         """Each loaded model's slots now (model name -> one dict per slot), safe to call
         from any thread; a pooling model (embeddings, rerank) has none."""
-        return {name: lm.slots.info() for name, lm in list(self._state.models.items())
-                if isinstance(lm, LoadedModel) and lm.slots is not None}  # fmt: skip
+        return {
+            name: lm.slots.info()
+            for name, lm in list(self._state.models.items())
+            if isinstance(lm, LoadedModel) and lm.slots is not None
+        }
 
     def step_depths(self) -> dict[str, dict[int, int]]:
         """Each loaded model's MTP auto depth of its last step of n sequences (model name ->
         n -> depth), safe to call from any thread (engine.runtime.decode.policy.steps)."""
-        return {name: lm.slots.step_depths() for name, lm in list(self._state.models.items())
-                if isinstance(lm, LoadedModel) and lm.slots is not None}  # fmt: skip
+        return {
+            name: lm.slots.step_depths()
+            for name, lm in list(self._state.models.items())
+            if isinstance(lm, LoadedModel) and lm.slots is not None
+        }
 
     def models(self) -> dict[str, dict]:
         """Loaded models (name -> info), safe to call from any thread."""
@@ -273,11 +281,15 @@ class Engine:
     def _busy_pools(self, models: list | None = None) -> list:
         """The slot pools with work: a slot taken, or a sequence in their steps (a call's)."""
         models = list(self._state.models.values()) if models is None else models
-        return [lm.slots for lm in models
-                if isinstance(lm, LoadedModel) and lm.slots is not None and (lm.slots.busy or lm.slots.batcher.active)]  # fmt: skip
+        return [
+            lm.slots
+            for lm in models
+            if isinstance(lm, LoadedModel) and lm.slots is not None and (lm.slots.busy or lm.slots.batcher.active)
+        ]
 
-    def _step_while(self, waiting: Callable[[], bool], idle: Callable[[float], Any] = time.sleep,
-                    held: frozenset[str] | None = None) -> None:  # fmt: skip
+    def _step_while(
+        self, waiting: Callable[[], bool], idle: Callable[[float], Any] = time.sleep, held: frozenset[str] | None = None
+    ) -> None:
         """Run every busy model's steps while ``waiting()``: their streams go on meanwhile;
         with none busy, ``idle(seconds)`` instead. With ``held`` (the models the waiting job
         has to itself), the jobs at the queue's head that need none of them start meanwhile
@@ -417,8 +429,9 @@ class Engine:
 
         def work(progress: Callable[[float, str], None]) -> LoadedModel | WorkerModel:
             if job.spec.rpc and self.defaults.isolate_rpc:
-                return WorkerModel.start(job.spec, progress=progress, cancel=h.cancel_event,
-                                         prompt_cache_bytes=prompt_cache_bytes)  # fmt: skip
+                return WorkerModel.start(
+                    job.spec, progress=progress, cancel=h.cancel_event, prompt_cache_bytes=prompt_cache_bytes
+                )
             return load(job.spec, progress=progress, cancel=h.cancel_event)
 
         held = frozenset({job.spec.name or Path(job.spec.path).name.removesuffix(".gguf")})
@@ -452,12 +465,21 @@ class Engine:
         return names
 
     def _call(self, job: J.Call, h: JobHandle) -> Any:
-        target = self._state.models.get(job.model) if job.model is not None else next(iter(self._state.models.values()), None)
+        target = (
+            self._state.models.get(job.model)
+            if job.model is not None
+            else next(iter(self._state.models.values()), None)
+        )
         if job.model is not None and target is None:
             raise NoModelLoadedError(f"Model {job.model!r} is not loaded.")
         if isinstance(target, WorkerModel):  # the model lives in the worker: so does the call
             return self._in_worker(target, job, h)
-        if job.access == "exclusive" and job.model is not None and isinstance(target, LoadedModel) and target.slots is not None:
+        if (
+            job.access == "exclusive"
+            and job.model is not None
+            and isinstance(target, LoadedModel)
+            and target.slots is not None
+        ):
             # as one of its sequences: its decodes go through the model's steps, the other models' go on
             step = functools.partial(self._step_while, held=frozenset({target.name}))
             return run_in_steps(lambda: job.fn(self._state, h.cancel_event, h._emit), target.slots.batcher.start, step)
@@ -496,4 +518,3 @@ class Engine:
             self.counters["drafted"] += r.stats.drafted
             self.counters["accepted"] += r.stats.accepted
             self.counters["prompt_tokens"] += prompt_tokens
-

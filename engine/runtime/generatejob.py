@@ -20,8 +20,9 @@ from engine.runtime.request import Prepared, prepare
 from engine.runtime.slots.pool import Reservation, Slot
 
 
-def prepare_in_slot(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts,
-                    reservation: Reservation) -> tuple[Prepared, Slot]:  # fmt: skip
+def prepare_in_slot(
+    job: J.Generate, lm: LoadedModel, texts: TokenizedTexts, reservation: Reservation
+) -> tuple[Prepared, Slot]:
     """Prepare ``job`` (render, tokenize: any thread) and take the slot its prompt suits;
     with MTP auto its depth policy is then the step's, per batch size
     (engine.runtime.decode.policy.steps)."""
@@ -33,8 +34,9 @@ def prepare_in_slot(job: J.Generate, lm: LoadedModel, texts: TokenizedTexts,
     return prep, slot
 
 
-def decode_prepared(job: J.Generate, prep: Prepared, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle,
-                    slot: Slot) -> J.GenerateResult:  # fmt: skip
+def decode_prepared(
+    job: J.Generate, prep: Prepared, lm: LoadedModel, texts: TokenizedTexts, h: JobHandle, slot: Slot
+) -> J.GenerateResult:
     """Decode a prepared generation on ``slot``'s session (one of the model's slots, in the
     steps of its batcher: a model loaded with one slot too), emitting to ``h``, and keep
     what it leaves behind (the conversation's tokens, what auto learned)."""
@@ -43,15 +45,26 @@ def decode_prepared(job: J.Generate, prep: Prepared, lm: LoadedModel, texts: Tok
     parser = prep.reply.parser() if prep.reply is not None else None
 
     def emit(toks: list[int], text: str, lps, parts) -> None:
-        h._emit(J.Tokens(tuple(toks), text, None if lps is None else tuple(lps), None if parts is None else tuple(parts)))
+        h._emit(
+            J.Tokens(tuple(toks), text, None if lps is None else tuple(lps), None if parts is None else tuple(parts))
+        )
 
     def on_round(r) -> None:
         slot.record(r)
         h._emit(J.Round(r))
 
     try:
-        g = generate(session, prep.prompt, prep.params, cancel=h.cancel_event, on_emit=emit,
-                     on_round=on_round, cache=lm.snapshots, splitter=parser, outputs=lm.outputs)  # fmt: skip
+        g = generate(
+            session,
+            prep.prompt,
+            prep.params,
+            cancel=h.cancel_event,
+            on_emit=emit,
+            on_round=on_round,
+            cache=lm.snapshots,
+            splitter=parser,
+            outputs=lm.outputs,
+        )
         if parser is not None:
             # only a reply cut by its length leaves a call's arguments as they were written
             rest = parser.finish(cut=g.stop_reason in (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL))
@@ -64,8 +77,9 @@ def decode_prepared(job: J.Generate, prep: Prepared, lm: LoadedModel, texts: Tok
     if prep.prompt_text is not None:
         reply_bytes = b"".join(lm.model.piece(t) for t in g.tokens)
         texts.remember(prep.prompt_text, prep.prompt, reply_bytes.decode("utf-8", "replace"), g.tokens)
-    return J.GenerateResult(g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs,
-                            parser.reply if parser is not None else None)  # fmt: skip
+    return J.GenerateResult(
+        g.tokens, g.text, g.stats, lm.name, len(prep.prompt), g.logprobs, parser.reply if parser is not None else None
+    )
 
 
 def count_prompt(job: J.Generate, state, cancel, emit) -> int:

@@ -47,8 +47,9 @@ def check_int(
 MAX_PARALLEL = 16
 
 
-def check_load_settings(*, n_ctx: object, n_batch: object, max_draft_depth: object, n_threads: object = None,
-                        parallel: object = 1) -> None:  # fmt: skip
+def check_load_settings(
+    *, n_ctx: object, n_batch: object, max_draft_depth: object, n_threads: object = None, parallel: object = 1
+) -> None:
     """Raise :class:`InvalidSettingError` for settings llama.cpp would abort on."""
     check_int("The number of parallel slots", parallel, 1, MAX_PARALLEL)
     check_int("The context length", n_ctx, MIN_CTX, hint=f" MTP Studio needs a context of at least {MIN_CTX} tokens.")
@@ -163,8 +164,9 @@ def check_repeat_penalty(value: object) -> float:
     """llama.cpp's ``repeat_penalty``: above 0, at most 10 (1: off)."""
     v = _number("repeat_penalty", value)
     if not 0.0 < v <= 10.0:
-        raise InvalidSettingError(f"repeat_penalty must be above 0 and at most 10 (1: off), got {value}",
-                                  param="repeat_penalty")  # fmt: skip
+        raise InvalidSettingError(
+            f"repeat_penalty must be above 0 and at most 10 (1: off), got {value}", param="repeat_penalty"
+        )
     return v
 
 

@@ -42,7 +42,9 @@ def pooling_of(ctx) -> int:
     return int(llama().llama_pooling_type(ctx.ptr))
 
 
-def embed(ctx, inputs: list[list[int]], *, normalize: bool = True, cancel: threading.Event | None = None) -> list[Pooled]:
+def embed(
+    ctx, inputs: list[list[int]], *, normalize: bool = True, cancel: threading.Event | None = None
+) -> list[Pooled]:
     """Each input's pooled vector (``n_embd`` floats; under rank pooling, the classifier's
     outputs). Inputs longer than the context's batch are refused in words (the caller
     truncates first when asked to)."""
@@ -75,7 +77,9 @@ def embed(ctx, inputs: list[list[int]], *, normalize: bool = True, cancel: threa
             batch.clear()
             for s, toks in enumerate(group):
                 n = len(toks)
-                batch.append(np.asarray(toks, dtype=np.int32), np.arange(n, dtype=np.int32), np.ones(n, dtype=np.int8), s)
+                batch.append(
+                    np.asarray(toks, dtype=np.int32), np.arange(n, dtype=np.int32), np.ones(n, dtype=np.int8), s
+                )
             ctx.decode(batch)
             for s, toks in enumerate(group):
                 ptr = L.llama_get_embeddings_seq(ctx.ptr, s)

@@ -30,20 +30,32 @@ def run_pooled(job: J.Embed | J.Rerank, lm, cancel: threading.Event | None = Non
     if isinstance(job, J.Rerank):
         inputs = [cut(pooled.rerank_tokens(model, job.query, d)) for d in job.documents]
         out = pooled.embed(ctx, inputs, normalize=False, cancel=cancel)
-        return J.PooledResult(scores=[float(p.vector[0]) for p in out], tokens=sum(p.n_tokens for p in out),
-                              ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
-    inputs = [cut(list(x) if not isinstance(x, str) else model.tokenize(x, add_special=True, parse_special=True))
-              for x in job.inputs]  # fmt: skip
+        return J.PooledResult(
+            scores=[float(p.vector[0]) for p in out],
+            tokens=sum(p.n_tokens for p in out),
+            ms=(time.perf_counter() - t0) * 1000,
+        )
+    inputs = [
+        cut(list(x) if not isinstance(x, str) else model.tokenize(x, add_special=True, parse_special=True))
+        for x in job.inputs
+    ]
     out = pooled.embed(ctx, inputs, normalize=job.normalize, cancel=cancel)
-    return J.PooledResult(vectors=[p.vector for p in out], tokens=sum(p.n_tokens for p in out),
-                          ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
+    return J.PooledResult(
+        vectors=[p.vector for p in out], tokens=sum(p.n_tokens for p in out), ms=(time.perf_counter() - t0) * 1000
+    )
 
 
 def refusal(name: str, kind: str, want: str) -> str:
     """Why model ``name`` (a ``kind`` model) cannot answer a ``want`` request, and what to use."""
     what = {"chat": "a chat model", "embedding": "an embedding model", "rerank": "a reranking model"}
-    use = {"chat": "/v1/chat/completions (or /api/chat)", "embedding": "/v1/embeddings (or /api/embed)",
-           "rerank": "/v1/rerank"}  # fmt: skip
-    need = {"chat": "a chat model", "embedding": "an embedding model (a GGUF that sets a pooling type)",
-            "rerank": "a reranking model (a GGUF with rank pooling)"}  # fmt: skip
+    use = {
+        "chat": "/v1/chat/completions (or /api/chat)",
+        "embedding": "/v1/embeddings (or /api/embed)",
+        "rerank": "/v1/rerank",
+    }
+    need = {
+        "chat": "a chat model",
+        "embedding": "an embedding model (a GGUF that sets a pooling type)",
+        "rerank": "a reranking model (a GGUF with rank pooling)",
+    }
     return f"{name} is {what.get(kind, kind)}: it answers {use.get(kind, kind)}. This request needs {need[want]}."

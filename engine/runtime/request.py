@@ -188,8 +188,15 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
         prompt_text, plan, think, offsets = _render_chat(job, template, model, points=snapshots)
         # a template that thinks, whose prompt neither opens nor closes the block: the model
         # may open it itself, and a budget bounds it there too
-        may_open = template.thinking if (think is None and template.thinking is not None
-                                         and not prompt_text.rstrip().endswith(template.thinking.end)) else None  # fmt: skip
+        may_open = (
+            template.thinking
+            if (
+                think is None
+                and template.thinking is not None
+                and not prompt_text.rstrip().endswith(template.thinking.end)
+            )
+            else None
+        )
         # a template that writes the BOS token gets no second one
         body = texts.tokenize(prompt_text, model.tokenize)
         prompt = model.with_bos(body)
@@ -225,8 +232,10 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     assert job.presence_penalty is not None and job.frequency_penalty is not None and job.repeat_penalty is not None
     speculate = job.mtp is Mtp.ON and lm.source != MtpSource.OFF
     shown = lm.template.thinking if job.messages is not None else None  # the model may open it itself
-    markers = (*(plan.fmt.markers if plan is not None and plan.fmt is not None else ()),
-               *((shown.start, shown.end, *shown.answer_headers, *shown.answer_markers) if shown is not None else ()))  # fmt: skip
+    markers = (
+        *(plan.fmt.markers if plan is not None and plan.fmt is not None else ()),
+        *((shown.start, shown.end, *shown.answer_headers, *shown.answer_markers) if shown is not None else ()),
+    )
     params = DecodeParams(
         max_tokens=job.max_tokens,
         stop=(*job.stop, *end_strings),
@@ -245,7 +254,9 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     return Prepared(prompt, prompt_text, params, plan)
 
 
-def _render_chat(job: Generate, template, model: Model, *, points: bool) -> tuple[str, ReplyPlan, Thinking | None, list[int]]:
+def _render_chat(
+    job: Generate, template, model: Model, *, points: bool
+) -> tuple[str, ReplyPlan, Thinking | None, list[int]]:
     """The chat prompt with the request's tools and template arguments, how its reply will
     be split, the thinking markers when the reply starts thinking, and (with ``points``)
     the text offsets worth a prompt-cache snapshot (:mod:`engine.runtime.prompt.cachepoints`)."""

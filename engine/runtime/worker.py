@@ -96,8 +96,9 @@ class WorkerModel:
 
     # ------------------------------------------------------------------ start
     @classmethod
-    def start(cls, spec, *, progress=None, cancel: threading.Event | None = None,
-              prompt_cache_bytes: int = 0) -> WorkerModel:  # fmt: skip
+    def start(
+        cls, spec, *, progress=None, cancel: threading.Event | None = None, prompt_cache_bytes: int = 0
+    ) -> WorkerModel:
         proc = subprocess.Popen(
             module_command(CHILD_MODULE),
             stdin=subprocess.PIPE,
@@ -107,8 +108,11 @@ class WorkerModel:
         )
         w = cls(spec, proc)
         try:
-            info = w.call(("load", spec, prompt_cache_bytes),
-                          emit=lambda ev: progress and progress(ev.fraction, ev.message), cancel=cancel)  # fmt: skip
+            info = w.call(
+                ("load", spec, prompt_cache_bytes),
+                emit=lambda ev: progress and progress(ev.fraction, ev.message),
+                cancel=cancel,
+            )
         except BaseException:
             w.close()
             raise

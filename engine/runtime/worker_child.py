@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
                 elif kind == "run":
                     # the parent resolved the job and filters its events: relay every one
                     job = msg[1]
-                    current = engine.submit(replace(job, rounds=True) if isinstance(job, J.Generate) else job,
-                                            on_event=on_event)  # fmt: skip
+                    current = engine.submit(
+                        replace(job, rounds=True) if isinstance(job, J.Generate) else job, on_event=on_event
+                    )
                 elif kind == "cancel" and current is not None:
                     current.cancel()
             except Exception as e:  # refused before it ran (queue full, engine stopping)

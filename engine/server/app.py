@@ -98,8 +98,12 @@ class RefusePreflight:
         if scope["type"] == "http" and scope["method"] == "OPTIONS":
             headers = dict(scope["headers"])
             if b"access-control-request-method" in headers:
-                resp = _send_error(E.HTTPError(403, "CORS is off for this endpoint; allow your origin in its settings.",
-                                               code="cors_disabled"), scope)  # fmt: skip
+                resp = _send_error(
+                    E.HTTPError(
+                        403, "CORS is off for this endpoint; allow your origin in its settings.", code="cors_disabled"
+                    ),
+                    scope,
+                )
                 return await resp(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -138,7 +142,9 @@ class RequestGuard:
             ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if ctype != b"application/json":
                 err = E.HTTPError(
-                    415, "Send the request body as JSON with 'Content-Type: application/json'.", code="unsupported_media_type"
+                    415,
+                    "Send the request body as JSON with 'Content-Type: application/json'.",
+                    code="unsupported_media_type",
                 )
         if err is not None:
             return await _send_error(err, scope)(scope, receive, send)
@@ -223,9 +229,14 @@ class ApiKey:
         # every candidate compared (timing-safe); either header may carry the key
         ok = [hmac.compare_digest(t, self.key) for t in tokens]
         if not any(ok):
-            msg = ("Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')." if not got
-                   else "Incorrect API key.")  # fmt: skip
-            resp = _send_error(E.HTTPError(401, msg, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}), scope)
+            msg = (
+                "Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')."
+                if not got
+                else "Incorrect API key."
+            )
+            resp = _send_error(
+                E.HTTPError(401, msg, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}), scope
+            )
             return await resp(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -254,8 +265,9 @@ async def _handle_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return E.response(E.from_exception(exc), request.url.path)
 
 
-def create_app(engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None,
-               residency=None) -> Starlette:
+def create_app(
+    engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None, residency=None
+) -> Starlette:
     settings.check()
     middleware = []
     if settings.cors_origins:

@@ -130,7 +130,12 @@ def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int],
                 for t in threads:
                     t.join()
                 wall = time.perf_counter() - t0
-                conc[n] = {"requests": n * per, "tokens": done_tokens[0], "seconds": wall, "tokens_per_second": done_tokens[0] / wall}
+                conc[n] = {
+                    "requests": n * per,
+                    "tokens": done_tokens[0],
+                    "seconds": wall,
+                    "tokens_per_second": done_tokens[0] / wall,
+                }
         finally:
             server.stop()
 
@@ -153,10 +158,15 @@ def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int],
         print(json.dumps(result))
     else:
         print(f"model {model}, {requests} requests x {max_tokens} tokens, streamed")
-        print(f"time to first token: in-process {result['ttft_ms_in_process']:.1f} ms, HTTP {result['ttft_ms_http']:.1f} ms "
-              f"(overhead {result['overhead_ms_per_request']:.2f} ms/request)")  # fmt: skip
-        print(f"decode tokens/s: in-process {result['tokens_per_second_in_process']:.1f}, HTTP "
-              f"{result['tokens_per_second_http']:.1f} ({100 * result['tokens_per_second_loss']:+.1f}% loss)")  # fmt: skip
+        print(
+            f"time to first token: in-process {result['ttft_ms_in_process']:.1f} ms, HTTP "
+            f"{result['ttft_ms_http']:.1f} ms "
+            f"(overhead {result['overhead_ms_per_request']:.2f} ms/request)"
+        )
+        print(
+            f"decode tokens/s: in-process {result['tokens_per_second_in_process']:.1f}, HTTP "
+            f"{result['tokens_per_second_http']:.1f} ({100 * result['tokens_per_second_loss']:+.1f}% loss)"
+        )
         for n, c in conc.items():
             print(f"{n:3d} concurrent clients: {c['tokens_per_second']:.1f} tokens/s total ({c['requests']} requests)")
     return 0

@@ -34,15 +34,27 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (QueueFullError, 429, "rate_limit_error"),
     (EngineStoppedError, 503, "server_error"),
     (RpcError, 503, "server_error"),  # a helper machine is down: retry after reloading
-    (InsufficientMemoryError, 503, "server_error"),  # a load refused before allocating: free memory or lower the context
+    (
+        InsufficientMemoryError,
+        503,
+        "server_error",
+    ),  # a load refused before allocating: free memory or lower the context
 ]
 
 
 class HTTPError(Exception):
     """Raised by request handlers for errors that are not engine errors."""
 
-    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None, headers: dict[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -55,9 +67,16 @@ class HTTPError(Exception):
 OPENAI, ANTHROPIC, OLLAMA = "openai", "anthropic", "ollama"
 
 #: Anthropic's error types by HTTP status (docs: "Errors")
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error",
-                    503: "overloaded_error"}  # fmt: skip
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
 
 
 def api_of(path: str) -> str:

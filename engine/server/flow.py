@@ -96,8 +96,9 @@ class Flow:
             ev = self.stream.poll()  # buffered: no waiting, no task
             if ev is not None:
                 return ev
-            done, _ = await asyncio.wait({self.stream.waiter(), self._watcher}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            done, _ = await asyncio.wait(
+                {self.stream.waiter(), self._watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
             if not done:
                 return PING
 
@@ -165,9 +166,17 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-async def answer(request: Request, job: J.Generate, *, stream: bool, events: Callable[[Flow], AsyncIterator[bytes]],
-                 result: Callable[[J.GenerateResult], dict], media_type: str = "text/event-stream",
-                 headers: dict[str, str] | None = None, keep_alive: bool = True) -> Response:  # fmt: skip
+async def answer(
+    request: Request,
+    job: J.Generate,
+    *,
+    stream: bool,
+    events: Callable[[Flow], AsyncIterator[bytes]],
+    result: Callable[[J.GenerateResult], dict],
+    media_type: str = "text/event-stream",
+    headers: dict[str, str] | None = None,
+    keep_alive: bool = True,
+) -> Response:
     """The response to a generation request, whatever its API: ``events(flow)`` writes a
     stream (it must release the flow when done), ``result(res)`` the whole reply. Waits
     for the first token (or an error, still a proper status) before answering; with
@@ -235,9 +244,13 @@ async def job_result(request: Request, job: Any, wait_s: float, what: str) -> An
         result = await run_in_threadpool(handle.result, wait_s)
     except TimeoutError:
         handle.cancel()
-        raise E.HTTPError(503, f"{what} waited {wait_s:g} s behind other work; retry shortly.", type_="server_error",
-                          code="busy", headers={"Retry-After": str(settings.retry_after_s)}) from None  # fmt: skip
+        raise E.HTTPError(
+            503,
+            f"{what} waited {wait_s:g} s behind other work; retry shortly.",
+            type_="server_error",
+            code="busy",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        ) from None
     if result is None:  # these jobs always return something: dropped by an engine that is stopping
         raise stopped()
     return result
-

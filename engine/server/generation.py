@@ -72,15 +72,22 @@ def timings(res: J.GenerateResult) -> dict:
         "sampling": "sampled" if s.sampled else "greedy",
         "draft_depth": s.depth_json,
         # speculation inside the reply's think block and after it
-        "thinking": {"predicted_n": s.thinking_tokens, "draft_n": s.thinking_drafted,
-                     "draft_n_accepted": s.thinking_accepted},
-        "answer": {"predicted_n": s.generated - s.thinking_tokens, "draft_n": s.drafted - s.thinking_drafted,
-                   "draft_n_accepted": s.accepted - s.thinking_accepted},
+        "thinking": {
+            "predicted_n": s.thinking_tokens,
+            "draft_n": s.thinking_drafted,
+            "draft_n_accepted": s.thinking_accepted,
+        },
+        "answer": {
+            "predicted_n": s.generated - s.thinking_tokens,
+            "draft_n": s.drafted - s.thinking_drafted,
+            "draft_n_accepted": s.accepted - s.thinking_accepted,
+        },
         # drafts by source: the MTP head's, and the conversation's own (suffix drafts)
-        "sources": {"mtp": {"draft_n": s.drafted - s.suffix_drafted, "draft_n_accepted": s.accepted - s.suffix_accepted},
-                    "suffix": {"rounds": s.suffix_rounds, "draft_n": s.suffix_drafted,
-                               "draft_n_accepted": s.suffix_accepted}},
-    }  # fmt: skip
+        "sources": {
+            "mtp": {"draft_n": s.drafted - s.suffix_drafted, "draft_n_accepted": s.accepted - s.suffix_accepted},
+            "suffix": {"rounds": s.suffix_rounds, "draft_n": s.suffix_drafted, "draft_n_accepted": s.suffix_accepted},
+        },
+    }
 
 
 def _with_logprobs(choice: dict, shape: Shape, lps) -> dict:
@@ -95,8 +102,9 @@ def chat_logprobs(lps: list) -> dict:
     def entry(piece: bytes, lp: float) -> dict:
         return {"token": piece.decode("utf-8", "replace"), "logprob": lp, "bytes": list(piece)}
 
-    return {"content": [dict(entry(t.piece, t.logprob), top_logprobs=[entry(p, lp) for _, p, lp in t.top])
-                        for t in lps]}  # fmt: skip
+    return {
+        "content": [dict(entry(t.piece, t.logprob), top_logprobs=[entry(p, lp) for _, p, lp in t.top]) for t in lps]
+    }
 
 
 def completion_logprobs(lps: list) -> dict:
@@ -130,8 +138,13 @@ async def run(request: Request, parsed: Parsed, shape: Shape) -> Response:
             "timings": timings(res),
         }
 
-    return await answer(request, parsed.job, stream=parsed.stream, result=whole,
-                        events=lambda flow: _sse(flow, parsed, shape, cid, created))  # fmt: skip
+    return await answer(
+        request,
+        parsed.job,
+        stream=parsed.stream,
+        result=whole,
+        events=lambda flow: _sse(flow, parsed, shape, cid, created),
+    )
 
 
 def _event(data: dict) -> bytes:

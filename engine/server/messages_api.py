@@ -80,8 +80,11 @@ def _text(value: Any, where: str) -> str:
         for j, b in enumerate(value):
             kind = b.get("type") if isinstance(b, dict) else type(b).__name__
             if kind != "text":
-                raise bad(f"{where}[{j}] is a {kind!r} block: this model takes text only "
-                          "(send images and documents as text, or leave them out)", "messages")  # fmt: skip
+                raise bad(
+                    f"{where}[{j}] is a {kind!r} block: this model takes text only "
+                    "(send images and documents as text, or leave them out)",
+                    "messages",
+                )
             out_text = b.get("text", "")
             parts.append(out_text if isinstance(out_text, str) else "")
         return "\n\n".join(p for p in parts if p)
@@ -103,7 +106,8 @@ def _assistant(blocks: list, where: str) -> dict:
                 raise bad(f"{where}.content[{j}]: a tool_use block needs 'id' and 'name'", "messages")
             args = b.get("input") if isinstance(b.get("input"), dict) else {}
             msg.setdefault("tool_calls", []).append(
-                {"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": args}})  # fmt: skip
+                {"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": args}}
+            )
         else:
             raise bad(f"{where}.content[{j}] is a {kind!r} block, which an assistant turn here cannot hold", "messages")
     return msg
@@ -126,8 +130,11 @@ def _user(blocks: list, where: str) -> list[dict]:
                 result = f"Error: {result}"
             out.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": result})
         else:
-            raise bad(f"{where}.content[{j}] is a {kind!r} block: this model takes text only "
-                      "(send images and documents as text, or leave them out)", "messages")  # fmt: skip
+            raise bad(
+                f"{where}.content[{j}] is a {kind!r} block: this model takes text only "
+                "(send images and documents as text, or leave them out)",
+                "messages",
+            )
     if text:  # separate blocks (Claude Code's reminders, then the prompt) stay apart
         out.append({"role": "user", "content": "\n\n".join(t for t in text if t)})
     return out
@@ -167,8 +174,9 @@ def _thinking(raw: Any) -> tuple[dict | None, int | None]:
     return {"enable_thinking": True}, budget
 
 
-def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None, *,
-          count_only: bool = False) -> MessagesRequest:  # fmt: skip
+def parse(
+    body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None, *, count_only: bool = False
+) -> MessagesRequest:
     model = model_of(body, models)
     max_tokens = body.get("max_tokens")
     if not count_only and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
@@ -220,8 +228,12 @@ def stop_reason(res: J.GenerateResult, req: MessagesRequest) -> tuple[str, str |
 def usage(res: J.GenerateResult) -> dict:
     reused = res.stats.prompt_tokens_reused
     # Anthropic counts cached tokens apart from input_tokens (the three add up to the prompt)
-    return {"input_tokens": res.prompt_tokens - reused, "output_tokens": len(res.tokens),
-            "cache_read_input_tokens": reused, "cache_creation_input_tokens": 0}  # fmt: skip
+    return {
+        "input_tokens": res.prompt_tokens - reused,
+        "output_tokens": len(res.tokens),
+        "cache_read_input_tokens": reused,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 def _block(b: Block, done: bool) -> dict:
@@ -264,8 +276,16 @@ def content_of(res: J.GenerateResult) -> list[dict]:
 
 def message_object(mid: str, req: MessagesRequest, res: J.GenerateResult) -> dict:
     reason, seq = stop_reason(res, req)
-    return {"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": content_of(res),
-            "stop_reason": reason, "stop_sequence": seq, "usage": usage(res)}  # fmt: skip
+    return {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": req.model,
+        "content": content_of(res),
+        "stop_reason": reason,
+        "stop_sequence": seq,
+        "usage": usage(res),
+    }
 
 
 def sse(kind: str, data: dict) -> bytes:
@@ -282,10 +302,21 @@ class EventWriter:
         self.mid, self.req = mid, req
 
     def opening(self) -> bytes:
-        msg = {"id": self.mid, "type": "message", "role": "assistant", "model": self.req.model, "content": [],
-               "stop_reason": None, "stop_sequence": None,
-               "usage": {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
-                         "cache_creation_input_tokens": 0}}  # fmt: skip
+        msg = {
+            "id": self.mid,
+            "type": "message",
+            "role": "assistant",
+            "model": self.req.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0,
+            },
+        }
         return sse("message_start", {"message": msg})
 
     def block(self, ev: BlockEvent) -> bytes:
@@ -308,8 +339,9 @@ class EventWriter:
 
     def closing(self, res: J.GenerateResult) -> bytes:
         reason, seq = stop_reason(res, self.req)
-        return sse("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": seq}, "usage": usage(res)}) + \
-            sse("message_stop", {})  # fmt: skip
+        return sse(
+            "message_delta", {"delta": {"stop_reason": reason, "stop_sequence": seq}, "usage": usage(res)}
+        ) + sse("message_stop", {})
 
     @staticmethod
     def error(kind: str, message: str) -> bytes:

@@ -61,13 +61,18 @@ def model_name(body: Any, models: dict[str, dict]) -> str:
 
 def details(info: dict) -> dict:
     arch = info.get("architecture") or ""
-    return {"parent_model": "", "format": "gguf", "family": arch, "families": [arch], "parameter_size": "",
-            "quantization_level": info.get("quantization") or ""}  # fmt: skip
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": arch,
+        "families": [arch],
+        "parameter_size": "",
+        "quantization_level": info.get("quantization") or "",
+    }
 
 
 def tag(name: str, info: dict, size: int) -> dict:
-    return {"name": name, "model": name, "modified_at": now_iso(), "size": size, "digest": "",
-            "details": details(info)}  # fmt: skip
+    return {"name": name, "model": name, "modified_at": now_iso(), "size": size, "digest": "", "details": details(info)}
 
 
 def show(name: str, info: dict, template: str) -> dict:
@@ -78,8 +83,11 @@ def show(name: str, info: dict, template: str) -> dict:
         "parameters": "",
         "template": template,
         "details": details(info),
-        "model_info": {"general.architecture": arch, f"{arch}.context_length": info.get("n_ctx"),
-                       f"{arch}.embedding_length": info.get("n_embd")},  # fmt: skip
+        "model_info": {
+            "general.architecture": arch,
+            f"{arch}.context_length": info.get("n_ctx"),
+            f"{arch}.embedding_length": info.get("n_embd"),
+        },
         "capabilities": capabilities(info),
         "modified_at": now_iso(),
     }
@@ -112,9 +120,16 @@ def _messages(raw: Any) -> list[dict]:
             for j, c in enumerate(m["tool_calls"]):
                 fn = c.get("function") if isinstance(c, dict) else None
                 if not isinstance(fn, dict):
-                    raise bad(f"messages[{i}].tool_calls[{j}] must be {{'function': {{'name', 'arguments'}}}}", "messages")
-                calls.append({"id": c.get("id") or f"call_{i}_{j}", "type": "function",
-                              "function": {"name": fn.get("name"), "arguments": fn.get("arguments") or {}}})  # fmt: skip
+                    raise bad(
+                        f"messages[{i}].tool_calls[{j}] must be {{'function': {{'name', 'arguments'}}}}", "messages"
+                    )
+                calls.append(
+                    {
+                        "id": c.get("id") or f"call_{i}_{j}",
+                        "type": "function",
+                        "function": {"name": fn.get("name"), "arguments": fn.get("arguments") or {}},
+                    }
+                )
             msg["tool_calls"] = calls
         if msg["role"] == "tool":
             # Ollama's tool results name the tool, not the call: answer the latest open call
@@ -157,14 +172,19 @@ def _think(raw: Any) -> tuple[dict | None, int | None]:
     raise bad("'think' must be true, false, 'low', 'medium' or 'high'", "think")
 
 
-def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None, *, chat: bool) -> OllamaRequest:
+def parse(
+    body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None, *, chat: bool
+) -> OllamaRequest:
     name = model_name(body, models)
     opts = get(body, "options", (dict,), {}) or {}
     n_ctx = models[name].get("n_ctx") or 0
     num_ctx = opts.get("num_ctx")
     if num_ctx is not None and (not isinstance(num_ctx, int) or isinstance(num_ctx, bool) or num_ctx > n_ctx):
-        raise bad(f"options.num_ctx {num_ctx!r} is more than this model's loaded context of {n_ctx} tokens: load it "
-                  "with a larger context (in the app, or `mtp-studio serve --ctx N`), or ask for at most that", "num_ctx")
+        raise bad(
+            f"options.num_ctx {num_ctx!r} is more than this model's loaded context of {n_ctx} tokens: load it "
+            "with a larger context (in the app, or `mtp-studio serve --ctx N`), or ask for at most that",
+            "num_ctx",
+        )
     if chat:
         prompt: dict = {"messages": _messages(body.get("messages"))}
         tools = None
@@ -183,14 +203,16 @@ def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defa
         if body.get("raw"):
             prompt = {"prompt": text}
         else:
-            msgs = ([{"role": "system", "content": system}] if isinstance(system, str) and system else [])
+            msgs = [{"role": "system", "content": system}] if isinstance(system, str) and system else []
             prompt = {"messages": [*msgs, {"role": "user", "content": text}]}
     kwargs, budget = _think(body.get("think"))
     stop = opts.get("stop")
     mtp, depth = mtp_of(body)
     job = J.Generate(
         model=name,
-        max_tokens=opts.get("num_predict") if isinstance(opts.get("num_predict"), int) and opts["num_predict"] > 0 else None,
+        max_tokens=opts.get("num_predict")
+        if isinstance(opts.get("num_predict"), int) and opts["num_predict"] > 0
+        else None,
         stop=tuple(stop) if isinstance(stop, list) else ((stop,) if isinstance(stop, str) else ()),
         temperature=opts.get("temperature"),
         top_p=opts.get("top_p"),
@@ -214,8 +236,10 @@ def _call(c, index: int = 0) -> dict:
         args = json.loads(c.arguments) if c.arguments else {}
     except ValueError:
         args = {}
-    return {"id": c.id, "function": {"index": index, "name": c.name,
-                                     "arguments": args if isinstance(args, dict) else {}}}  # fmt: skip
+    return {
+        "id": c.id,
+        "function": {"index": index, "name": c.name, "arguments": args if isinstance(args, dict) else {}},
+    }
 
 
 def chunk(req: OllamaRequest, ev: J.Tokens) -> dict | None:

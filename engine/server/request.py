@@ -27,7 +27,9 @@ async def json_body(request: Request) -> Any:
     except (ValueError, UnicodeDecodeError) as e:
         raise HTTPError(400, f"The request body is not valid JSON: {e}", code="invalid_json") from None
     except RecursionError:
-        raise HTTPError(400, f"The request body is nested too deeply (at most {MAX_DEPTH} levels).", code="invalid_json") from None
+        raise HTTPError(
+            400, f"The request body is nested too deeply (at most {MAX_DEPTH} levels).", code="invalid_json"
+        ) from None
     check_values(body)
     return body
 
@@ -39,7 +41,9 @@ def _no_constant(name: str):
 def check_values(value: Any, path: str = "body", depth: int = 0) -> None:
     """Reject nesting beyond :data:`MAX_DEPTH` and strings with unpaired surrogates."""
     if depth > MAX_DEPTH:
-        raise HTTPError(400, f"The request body is nested too deeply (at most {MAX_DEPTH} levels).", code="invalid_json")
+        raise HTTPError(
+            400, f"The request body is nested too deeply (at most {MAX_DEPTH} levels).", code="invalid_json"
+        )
     if isinstance(value, str):
         _check_text(value, path)
     elif isinstance(value, dict):
@@ -56,5 +60,7 @@ def _check_text(s: str, path: str) -> None:
         s.encode("utf-8")
     except UnicodeEncodeError:
         raise HTTPError(
-            400, f"{path} holds an unpaired UTF-16 surrogate, which is not text; send valid Unicode.", code="invalid_json"
+            400,
+            f"{path} holds an unpaired UTF-16 surrogate, which is not text; send valid Unicode.",
+            code="invalid_json",
         ) from None

@@ -34,13 +34,33 @@ from engine.server.schemas import Resolve, bad, function_tools, get, model_of, n
 log = logging.getLogger("mtp_studio.server")
 
 #: thinking for each ``reasoning.effort``: (on, budget in tokens; None: unlimited)
-EFFORT = {"none": (False, None), "minimal": (False, None), "low": (True, 1024), "medium": (True, 4096),
-          "high": (True, None), "xhigh": (True, None)}  # fmt: skip
+EFFORT = {
+    "none": (False, None),
+    "minimal": (False, None),
+    "low": (True, 1024),
+    "medium": (True, 4096),
+    "high": (True, None),
+    "xhigh": (True, None),
+}
 #: input items that carry no text a model here could use (they come with tools it skips)
-_SKIPPED_ITEMS = ("web_search_call", "file_search_call", "computer_call", "computer_call_output", "local_shell_call",
-                  "local_shell_call_output", "custom_tool_call", "custom_tool_call_output", "mcp_call",
-                  "mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "image_generation_call",
-                  "code_interpreter_call", "item_reference", "compaction")  # fmt: skip
+_SKIPPED_ITEMS = (
+    "web_search_call",
+    "file_search_call",
+    "computer_call",
+    "computer_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "image_generation_call",
+    "code_interpreter_call",
+    "item_reference",
+    "compaction",
+)
 
 
 @dataclass
@@ -60,8 +80,13 @@ class ResponsesRequest:
     echo: dict = field(default_factory=dict)
 
 
-def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None,
-          previous: list[dict] | None = None) -> ResponsesRequest:  # fmt: skip
+def parse(
+    body: Any,
+    models: dict[str, dict],
+    resolve: Resolve,
+    defaults: J.Defaults | None,
+    previous: list[dict] | None = None,
+) -> ResponsesRequest:
     """``body`` as a resolved job. ``previous``: the conversation of the response named by
     ``previous_response_id`` (the route looks it up)."""
     model = model_of(body, models)
@@ -119,9 +144,17 @@ def parse(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defa
         "truncation": "disabled",
         "user": body.get("user"),
     }
-    return ResponsesRequest(resolve(job), model, bool(get(body, "stream", (bool,), False)),
-                            bool(get(body, "store", (bool,), True)), history, instructions,
-                            get(body, "previous_response_id", (str,), None), skipped, echo)  # fmt: skip
+    return ResponsesRequest(
+        resolve(job),
+        model,
+        bool(get(body, "stream", (bool,), False)),
+        bool(get(body, "store", (bool,), True)),
+        history,
+        instructions,
+        get(body, "previous_response_id", (str,), None),
+        skipped,
+        echo,
+    )
 
 
 # ------------------------------------------------------------------ input
@@ -141,8 +174,11 @@ def _text_of(content: Any, where: str) -> str:
         elif kind == "refusal":
             out.append(str(part.get("refusal", "")))
         else:
-            raise bad(f"{where}.content[{j}] is a {kind!r} part: this model takes text only "
-                      "(send images, audio and files as text, or leave them out)", "input")  # fmt: skip
+            raise bad(
+                f"{where}.content[{j}] is a {kind!r} part: this model takes text only "
+                "(send images, audio and files as text, or leave them out)",
+                "input",
+            )
     return "".join(out)
 
 
@@ -187,7 +223,8 @@ def input_messages(items: list) -> list[dict]:
             _attach(msg, reasoning)
             args = item.get("arguments") or "{}"
             msg.setdefault("tool_calls", []).append(
-                {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})  # fmt: skip
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+            )
         elif kind == "function_call_output":
             call_id = item.get("call_id")
             if not isinstance(call_id, str):
@@ -250,7 +287,9 @@ def _format(text: Any) -> GrammarSpec | None:
     if kind == "json_schema":
         schema = fmt.get("schema")
         if not isinstance(schema, dict):
-            raise bad("text.format json_schema needs {'type': 'json_schema', 'name': ..., 'schema': {...}}", "text.format")
+            raise bad(
+                "text.format json_schema needs {'type': 'json_schema', 'name': ..., 'schema': {...}}", "text.format"
+            )
         return GrammarSpec.json_schema(schema, param="text.format")
     raise bad("text.format type must be 'text', 'json_object' or 'json_schema'", "text.format")
 
@@ -309,17 +348,30 @@ class Items:
             content = [_text_part(b.text)] if done else []
             return {"type": "message", "id": self.id(b), "role": "assistant", "status": status, "content": content}
         assert b.call is not None
-        return {"type": "function_call", "id": self.id(b), "call_id": b.call.id, "name": b.call.name,
-                "arguments": b.text if done else "", "status": status}  # fmt: skip
+        return {
+            "type": "function_call",
+            "id": self.id(b),
+            "call_id": b.call.id,
+            "name": b.call.name,
+            "arguments": b.text if done else "",
+            "status": status,
+        }
 
 
 def _text_part(text: str) -> dict:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def response_object(rid: str, created: int, req: ResponsesRequest, status: str, output: list[dict],
-                    res: J.GenerateResult | None = None, incomplete: dict | None = None,
-                    error: dict | None = None) -> dict:  # fmt: skip
+def response_object(
+    rid: str,
+    created: int,
+    req: ResponsesRequest,
+    status: str,
+    output: list[dict],
+    res: J.GenerateResult | None = None,
+    incomplete: dict | None = None,
+    error: dict | None = None,
+) -> dict:
     out = {
         "id": rid,
         "object": "response",
@@ -371,29 +423,50 @@ class EventWriter:
             out.append(self.event("response.output_item.added", output_index=ix, item=self.items.item(b, False)))
             if b.kind != TOOL:
                 empty = {"type": "reasoning_text", "text": ""} if b.kind == THINKING else _text_part("")
-                out.append(self.event("response.content_part.added", item_id=iid, output_index=ix, content_index=0,
-                                      part=empty))  # fmt: skip
+                out.append(
+                    self.event("response.content_part.added", item_id=iid, output_index=ix, content_index=0, part=empty)
+                )
         elif ev.what == DELTA:
             if b.kind == TOOL:
-                out.append(self.event("response.function_call_arguments.delta", item_id=iid, output_index=ix,
-                                      delta=ev.delta))  # fmt: skip
+                out.append(
+                    self.event("response.function_call_arguments.delta", item_id=iid, output_index=ix, delta=ev.delta)
+                )
             elif b.kind == THINKING:
-                out.append(self.event("response.reasoning_text.delta", item_id=iid, output_index=ix, content_index=0,
-                                      delta=ev.delta))  # fmt: skip
+                out.append(
+                    self.event(
+                        "response.reasoning_text.delta", item_id=iid, output_index=ix, content_index=0, delta=ev.delta
+                    )
+                )
             else:
-                out.append(self.event("response.output_text.delta", item_id=iid, output_index=ix, content_index=0,
-                                      delta=ev.delta, logprobs=[]))  # fmt: skip
+                out.append(
+                    self.event(
+                        "response.output_text.delta",
+                        item_id=iid,
+                        output_index=ix,
+                        content_index=0,
+                        delta=ev.delta,
+                        logprobs=[],
+                    )
+                )
         elif ev.what == STOP:
             if b.kind == TOOL:
-                out.append(self.event("response.function_call_arguments.done", item_id=iid, output_index=ix,
-                                      arguments=b.text, name=b.call.name if b.call else None))  # fmt: skip
+                out.append(
+                    self.event(
+                        "response.function_call_arguments.done",
+                        item_id=iid,
+                        output_index=ix,
+                        arguments=b.text,
+                        name=b.call.name if b.call else None,
+                    )
+                )
             else:
                 done_kind = "response.reasoning_text.done" if b.kind == THINKING else "response.output_text.done"
                 extra = {} if b.kind == THINKING else {"logprobs": []}
                 out.append(self.event(done_kind, item_id=iid, output_index=ix, content_index=0, text=b.text, **extra))
                 part = {"type": part_kind, "text": b.text} if b.kind == THINKING else _text_part(b.text)
-                out.append(self.event("response.content_part.done", item_id=iid, output_index=ix, content_index=0,
-                                      part=part))  # fmt: skip
+                out.append(
+                    self.event("response.content_part.done", item_id=iid, output_index=ix, content_index=0, part=part)
+                )
             item = self.items.item(b, True)
             self.output.append(item)
             out.append(self.event("response.output_item.done", output_index=ix, item=item))

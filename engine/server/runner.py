@@ -19,8 +19,9 @@ log = logging.getLogger("mtp_studio.server")
 
 
 class ServerThread:
-    def __init__(self, engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None,
-                 residency=None):
+    def __init__(
+        self, engine: Engine, settings: ServerSettings, *, on_request: RequestLogFn | None = None, residency=None
+    ):
         self.engine = engine
         self.settings = settings
         self.on_request = on_request

@@ -98,7 +98,10 @@ def model_of(body: Any, models: dict[str, dict]) -> str:
     if model not in models:
         known = ", ".join(models) or "none"
         raise HTTPError(
-            404, f"The model '{model}' does not exist or is not loaded (loaded: {known}).", code="model_not_found", param="model"
+            404,
+            f"The model '{model}' does not exist or is not loaded (loaded: {known}).",
+            code="model_not_found",
+            param="model",
         )
     return model
 
@@ -181,8 +184,10 @@ def _grammar(body: dict) -> GrammarSpec | None:
         elif kind == "json_schema":
             js = rf.get("json_schema")
             if not isinstance(js, dict) or "schema" not in js:
-                raise bad("response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
-                           "response_format")  # fmt: skip
+                raise bad(
+                    "response_format json_schema needs {'json_schema': {'name': ..., 'schema': {...}}}",
+                    "response_format",
+                )
             found.append(GrammarSpec.json_schema(js["schema"]))
         elif kind != "text":
             raise bad("response_format type must be 'text', 'json_object' or 'json_schema'", "response_format")
@@ -199,9 +204,25 @@ def _grammar(body: dict) -> GrammarSpec | None:
     return found[0] if found else None
 
 
-_JOB_FIELDS = ("model", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "mtp", "draft_depth",
-               "ignore_eog", "sampled_draft", "suffix_drafts", "grammar", "presence_penalty", "frequency_penalty",
-               "repeat_penalty", "logprobs")  # fmt: skip
+_JOB_FIELDS = (
+    "model",
+    "max_tokens",
+    "stop",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "mtp",
+    "draft_depth",
+    "ignore_eog",
+    "sampled_draft",
+    "suffix_drafts",
+    "grammar",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "logprobs",
+)
 
 
 def _parsed(c: dict[str, Any], resolve: Resolve, defaults: J.Defaults | None, **prompt: Any) -> Parsed:
@@ -224,12 +245,23 @@ def parse_chat(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J
     kwargs = get(body, "chat_template_kwargs", (dict,), None)
     fmt = get(body, "reasoning_format", (str,), None)
     budget = body.get("thinking_budget_tokens")
-    return _parsed(c, resolve, defaults, messages=messages, tools=tools, tool_choice=choice,
-                   parallel_tool_calls=parallel, chat_template_kwargs=kwargs, reasoning_format=fmt,
-                   thinking_budget=budget)  # fmt: skip
+    return _parsed(
+        c,
+        resolve,
+        defaults,
+        messages=messages,
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=parallel,
+        chat_template_kwargs=kwargs,
+        reasoning_format=fmt,
+        thinking_budget=budget,
+    )
 
 
-def parse_completion(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None = None) -> Parsed:
+def parse_completion(
+    body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None = None
+) -> Parsed:
     """A completion request as a resolved job (``resolve``: the engine's)."""
     c = _common(body, models)
     if body.get("tools"):

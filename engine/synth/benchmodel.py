@@ -3,7 +3,8 @@
 Shapes follow a small, deep model (n_embd 512, gated delta-net blocks with a
 full-attention block every 4th, FFN 1536, 8k vocabulary, F16; about 24 blocks at 200 MB,
 the proportions of e.g. a 135M-parameter model): every matmul costs what it would in a
-real model of that size, the MTP block is one block among many as in real models, while the constructed weights (see :mod:`engine.synth.qwen35`)
+real model of that size, the MTP block is one block among many as in real models, while the
+constructed weights (see :mod:`engine.synth.qwen35`)
 make the target a deterministic successor map and the MTP head agree with it on
 exactly a fraction ``acceptance`` of the tokens, placed at random — so a speedup can be measured
 honestly on a machine with no real model.

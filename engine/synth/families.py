@@ -324,7 +324,11 @@ def assistant_layout(kvs: dict[str, object]) -> dict[str, tuple[int, ...]]:
     architecture: it runs out of tensor slots), as ``{name: ne}``."""
     a = "gemma4-assistant"
     n_embd, n_vocab, n_out = kvs[f"{a}.embedding_length"], kvs[f"{a}.vocab_size"], kvs[f"{a}.embedding_length_out"]
-    n_head, head, n_ff = kvs[f"{a}.attention.head_count"], kvs[f"{a}.attention.key_length"], kvs[f"{a}.feed_forward_length"]
+    n_head, head, n_ff = (
+        kvs[f"{a}.attention.head_count"],
+        kvs[f"{a}.attention.key_length"],
+        kvs[f"{a}.feed_forward_length"],
+    )
     swa = kvs[f"{a}.attention.sliding_window_pattern"]
     shapes: dict[str, tuple[int, ...]] = {
         "token_embd.weight": (n_embd, n_vocab),
@@ -335,12 +339,18 @@ def assistant_layout(kvs: dict[str, object]) -> dict[str, tuple[int, ...]]:
     for i, is_swa in enumerate(swa):  # type: ignore[arg-type]
         b = f"blk.{i}"
         shapes |= {
-            f"{b}.attn_norm.weight": (n_embd,), f"{b}.attn_q.weight": (n_embd, head * n_head),
-            f"{b}.attn_output.weight": (head * n_head, n_embd), f"{b}.attn_q_norm.weight": (head,),
-            f"{b}.post_attention_norm.weight": (n_embd,), f"{b}.layer_output_scale.weight": (1,),
-            f"{b}.ffn_norm.weight": (n_embd,), f"{b}.ffn_gate.weight": (n_embd, n_ff), f"{b}.ffn_up.weight": (n_embd, n_ff),
-            f"{b}.ffn_down.weight": (n_ff, n_embd), f"{b}.post_ffw_norm.weight": (n_embd,),
-        }  # fmt: skip
+            f"{b}.attn_norm.weight": (n_embd,),
+            f"{b}.attn_q.weight": (n_embd, head * n_head),
+            f"{b}.attn_output.weight": (head * n_head, n_embd),
+            f"{b}.attn_q_norm.weight": (head,),
+            f"{b}.post_attention_norm.weight": (n_embd,),
+            f"{b}.layer_output_scale.weight": (1,),
+            f"{b}.ffn_norm.weight": (n_embd,),
+            f"{b}.ffn_gate.weight": (n_embd, n_ff),
+            f"{b}.ffn_up.weight": (n_embd, n_ff),
+            f"{b}.ffn_down.weight": (n_ff, n_embd),
+            f"{b}.post_ffw_norm.weight": (n_embd,),
+        }
         if not is_swa:
             shapes["rope_freqs.weight"] = (head // 2,)
     return shapes  # type: ignore[return-value]
@@ -450,8 +460,17 @@ def _split(shapes: dict[str, tuple[int, ...]], n_layer: int) -> tuple[set[str], 
     return trunk, head
 
 
-def write_family(family: str, out: Path, *, noise: float = 0.02, seed: int = 0, split: bool = False,
-                 nextn: int | None = None, extra: dict[str, object] | None = None, fuse: bool = True) -> Fixture:  # fmt: skip
+def write_family(
+    family: str,
+    out: Path,
+    *,
+    noise: float = 0.02,
+    seed: int = 0,
+    split: bool = False,
+    nextn: int | None = None,
+    extra: dict[str, object] | None = None,
+    fuse: bool = True,
+) -> Fixture:
     """Write one family's fixture into ``out``. ``split``: also as a trunk and an
     ``mtp-`` head; ``nextn`` / ``extra``: other NextN counts or keys, ``fuse=False``:
     mimo2 with separate attn_q/k/v (for refusals)."""
@@ -480,8 +499,11 @@ def write_family(family: str, out: Path, *, noise: float = 0.02, seed: int = 0, 
         _write(out / f"mtp-{family}.gguf", arch, kvs, {n: weights[n] for n in sorted(head_names)})
         # a trunk that still declares its NextN layers (llama.cpp's converter with --no-mtp)
         _write(out / f"{family}-trunkonly.gguf", arch, kvs, {n: weights[n] for n in sorted(trunk_names)})
-        files |= {"trunk": str(out / f"{family}-trunk.gguf"), "head": str(out / f"mtp-{family}.gguf"),
-                  "trunk_only": str(out / f"{family}-trunkonly.gguf")}  # fmt: skip
+        files |= {
+            "trunk": str(out / f"{family}-trunk.gguf"),
+            "head": str(out / f"mtp-{family}.gguf"),
+            "trunk_only": str(out / f"{family}-trunkonly.gguf"),
+        }
     return Fixture(family, arch, nextn, files)
 
 
@@ -507,8 +529,12 @@ def _write_deepseek4(out: Path, tok: dict, n_vocab: int, noise: float, seed: int
     long_shapes = layout(arch, longer, out)
     b = f"blk.{n_layer}"
     head_shapes = {n: ne for n, ne in long_shapes.items() if n.startswith(b + ".")}
-    head_shapes |= {f"{b}.nextn.eh_proj.weight": (2 * n_embd, n_embd), f"{b}.nextn.enorm.weight": (n_embd,),
-                    f"{b}.nextn.hnorm.weight": (n_embd,), f"{b}.nextn.shared_head_norm.weight": (n_embd,)}  # fmt: skip
+    head_shapes |= {
+        f"{b}.nextn.eh_proj.weight": (2 * n_embd, n_embd),
+        f"{b}.nextn.enorm.weight": (n_embd,),
+        f"{b}.nextn.hnorm.weight": (n_embd,),
+        f"{b}.nextn.shared_head_norm.weight": (n_embd,),
+    }
     head_w = _weights(head_shapes, seed + 1, noise)
     for name in ("token_embd.weight", "output_norm.weight", "output.weight"):
         head_w[name] = weights[name]
@@ -540,7 +566,9 @@ def _write_gemma4(out: Path, tok: dict, n_vocab: int, noise: float, seed: int) -
     _write(target, arch, kvs, weights)
     assistant = out / "gemma4-assistant.gguf"
     _write(assistant, "gemma4-assistant", akvs, aw)
-    return Fixture("gemma4", arch, akvs["gemma4-assistant.nextn_predict_layers"], {"target": str(target), "head": str(assistant)})  # type: ignore[arg-type]
+    return Fixture(
+        "gemma4", arch, akvs["gemma4-assistant.nextn_predict_layers"], {"target": str(target), "head": str(assistant)}
+    )  # type: ignore[arg-type]
 
 
 FIXTURES = (*INTEGRATED, "deepseek4", "gemma4")

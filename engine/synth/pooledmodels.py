@@ -19,8 +19,9 @@ from pathlib import Path
 from engine.synth.families import _tokenizer, _weights, _write, arch_kvs, layout
 
 
-def write_pooled(out: Path, pooling: int, *, seed: int = 0, name: str | None = None,
-                 dims: tuple[int, int, int, int] | None = None) -> Path:
+def write_pooled(
+    out: Path, pooling: int, *, seed: int = 0, name: str | None = None, dims: tuple[int, int, int, int] | None = None
+) -> Path:
     """A tiny qwen3 model that pools (llama.h: 1 mean, 2 cls, 3 last; 4 rank, with a
     two-label classifier ``cls.output``). ``dims``: (n_embd, n_head, n_ff, n_layer) for a
     larger one (benchmarks), else the tests'."""
@@ -29,13 +30,22 @@ def write_pooled(out: Path, pooling: int, *, seed: int = 0, name: str | None = N
     n_vocab = len(tok["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     out.mkdir(parents=True, exist_ok=True)
     kind = {1: "embed-mean", 2: "embed-cls", 3: "embed-last", 4: "rerank"}[pooling]
-    kvs = (arch_kvs(arch, n_vocab, nextn=0) | {"general.name": name or f"synthetic {kind}"} | tok
-           | {f"{arch}.pooling_type": pooling, "tokenizer.ggml.add_eos_token": True})  # fmt: skip
+    kvs = (
+        arch_kvs(arch, n_vocab, nextn=0)
+        | {"general.name": name or f"synthetic {kind}"}
+        | tok
+        | {f"{arch}.pooling_type": pooling, "tokenizer.ggml.add_eos_token": True}
+    )
     if dims is not None:
         n_embd, n_head, n_ff, n_layer = dims
-        kvs |= {f"{arch}.embedding_length": n_embd, f"{arch}.attention.head_count": n_head,
-                f"{arch}.attention.head_count_kv": n_head, f"{arch}.feed_forward_length": n_ff,
-                f"{arch}.block_count": n_layer, f"{arch}.features_length": n_embd}  # fmt: skip
+        kvs |= {
+            f"{arch}.embedding_length": n_embd,
+            f"{arch}.attention.head_count": n_head,
+            f"{arch}.attention.head_count_kv": n_head,
+            f"{arch}.feed_forward_length": n_ff,
+            f"{arch}.block_count": n_layer,
+            f"{arch}.features_length": n_embd,
+        }
     if pooling == 4:
         kvs[f"{arch}.classifier.output_labels"] = ["yes", "no"]  # softmax over both: the score is p(yes)
     shapes = layout(arch, kvs, out)

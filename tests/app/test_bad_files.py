@@ -12,8 +12,16 @@ from app.history import BadConversation, ChatStore, Conversation
 
 
 def _chat(folder, cid, **over):
-    data = {"id": cid, "title": f"chat {cid}", "system": "", "messages": [{"role": "user", "content": "hi"}],
-            "created": 1.0, "updated": 2.0, "model": None, **over}  # fmt: skip
+    data = {
+        "id": cid,
+        "title": f"chat {cid}",
+        "system": "",
+        "messages": [{"role": "user", "content": "hi"}],
+        "created": 1.0,
+        "updated": 2.0,
+        "model": None,
+        **over,
+    }
     (folder / f"{cid}.json").write_text(json.dumps(data))
 
 
@@ -26,9 +34,17 @@ def store(tmp_path):
 
 @pytest.mark.parametrize(
     "over",
-    [{"updated": None}, {"messages": [1]}, {"messages": "x"}, {"title": 5}, {"messages": [{"role": "bogus", "content": "x"}]},
-     {"created": "yesterday"}, {"model": 3}, {"id": "../../escape"}],
-)  # fmt: skip
+    [
+        {"updated": None},
+        {"messages": [1]},
+        {"messages": "x"},
+        {"title": 5},
+        {"messages": [{"role": "bogus", "content": "x"}]},
+        {"created": "yesterday"},
+        {"model": 3},
+        {"id": "../../escape"},
+    ],
+)
 def test_one_bad_chat_file_is_set_aside_and_the_others_load(store, over):
     _chat(store.folder, "aaaaaaaaaaaa")
     _chat(store.folder, "bbbbbbbbbbbb", **over)

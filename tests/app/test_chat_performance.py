@@ -188,8 +188,12 @@ def test_a_chat_with_a_json_schema_gets_json(qtbot, window):
     chat.input.setPlainText("A pet, please.")
     chat.send()
     assert chat.job is None and "not valid JSON" in chat.hint.text()  # refused with words, nothing sent
-    schema = {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0,
-              "maximum": 20}}, "required": ["kind", "age"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0, "maximum": 20}},
+        "required": ["kind", "age"],
+        "additionalProperties": False,
+    }
     chat.schema_edit.setPlainText(json.dumps(schema))
     chat.send()
     wait_idle(qtbot, chat)

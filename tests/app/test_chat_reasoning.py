@@ -21,8 +21,15 @@ from engine.runtime.decode.stats import GenerationStats
 from engine.runtime.prompt.reply import Part, Reply
 from engine.runtime.prompt.tools import ToolCall
 
-THINKER = {"name": "thinker", "mtp": "integrated", "n_ctx": 4096, "chat_template": "the model's own",
-           "thinks": True, "think_toggle": True, "tool_format": "hermes"}  # fmt: skip
+THINKER = {
+    "name": "thinker",
+    "mtp": "integrated",
+    "n_ctx": 4096,
+    "chat_template": "the model's own",
+    "thinks": True,
+    "think_toggle": True,
+    "tool_format": "hermes",
+}
 
 
 class Handle:
@@ -125,8 +132,12 @@ def test_thinking_streams_into_its_block_then_folds_behind_a_header(qtbot, chat)
     assert "Thinking…" not in text_of(chat) and "Thought for 7 tokens" in text_of(chat)
 
     reasoning = "The user adds two and two: four."
-    chat.seam.finish(chat, "<think>\n" + reasoning + "\n</think>\n\nIt is **4**.", Reply(reasoning, "It is **4**."),
-                     thinking_tokens=8)  # fmt: skip
+    chat.seam.finish(
+        chat,
+        "<think>\n" + reasoning + "\n</think>\n\nIt is **4**.",
+        Reply(reasoning, "It is **4**."),
+        thinking_tokens=8,
+    )
     saved = chat.conv.messages[-1]
     assert saved["content"] == "It is **4**." and saved["reasoning"] == reasoning
     assert saved["stats"]["thinking_tokens"] == 8  # the engine's count (with </think>) wins
@@ -163,7 +174,7 @@ def test_a_reply_the_engine_did_not_split_is_all_answer(qtbot, chat):
 # --------------------------------------------------------------------- markdown
 def test_markdown_reply_with_a_monospace_code_block_and_a_copy_link(qtbot, chat):
     send(qtbot, chat, "Show me <i>code</i> & more")
-    code = 'def add(a, b):\n    return a + b  # <not a tag>\n\nprint(add(2, 2))'
+    code = "def add(a, b):\n    return a + b  # <not a tag>\n\nprint(add(2, 2))"
     answer = f"Here is **bold** text and <b>raw html</b>.\n\n```python\n{code}\n```\n\nDone."
     chat.seam.feed(tokens(20, Part("content", answer)))
     chat.seam.finish(chat, answer, Reply("", answer))

@@ -20,8 +20,13 @@ def test_the_app_names_what_to_install_where_the_x11_plugin_cannot_load(monkeypa
     if problem is None:
         return  # every library is installed: nothing to say (Qt would open its window)
     env = {"QT_QPA_PLATFORM": "xcb", "MTP_STUDIO_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-m", "app.launcher"], capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, **env})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.launcher"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, **env},
+    )
     assert proc.returncode == 1
     assert problem in proc.stderr and "sudo apt install" in proc.stderr
     assert "platform plugin could be initialized" not in proc.stderr
@@ -56,6 +61,10 @@ def test_the_loader_really_says_it_that_way(tmp_path):
     except OSError as e:
         message = str(e)
     assert "cannot open shared object file" in message
-    out = subprocess.run([sys.executable, "-c", "from app.displaycheck import describe; import sys; "
-                          f"print(describe({message!r}))"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", f"from app.displaycheck import describe; import sys; print(describe({message!r}))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "needs libmissing-for-test.so.1" in out.stdout, out.stderr

@@ -34,16 +34,21 @@ def test_thinking_then_the_answer_then_a_tool_call():
     assert live.message()["stats"] == {"thinking_tokens": 8, "thinking_s": 2.5}
     call = ToolCall("add", '{"a": 2, "b": 2}', "call_1")
     feed(live, "<tool_call>…</tool_call>", 9, 13.0, Part(CALL, call=call, index=0))
-    assert live.content == "It is **4**." and live.calls == [{"name": "add", "arguments": call.arguments, "id": "call_1"}]
+    assert live.content == "It is **4**." and live.calls == [
+        {"name": "add", "arguments": call.arguments, "id": "call_1"}
+    ]
     assert live.tokens == 22 and live.text.startswith("<think>\nThe user adds two")
 
     # the engine's final split and count win (its count includes the </think> token)
     live.end(Reply("The user adds two and two.", "It is **4**.", [call]), "<think>…", thinking_tokens=9)
     saved = live.saved({"tokens": 22, "stopped": False}, now=14.0)
-    assert saved == {"role": "assistant", "content": "It is **4**.",
-                     "stats": {"tokens": 22, "stopped": False, "thinking_tokens": 9, "thinking_s": 2.5},
-                     "reasoning": "The user adds two and two.",
-                     "calls": [{"name": "add", "arguments": call.arguments, "id": "call_1"}]}  # fmt: skip
+    assert saved == {
+        "role": "assistant",
+        "content": "It is **4**.",
+        "stats": {"tokens": 22, "stopped": False, "thinking_tokens": 9, "thinking_s": 2.5},
+        "reasoning": "The user adds two and two.",
+        "calls": [{"name": "add", "arguments": call.arguments, "id": "call_1"}],
+    }
 
 
 def test_no_parts_means_all_of_it_is_the_answer():
@@ -55,8 +60,11 @@ def test_no_parts_means_all_of_it_is_the_answer():
     live.add_text("\n</think>\n\nHello", 4, now=2.0)
     assert live.message() == {"content": "<think>\nplanning\n</think>\n\nHello", "reasoning": "", "calls": []}
     live.end(None, "<think>\nplanning\n</think>\n\nHello there")
-    assert live.saved({"tokens": 8}) == {"role": "assistant", "content": "<think>\nplanning\n</think>\n\nHello there",
-                                         "stats": {"tokens": 8}}  # fmt: skip
+    assert live.saved({"tokens": 8}) == {
+        "role": "assistant",
+        "content": "<think>\nplanning\n</think>\n\nHello there",
+        "stats": {"tokens": 8},
+    }
 
 
 def test_a_reply_stopped_while_thinking_keeps_its_count_and_time():
@@ -78,6 +86,9 @@ def test_rounds_give_the_live_rate():
 
 
 def test_the_live_reply_does_not_import_qt():
-    code = "import sys, app.pages.livereply; print(sorted(m for m in sys.modules if m.startswith(('PySide6', 'shiboken'))))"
+    code = (
+        "import sys, app.pages.livereply; "
+        "print(sorted(m for m in sys.modules if m.startswith(('PySide6', 'shiboken'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

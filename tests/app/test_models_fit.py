@@ -25,7 +25,9 @@ MiB, GiB = 1 << 20, 1 << 30
 def _need(path, n_ctx: int, *, mtp: bool) -> int:
     """Host bytes the local copy of ``path`` needs at ``n_ctx`` on a roomy CPU machine."""
     shape = ModelShape.of_set(open_set(path))
-    return fit_mod.assess(shape, n_ctx, [DeviceFree("host memory", "cpu", 64 * GiB, 32 * GiB)], mtp=mtp).estimate.host_bytes
+    return fit_mod.assess(
+        shape, n_ctx, [DeviceFree("host memory", "cpu", 64 * GiB, 32 * GiB)], mtp=mtp
+    ).estimate.host_bytes
 
 
 def _expected_badge(window, path) -> str:
@@ -57,7 +59,9 @@ def _cpu_only() -> bool:
 def test_fit_badges_on_the_hub_files(qtbot, window, fixtures, monkeypatch):
     fx = fixtures["partial"]
     hub = FakeHub()
-    hub.add_repo("acme/Tiny-GGUF", {"tiny-F32.gguf": fx.path, "tiny-trunk-F32.gguf": fx.trunk, "mtp-tiny.gguf": fx.head})
+    hub.add_repo(
+        "acme/Tiny-GGUF", {"tiny-F32.gguf": fx.path, "tiny-trunk-F32.gguf": fx.trunk, "mtp-tiny.gguf": fx.head}
+    )
     with FakeHubServer(hub):
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         page = window.pages["models"]
@@ -66,8 +70,11 @@ def test_fit_badges_on_the_hub_files(qtbot, window, fixtures, monkeypatch):
         qtbot.waitUntil(lambda: sum(b is not None for b in _badges(page).values()) == 2, timeout=20000)
         badges = _badges(page)
         # the remote file's badge is the one its local copy gets, to the byte; heads get none
-        assert badges == {"tiny-F32.gguf": _expected_badge(window, fx.path),
-                          "tiny-trunk-F32.gguf": _expected_badge(window, fx.trunk), "mtp-tiny.gguf": None}  # fmt: skip
+        assert badges == {
+            "tiny-F32.gguf": _expected_badge(window, fx.path),
+            "tiny-trunk-F32.gguf": _expected_badge(window, fx.trunk),
+            "mtp-tiny.gguf": None,
+        }
         if _cpu_only():
             assert badges["tiny-F32.gguf"] == "fits in memory (CPU), up to context 4096"
         item = page.hub.file_item("tiny-F32.gguf")
@@ -89,9 +96,14 @@ def test_fit_badges_on_the_hub_files(qtbot, window, fixtures, monkeypatch):
 
 def test_recommended_for_this_machine_when_the_library_is_empty(qtbot, window, fixtures, quantized, monkeypatch):
     hub = FakeHub()
-    hub.add_repo("acme/Tiny-MTP-GGUF", {"tiny-F32.gguf": fixtures["partial"].path,
-                                        "tiny-Q8_0.gguf": quantized("partial", "Q8_0").path,
-                                        "mtp-tiny.gguf": fixtures["partial"].head})  # fmt: skip
+    hub.add_repo(
+        "acme/Tiny-MTP-GGUF",
+        {
+            "tiny-F32.gguf": fixtures["partial"].path,
+            "tiny-Q8_0.gguf": quantized("partial", "Q8_0").path,
+            "mtp-tiny.gguf": fixtures["partial"].head,
+        },
+    )
     hub.add_repo("acme/Small-MTP-GGUF", {"small-Q8_0.gguf": quantized("eos", "Q8_0").path})
     hub.add_repo("acme/Head-GGUF", {"mtp-head.gguf": fixtures["eos"].head})
     with FakeHubServer(hub):
@@ -108,14 +120,17 @@ def test_recommended_for_this_machine_when_the_library_is_empty(qtbot, window, f
         assert [e[0] for e in entries] == ["acme/Tiny-MTP-GGUF", "acme/Small-MTP-GGUF"]
         if _cpu_only():
             assert entries[0][1].strip().startswith("F32, ") and entries[0][1].endswith(
-                "fits in memory (CPU), up to context 4096")
+                "fits in memory (CPU), up to context 4096"
+            )
         assert box.status.text().startswith("2 of 4 fit at context 4096 with MTP (")
         assert "1 could not be checked: acme/Missing-GGUF: repository not found" in box.status.text()
         assert not box.cancel_btn.isVisible() and box.check_btn.isVisible()
 
         _click(qtbot, box.list, 0)  # opens the repo like a search hit, on the recommended file
         qtbot.waitUntil(lambda: page.files.count() == 3, timeout=10000)
-        assert page.repos.count() == 1 and page.repos.currentItem().data(Qt.ItemDataRole.UserRole) == "acme/Tiny-MTP-GGUF"
+        assert (
+            page.repos.count() == 1 and page.repos.currentItem().data(Qt.ItemDataRole.UserRole) == "acme/Tiny-MTP-GGUF"
+        )
         assert page.files.currentItem().data(Qt.ItemDataRole.UserRole) == "tiny-F32.gguf"
         assert page.pull_btn.isEnabled()
         qtbot.waitUntil(lambda: _badges(page)["tiny-Q8_0.gguf"] is not None, timeout=20000)

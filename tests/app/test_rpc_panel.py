@@ -33,7 +33,10 @@ def test_share_this_machine_then_pool_the_model_over_it(qtbot, window, tmp_path)
     info = blocker.args[0]
     assert info["rpc"] == [str(ep)] and info["placement"]["devices"][0]["endpoint"] == str(ep)
     assert window.ctx.settings.rpc.endpoints == [str(ep)]
-    assert "1 RPC server" in window.model_label.text() and "MTP head and output stay on this machine" in panel.devices.text()
+    assert (
+        "1 RPC server" in window.model_label.text()
+        and "MTP head and output stay on this machine" in panel.devices.text()
+    )
     panel.devices.setText("")
     assert panel.check() is None and "RPC0" in panel.devices.text()  # the loaded model's pool: no second client
     window.grab().save(str(tmp_path / "backend-rpc.png"))

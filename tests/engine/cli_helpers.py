@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 
-def mtp_studio(*args: str, timeout: float = 300, check: bool = False, env: dict | None = None) -> subprocess.CompletedProcess:
+def mtp_studio(
+    *args: str, timeout: float = 300, check: bool = False, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``env``: variables set for this run on top of this process's."""
     cmd = [sys.executable, "-m", "app.launcher", *args]
     env = {**os.environ, "GGML_NO_BACKTRACE": "1", **(env or {})}

@@ -49,8 +49,17 @@ def test_json_tokens_identical_with_mtp_off_and_on(unseen, name):
 def test_chat_json(fixtures, tmp_path):
     chat = tmp_path / "chat.json"
     chat.write_text(json.dumps([{"role": "user", "content": "Hello"}]))
-    out = mtp_json("generate", "--model", str(fixtures["full"].path), "--chat-json", str(chat), "--max-tokens", "8",
-                   "--draft-depth", "1")  # auto, the default, may not draft in 8 tokens on a fresh model
+    out = mtp_json(
+        "generate",
+        "--model",
+        str(fixtures["full"].path),
+        "--chat-json",
+        str(chat),
+        "--max-tokens",
+        "8",
+        "--draft-depth",
+        "1",
+    )  # auto, the default, may not draft in 8 tokens on a fresh model
     assert len(out["tokens"]) == 8 and out["stats"]["acceptance"] == 1.0
 
 
@@ -70,16 +79,33 @@ def test_errors_go_to_stderr_with_a_nonzero_exit(fixtures, tmp_path):
 def test_generate_with_a_json_schema_and_a_bad_grammar(tmp_path):
     from engine.synth.demo import demo_model_path
 
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
-              "required": ["ok", "n"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
     (tmp_path / "s.json").write_text(json.dumps(schema))
-    out = mtp_json("generate", "--model", str(demo_model_path()), "--prompt", "JSON:", "--max-tokens", "40",
-                   "--draft-depth", "2", "--json-schema", str(tmp_path / "s.json"))  # fmt: skip
+    out = mtp_json(
+        "generate",
+        "--model",
+        str(demo_model_path()),
+        "--prompt",
+        "JSON:",
+        "--max-tokens",
+        "40",
+        "--draft-depth",
+        "2",
+        "--json-schema",
+        str(tmp_path / "s.json"),
+    )
     value = json.loads(out["text"])
     assert set(value) == {"ok", "n"} and isinstance(value["ok"], bool) and 0 <= value["n"] <= 9
     assert out["stats"]["forced"] > 0 and out["stats"]["stop_reason"] == "eog"
     (tmp_path / "bad.gbnf").write_text("root ::= undefined")
-    r = mtp_studio("generate", "--model", str(demo_model_path()), "--prompt", "x", "--grammar", str(tmp_path / "bad.gbnf"))
+    r = mtp_studio(
+        "generate", "--model", str(demo_model_path()), "--prompt", "x", "--grammar", str(tmp_path / "bad.gbnf")
+    )
     assert r.returncode != 0 and "gbnf" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -104,14 +130,18 @@ def test_a_chat_template_file_replaces_the_models_own(fixtures, tmp_path):
     args = ["generate", "--model", str(fixtures["full"].path), "--chat-json", str(chat), "--max-tokens", "4"]
     own = mtp_json(*args)
     out = mtp_json(*args, "--chat-template-file", str(template))
-    assert "--chat-template-file" in out["model"]["chat_template"] and "--chat-template-file" not in own["model"]["chat_template"]
+    assert (
+        "--chat-template-file" in out["model"]["chat_template"]
+        and "--chat-template-file" not in own["model"]["chat_template"]
+    )
     assert out["stats"]["prompt_tokens"] != own["stats"]["prompt_tokens"]
     p = mtp_studio(*args, "--chat-template-file", str(tmp_path / "missing.jinja"))
     assert p.returncode == 1 and "missing.jinja" in p.stderr
 
 
 def test_suffix_drafts_from_the_command_line(fixtures):
-    """Suffix drafts (on by default; ``--no-suffix-drafts``) with MTP off reach the decoder: the full fixture is a bigram
+    """Suffix drafts (on by default; ``--no-suffix-drafts``) with MTP off reach the decoder: the
+    full fixture is a bigram
     model, so after a prompt that holds its own earlier answer the drafts come from the
     prompt (how many are kept depends on how the text tokenizes again: the gain itself is
     tested in-process, tests/engine/runtime/test_suffix.py); the tokens are plain decoding's."""

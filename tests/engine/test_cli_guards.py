@@ -28,8 +28,19 @@ def test_bad_settings_are_messages_not_crashes(fixtures, args, message):
 
 
 def test_seed_minus_one_means_random(fixtures):
-    args = ("generate", "--model", str(fixtures["partial"].path), "--prompt", "hi", "--max-tokens", "4",
-            "--temperature", "0.7", "--seed", "-1")  # fmt: skip
+    args = (
+        "generate",
+        "--model",
+        str(fixtures["partial"].path),
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "-1",
+    )
     a, b = mtp_json(*args), mtp_json(*args)
     # a sampled end token may stop a reply early; the seed is drawn afresh, and reported
     assert 1 <= len(a["tokens"]) <= 4 and a["stats"]["seed"] != b["stats"]["seed"]
@@ -50,7 +61,9 @@ def test_exact_mode_refuses_heads_its_kv_cache_cannot_hold(tmp_path):
     from tests.models import RECIPES
 
     build_model(replace(RECIPES["full"], head_dim=48, n_embd=192), tmp_path / "h48.gguf")
-    proc = mtp_studio("generate", "--model", str(tmp_path / "h48.gguf"), "--prompt", "hi", "--max-tokens", "4", "--exact")
+    proc = mtp_studio(
+        "generate", "--model", str(tmp_path / "h48.gguf"), "--prompt", "hi", "--max-tokens", "4", "--exact"
+    )
     assert proc.returncode == 1 and "multiple of 32 wide" in proc.stderr and "48 (keys)" in proc.stderr
     ok = mtp_studio("generate", "--model", str(tmp_path / "h48.gguf"), "--prompt", "hi", "--max-tokens", "4")
     assert ok.returncode == 0, ok.stderr

@@ -24,7 +24,9 @@ def test_paths_follow_mtp_studio_home(studio_home):
 @pytest.mark.skipif(sys.platform != "linux", reason="XDG variables steer platformdirs on Linux only")
 def test_paths_follow_the_platform_dirs_without_an_override(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MTP_STUDIO_HOME"}
-    env.update(XDG_DATA_HOME=str(tmp_path / "d"), XDG_CONFIG_HOME=str(tmp_path / "c"), XDG_CACHE_HOME=str(tmp_path / "k"))
+    env.update(
+        XDG_DATA_HOME=str(tmp_path / "d"), XDG_CONFIG_HOME=str(tmp_path / "c"), XDG_CACHE_HOME=str(tmp_path / "k")
+    )
     out = subprocess.run(
         [sys.executable, "-m", "app.launcher", "paths"], capture_output=True, text=True, env=env, check=True, timeout=60
     ).stdout

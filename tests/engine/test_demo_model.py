@@ -31,7 +31,9 @@ def test_bundled_demo_speculates_with_realistic_acceptance():
         info = eng.submit(J.LoadModel(LoadSpec(demo_model_path()))).result(60)
         assert info["mtp"] == "integrated" and info["nextn_layers"] == 1 and info["architecture"] == "qwen35"
         code = eng.submit(J.Generate(prompt=CODE_PROMPT, max_tokens=96, draft_depth=3, ignore_eog=True)).result(120)
-        chat = eng.submit(J.Generate(messages=[{"role": "user", "content": "hello"}], max_tokens=96, draft_depth=1)).result(120)
+        chat = eng.submit(
+            J.Generate(messages=[{"role": "user", "content": "hello"}], max_tokens=96, draft_depth=1)
+        ).result(120)
     s = code.stats
     # trained, not constructed: drafts are often right and often wrong, and later
     # positions of a draft are accepted less often than the first

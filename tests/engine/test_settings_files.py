@@ -11,8 +11,20 @@ import pytest
 from engine import settings as S
 
 
-@pytest.mark.parametrize("text", ["[]", "null", "42", '"x"', '{"schema_version": "two"}', '{"schema_version": true}',
-                                  '{"schema_version": 0}', "{not json", "[" * 100_000])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        "null",
+        "42",
+        '"x"',
+        '{"schema_version": "two"}',
+        '{"schema_version": true}',
+        '{"schema_version": 0}',
+        "{not json",
+        "[" * 100_000,
+    ],
+)
 def test_an_unusable_file_is_kept_aside_and_defaults_are_used(tmp_path, text):
     p = tmp_path / "settings.json"
     p.write_text(text)
@@ -82,7 +94,11 @@ def test_random_corruptions_always_load(tmp_path):
         else:
             d = json.loads(good)
             key = rng.choice(list(d))
-            d[key] = rng.choice(values) if rng.random() < 0.5 else {k: rng.choice(values) for k in ("source", "port", "depth")}
+            d[key] = (
+                rng.choice(values)
+                if rng.random() < 0.5
+                else {k: rng.choice(values) for k in ("source", "port", "depth")}
+            )
             text = json.dumps(d)
         p = tmp_path / f"s{i}.json"
         p.write_text(text)

@@ -25,7 +25,9 @@ pytestmark = [
     pytest.mark.packaging,
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(sys.platform != "linux", reason="this test builds the Linux package; macOS/Windows: see docs/packaging.md"),
+    pytest.mark.skipif(
+        sys.platform != "linux", reason="this test builds the Linux package; macOS/Windows: see docs/packaging.md"
+    ),
 ]
 
 
@@ -42,7 +44,14 @@ class Package:
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> Package:
     out = tmp_path_factory.mktemp("package")
-    cmd = [sys.executable, str(ROOT / "packaging" / "build.py"), "--dist", str(out / "dist"), "--work", str(out / "work")]
+    cmd = [
+        sys.executable,
+        str(ROOT / "packaging" / "build.py"),
+        "--dist",
+        str(out / "dist"),
+        "--work",
+        str(out / "work"),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"packaging/build.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     tarballs = list((out / "dist").glob("mtp-studio-linux-*.tar.gz"))
@@ -68,7 +77,9 @@ def user_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def run(binary: Path, *args: str, env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=env["HOME"])
+    return subprocess.run(
+        [str(binary), *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=env["HOME"]
+    )
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -91,14 +102,26 @@ def test_the_folder_holds_everything_the_app_needs(package):
     dangling = [str(p) for p in package.folder.rglob("*") if p.is_symlink() and not p.exists()]
     assert not dangling, f"broken links in the package: {dangling}"
 
-    desktop = dict(line.split("=", 1) for line in (package.folder / "mtp-studio.desktop").read_text().splitlines() if "=" in line)
-    assert desktop["Exec"] == "mtp-studio %f" and desktop["MimeType"] == "application/x-gguf;" and desktop["Icon"] == "mtp-studio" and desktop["Type"] == "Application"
+    desktop = dict(
+        line.split("=", 1) for line in (package.folder / "mtp-studio.desktop").read_text().splitlines() if "=" in line
+    )
+    assert (
+        desktop["Exec"] == "mtp-studio %f"
+        and desktop["MimeType"] == "application/x-gguf;"
+        and desktop["Icon"] == "mtp-studio"
+        and desktop["Type"] == "Application"
+    )
     assert (package.folder / "mtp-studio.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     with tarfile.open(package.tarball) as tar:
         names = set(tar.getnames())
-    for member in ("mtp-studio/mtp-studio", "mtp-studio/install.sh", "mtp-studio/mtp-studio.desktop",
-                   "mtp-studio/_internal/resources/demo.gguf", "mtp-studio/_internal/llama_cpp/lib/libllama.so"):  # fmt: skip
+    for member in (
+        "mtp-studio/mtp-studio",
+        "mtp-studio/install.sh",
+        "mtp-studio/mtp-studio.desktop",
+        "mtp-studio/_internal/resources/demo.gguf",
+        "mtp-studio/_internal/llama_cpp/lib/libllama.so",
+    ):
         assert member in names, member
 
 
@@ -121,8 +144,12 @@ def test_frozen_and_source_installs_use_the_same_paths(package, tmp_path):
     source_env = dict(env, PYTHONPATH=str(ROOT))
     source = subprocess.run(
         [sys.executable, "-m", "app.launcher", "paths", "--json"],
-        capture_output=True, text=True, env=source_env, timeout=60, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=source_env,
+        timeout=60,
+        check=True,
+    )
     source = json.loads(source.stdout)
     assert frozen.pop("frozen") is True and source.pop("frozen") is False
     assert frozen == source
@@ -137,9 +164,18 @@ def test_frozen_app_uses_a_backend_build_from_the_user_data_folder(package, tmp_
     manifest = {
         "version": 1,
         "selected": "cpu-test",
-        "builds": [{"name": "cpu-test", "backend": "cpu", "cmake_args": "", "cuda_architectures": [],
-                    "created": 0.0, "path": str(build), "smoke": {"ok": True}}],
-    }  # fmt: skip
+        "builds": [
+            {
+                "name": "cpu-test",
+                "backend": "cpu",
+                "cmake_args": "",
+                "cuda_architectures": [],
+                "created": 0.0,
+                "path": str(build),
+                "smoke": {"ok": True},
+            }
+        ],
+    }
     (build.parent / "manifest.json").write_text(json.dumps(manifest))
 
     detect = run(package.binary, "backend", "detect", "--json", env=env)
@@ -178,13 +214,17 @@ def test_install_script_adds_a_launcher_and_a_menu_entry(package, tmp_path):
     home = tmp_path / "home"
     env = user_env(home)
     env.pop("XDG_DATA_HOME")
-    proc = subprocess.run(["sh", str(unpacked / "mtp-studio" / "install.sh")], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["sh", str(unpacked / "mtp-studio" / "install.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     launcher = home / ".local" / "bin" / "mtp-studio"
     assert launcher.resolve() == (unpacked / "mtp-studio" / "mtp-studio").resolve()
     entry = (home / ".local" / "share" / "applications" / "mtp-studio.desktop").read_text()
     assert f"Exec={unpacked / 'mtp-studio' / 'mtp-studio'} %f" in entry
-    assert 'glob pattern="*.gguf"' in (home / ".local" / "share" / "mime" / "packages" / "mtp-studio-gguf.xml").read_text()
+    assert (
+        'glob pattern="*.gguf"' in (home / ".local" / "share" / "mime" / "packages" / "mtp-studio-gguf.xml").read_text()
+    )
     assert (home / ".local" / "share" / "icons" / "hicolor" / "256x256" / "apps" / "mtp-studio.png").is_file()
     # the launcher on PATH runs the unpacked app
     paths = run(launcher, "paths", "--json", env=user_env(home))
@@ -202,8 +242,13 @@ def test_frozen_app_serves_rpc_and_pools_a_model_over_it(package, tmp_path):
 
     port = free_port()
     env = user_env(tmp_path)
-    server = subprocess.Popen([str(package.binary), "rpc", "serve", "--port", str(port), "--threads", "1"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        [str(package.binary), "rpc", "serve", "--port", str(port), "--threads", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -213,8 +258,20 @@ def test_frozen_app_serves_rpc_and_pools_a_model_over_it(package, tmp_path):
             except OSError:
                 assert server.poll() is None, server.communicate()
                 time.sleep(0.1)
-        proc = run(package.binary, "generate", "--model", str(ROOT / "resources" / "demo.gguf"), "--prompt", "def f(x):",
-                   "--max-tokens", "24", "--rpc", f"127.0.0.1:{port}", "--json", env=env)  # fmt: skip
+        proc = run(
+            package.binary,
+            "generate",
+            "--model",
+            str(ROOT / "resources" / "demo.gguf"),
+            "--prompt",
+            "def f(x):",
+            "--max-tokens",
+            "24",
+            "--rpc",
+            f"127.0.0.1:{port}",
+            "--json",
+            env=env,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         assert out["model"]["rpc"] == [f"127.0.0.1:{port}"] and len(out["tokens"]) == 24

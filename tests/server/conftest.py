@@ -17,7 +17,9 @@ MODEL = "partial"
 @pytest.fixture(scope="package")
 def engine(fixtures):
     eng = Engine(EngineDefaults(request=Defaults(draft_depth=2))).start()
-    eng.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, mtp=MtpSource.INTEGRATED, n_ctx=512, name=MODEL))).result(60)
+    eng.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, mtp=MtpSource.INTEGRATED, n_ctx=512, name=MODEL))).result(
+        60
+    )
     yield eng
     eng.stop()
 

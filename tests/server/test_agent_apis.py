@@ -22,12 +22,22 @@ from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
 QWEN, HERMES = "qwen35", "hermes"
-WEATHER = {"name": "get_weather", "description": "The weather in a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
-                          "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "required": ["city"],
+    },
+}
 ASK = "What is the weather in Paris?"
-PET = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
-       "required": ["name", "age"], "additionalProperties": False}  # fmt: skip
+PET = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +74,16 @@ def test_responses_text_and_the_agents_system_messages_fit_the_template(oai):
     """Codex sends instructions and a developer message before the user's: Qwen3.5's
     template refuses a second system message (llama-server answers 500); here they are
     merged and the reply comes back."""
-    r = oai.responses.create(model=QWEN, instructions="You are a coding agent.", max_output_tokens=24,
-                             reasoning={"effort": "none"},
-                             input=[{"role": "developer", "content": "Answer briefly."},
-                                    {"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]}])  # fmt: skip
+    r = oai.responses.create(
+        model=QWEN,
+        instructions="You are a coding agent.",
+        max_output_tokens=24,
+        reasoning={"effort": "none"},
+        input=[
+            {"role": "developer", "content": "Answer briefly."},
+            {"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]},
+        ],
+    )
     assert r.status in ("completed", "incomplete") and r.output_text
     assert r.usage.input_tokens > 0 and r.usage.output_tokens > 0
     assert [o.type for o in r.output] == ["message"]
@@ -92,25 +108,41 @@ def test_responses_stream_follows_openais_event_order(oai):
 
 
 def test_responses_function_tool_round_trip_and_skipped_tools(oai):
-    tools = [{"type": "function", **WEATHER}, {"type": "web_search"}, {"type": "local_shell"},
-             {"type": "custom", "name": "apply_patch"}]  # fmt: skip
-    raw = oai.responses.with_raw_response.create(model=QWEN, input=ASK, tools=tools, tool_choice="required",
-                                                 max_output_tokens=240)  # the tiny vocabulary spells XML out  # fmt: skip
+    tools = [
+        {"type": "function", **WEATHER},
+        {"type": "web_search"},
+        {"type": "local_shell"},
+        {"type": "custom", "name": "apply_patch"},
+    ]
+    raw = oai.responses.with_raw_response.create(
+        model=QWEN, input=ASK, tools=tools, tool_choice="required", max_output_tokens=240
+    )  # the tiny vocabulary spells XML out
     assert raw.headers["x-mtp-studio-skipped-tools"] == "web_search, local_shell, apply_patch"
     r = raw.parse()
     assert r.status == "completed"  # the grammar ends the reply with its call
     calls = [o for o in r.output if o.type == "function_call"]
     assert calls and calls[0].name == "get_weather" and json.loads(calls[0].arguments)["city"] in ("Paris", "Rome")
-    follow = [*[o.model_dump() for o in r.output],
-              {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"}]  # fmt: skip
-    r2 = oai.responses.create(model=QWEN, input=[{"role": "user", "content": ASK}, *follow], tools=tools,
-                              max_output_tokens=24, reasoning={"effort": "none"})  # fmt: skip
+    follow = [
+        *[o.model_dump() for o in r.output],
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"},
+    ]
+    r2 = oai.responses.create(
+        model=QWEN,
+        input=[{"role": "user", "content": ASK}, *follow],
+        tools=tools,
+        max_output_tokens=24,
+        reasoning={"effort": "none"},
+    )
     assert r2.status in ("completed", "incomplete") and r2.output_text
 
 
 def test_responses_json_schema_output_is_valid(oai):
-    r = oai.responses.create(model=HERMES, input="A pet as JSON.", max_output_tokens=64,
-                             text={"format": {"type": "json_schema", "name": "pet", "schema": PET, "strict": True}})
+    r = oai.responses.create(
+        model=HERMES,
+        input="A pet as JSON.",
+        max_output_tokens=64,
+        text={"format": {"type": "json_schema", "name": "pet", "schema": PET, "strict": True}},
+    )
     jsonschema.validate(json.loads(r.output_text), PET)
 
 
@@ -146,9 +178,14 @@ def test_openai_agents_calls_a_tool_through_the_responses_api(served):
     model = OpenAIResponsesModel(model=QWEN, openai_client=client)
     # the tool's answer is the agent's: the tiny model would otherwise write on to max_tokens,
     # which the SDK rightly takes as an incomplete response
-    agent = Agent(name="w", instructions="Use the tool.", tools=[get_weather], model=model,
-                  tool_use_behavior="stop_on_first_tool",
-                  model_settings=ModelSettings(tool_choice="required", max_tokens=240))  # fmt: skip
+    agent = Agent(
+        name="w",
+        instructions="Use the tool.",
+        tools=[get_weather],
+        model=model,
+        tool_use_behavior="stop_on_first_tool",
+        model_settings=ModelSettings(tool_choice="required", max_tokens=240),
+    )
     result = Runner.run_sync(agent, ASK, max_turns=3, run_config=RunConfig(tracing_disabled=True))
     assert seen and seen[0] in ("Paris", "Rome"), "the agent never called its tool"
     assert result.final_output == "Sunny"
@@ -156,8 +193,11 @@ def test_openai_agents_calls_a_tool_through_the_responses_api(served):
 
 # ------------------------------------------------------------------ Messages
 def test_messages_text_thinking_and_usage_match_count_tokens(claude):
-    kw = {"model": QWEN, "system": [{"type": "text", "text": "You are brief."}],
-          "messages": [{"role": "user", "content": "Say hi."}]}  # fmt: skip
+    kw = {
+        "model": QWEN,
+        "system": [{"type": "text", "text": "You are brief."}],
+        "messages": [{"role": "user", "content": "Say hi."}],
+    }
     m = claude.messages.create(max_tokens=40, thinking={"type": "enabled", "budget_tokens": 8}, **kw)
     assert m.content[0].type == "thinking" and m.content[0].thinking
     assert m.stop_reason in ("end_turn", "max_tokens")
@@ -166,24 +206,42 @@ def test_messages_text_thinking_and_usage_match_count_tokens(claude):
 
 
 def test_messages_stream_and_a_tool_round_trip_with_tool_choice_any(claude):
-    tools = [{"name": WEATHER["name"], "description": WEATHER["description"], "input_schema": WEATHER["parameters"]},
-             {"type": "web_search_20250305", "name": "web_search"}]  # fmt: skip
+    tools = [
+        {"name": WEATHER["name"], "description": WEATHER["description"], "input_schema": WEATHER["parameters"]},
+        {"type": "web_search_20250305", "name": "web_search"},
+    ]
     msgs = [{"role": "user", "content": ASK}]
-    with claude.messages.stream(model=HERMES, max_tokens=64, tools=tools, tool_choice={"type": "any"},
-                                messages=msgs) as s:  # fmt: skip
+    with claude.messages.stream(
+        model=HERMES, max_tokens=64, tools=tools, tool_choice={"type": "any"}, messages=msgs
+    ) as s:
         seen = list(s)
         m = s.get_final_message()
-    events = [e.type for e in seen if e.type in ("message_start", "content_block_start", "content_block_delta",
-                                                 "content_block_stop", "message_delta", "message_stop")]  # fmt: skip
+    events = [
+        e.type
+        for e in seen
+        if e.type
+        in (
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        )
+    ]
     # the tool's input arrives as it is written, in several input_json_delta pieces
-    pieces = [e.delta.partial_json for e in seen if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    pieces = [
+        e.delta.partial_json for e in seen if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
     assert len(pieces) > 1 and json.loads("".join(pieces))["city"] in ("Paris", "Rome")
     assert events[0] == "message_start" and events[-2:] == ["message_delta", "message_stop"]
     assert m.stop_reason == "tool_use"
     use = next(b for b in m.content if b.type == "tool_use")
     assert use.name == "get_weather" and use.input["city"] in ("Paris", "Rome") and use.id.startswith("toolu_")
-    msgs += [{"role": "assistant", "content": [b.model_dump() for b in m.content]},
-             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "Sunny"}]}]
+    msgs += [
+        {"role": "assistant", "content": [b.model_dump() for b in m.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "Sunny"}]},
+    ]
     again = claude.messages.create(model=HERMES, max_tokens=16, tools=tools, messages=msgs)
     assert again.stop_reason in ("end_turn", "max_tokens", "tool_use") and again.content
 
@@ -192,8 +250,18 @@ def test_messages_errors_take_anthropics_shape(served, claude):
     import anthropic
 
     with pytest.raises(anthropic.BadRequestError) as err:
-        claude.messages.create(model=QWEN, max_tokens=8, messages=[{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}])  # fmt: skip
+        claude.messages.create(
+            model=QWEN,
+            max_tokens=8,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+                    ],
+                }
+            ],
+        )
     assert err.value.body["type"] == "error" and "image" in err.value.body["error"]["message"]
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=[{"role": "user", "content": "x"}])
@@ -211,14 +279,22 @@ def test_ollama_client_lists_shows_chats_streams_and_calls_tools(served):
     shown = c.show(QWEN)
     assert {"completion", "tools", "thinking"} <= set(shown.capabilities)
     assert shown.modelinfo[f"{served[1].models()[QWEN]['architecture']}.context_length"] == 4096
-    parts = list(c.chat(model=HERMES, messages=[{"role": "user", "content": "Say hi."}], stream=True,
-                        options={"num_predict": 12}))  # fmt: skip
+    parts = list(
+        c.chat(
+            model=HERMES, messages=[{"role": "user", "content": "Say hi."}], stream=True, options={"num_predict": 12}
+        )
+    )
     assert parts[-1].done and parts[-1].eval_count == 12 and "".join(p.message.content for p in parts)
-    r = c.chat(model=HERMES, messages=[{"role": "user", "content": ASK}], options={"num_predict": 48},
-               tools=[{"type": "function", "function": WEATHER}])  # fmt: skip
+    r = c.chat(
+        model=HERMES,
+        messages=[{"role": "user", "content": ASK}],
+        options={"num_predict": 48},
+        tools=[{"type": "function", "function": WEATHER}],
+    )
     assert r.message.tool_calls is None or r.message.tool_calls[0].function.name == "get_weather"
-    pet = c.chat(model=HERMES, messages=[{"role": "user", "content": "A pet."}], format=PET,
-                 options={"num_predict": 64})  # fmt: skip
+    pet = c.chat(
+        model=HERMES, messages=[{"role": "user", "content": "A pet."}], format=PET, options={"num_predict": 64}
+    )
     jsonschema.validate(json.loads(pet.message.content), PET)
     with pytest.raises(ollama.ResponseError) as err:
         c.chat(model=HERMES, messages=[{"role": "user", "content": "x"}], options={"num_ctx": 1 << 20})
@@ -233,19 +309,34 @@ def test_mtp_on_and_off_give_the_same_greedy_reply_through_every_api(served, api
     def ask(mtp: str) -> str:
         base = {"model": HERMES, "mtp": mtp, "temperature": 0}
         if api == "chat":
-            r = httpx.post(url + "/v1/chat/completions", json={**base, "max_tokens": 24,
-                           "messages": [{"role": "user", "content": "Count to five."}]}, timeout=60)  # fmt: skip
+            r = httpx.post(
+                url + "/v1/chat/completions",
+                json={**base, "max_tokens": 24, "messages": [{"role": "user", "content": "Count to five."}]},
+                timeout=60,
+            )
             return r.json()["choices"][0]["message"]["content"]
         if api == "responses":
-            r = httpx.post(url + "/v1/responses", json={**base, "max_output_tokens": 24, "input": "Count to five."},
-                           timeout=60)  # fmt: skip
+            r = httpx.post(
+                url + "/v1/responses", json={**base, "max_output_tokens": 24, "input": "Count to five."}, timeout=60
+            )
             return r.json()["output"][0]["content"][0]["text"]
         if api == "messages":
-            r = httpx.post(url + "/v1/messages", json={**base, "max_tokens": 24,
-                           "messages": [{"role": "user", "content": "Count to five."}]}, timeout=60)  # fmt: skip
+            r = httpx.post(
+                url + "/v1/messages",
+                json={**base, "max_tokens": 24, "messages": [{"role": "user", "content": "Count to five."}]},
+                timeout=60,
+            )
             return r.json()["content"][0]["text"]
-        r = httpx.post(url + "/api/chat", json={**base, "stream": False, "options": {"num_predict": 24},
-                       "messages": [{"role": "user", "content": "Count to five."}]}, timeout=60)  # fmt: skip
+        r = httpx.post(
+            url + "/api/chat",
+            json={
+                **base,
+                "stream": False,
+                "options": {"num_predict": 24},
+                "messages": [{"role": "user", "content": "Count to five."}],
+            },
+            timeout=60,
+        )
         return r.json()["message"]["content"]
 
     on, off = ask("on"), ask("off")
@@ -254,20 +345,36 @@ def test_mtp_on_and_off_give_the_same_greedy_reply_through_every_api(served, api
 
 @pytest.mark.parametrize(
     "path,body,shape",
-    [("/v1/responses", {"model": QWEN, "input": 3}, "openai"),
-     ("/v1/responses", {"model": QWEN, "input": [{"type": "message", "role": "user",
-                        "content": [{"type": "input_image", "image_url": "x"}]}]}, "openai"),
-     ("/v1/responses", {"model": QWEN, "input": "x", "text": {"format": {"type": "xml"}}}, "openai"),
-     ("/v1/messages", {"model": QWEN, "max_tokens": 4, "messages": "x"}, "anthropic"),
-     ("/v1/messages", {"model": QWEN, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
-                       "tool_choice": {"type": "sometimes"}}, "anthropic"),
-     ("/api/chat", {"model": QWEN, "messages": []}, "ollama"),
-     ("/api/chat", {"model": QWEN, "messages": [{"role": "user", "content": "x", "images": ["AA=="]}]}, "ollama"),
-     ("/api/generate", {"model": "nope", "prompt": "x"}, "ollama"),
-     ("/v1/responses", {"model": QWEN, "input": "x", "reasoning": {"effort": []}}, "openai"),
-     ("/api/chat", {"model": QWEN, "think": {}, "messages": [{"role": "user", "content": "x"}]}, "ollama"),
-     ("/api/chat", {"model": QWEN, "messages": [{"role": "assistant", "content": "", "tool_calls": 5}]}, "ollama")],
-)  # fmt: skip
+    [
+        ("/v1/responses", {"model": QWEN, "input": 3}, "openai"),
+        (
+            "/v1/responses",
+            {
+                "model": QWEN,
+                "input": [{"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "x"}]}],
+            },
+            "openai",
+        ),
+        ("/v1/responses", {"model": QWEN, "input": "x", "text": {"format": {"type": "xml"}}}, "openai"),
+        ("/v1/messages", {"model": QWEN, "max_tokens": 4, "messages": "x"}, "anthropic"),
+        (
+            "/v1/messages",
+            {
+                "model": QWEN,
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "x"}],
+                "tool_choice": {"type": "sometimes"},
+            },
+            "anthropic",
+        ),
+        ("/api/chat", {"model": QWEN, "messages": []}, "ollama"),
+        ("/api/chat", {"model": QWEN, "messages": [{"role": "user", "content": "x", "images": ["AA=="]}]}, "ollama"),
+        ("/api/generate", {"model": "nope", "prompt": "x"}, "ollama"),
+        ("/v1/responses", {"model": QWEN, "input": "x", "reasoning": {"effort": []}}, "openai"),
+        ("/api/chat", {"model": QWEN, "think": {}, "messages": [{"role": "user", "content": "x"}]}, "ollama"),
+        ("/api/chat", {"model": QWEN, "messages": [{"role": "assistant", "content": "", "tool_calls": 5}]}, "ollama"),
+    ],
+)
 def test_malformed_bodies_are_4xx_in_each_apis_shape(served, path, body, shape):
     r = httpx.post(served[0].url + path, json=body, timeout=30)
     assert 400 <= r.status_code < 500, r.text
@@ -285,7 +392,10 @@ def test_api_key_in_x_api_key_or_bearer(served):
     srv.wait_ready()
     try:
         body = {"model": HERMES, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
-        assert httpx.post(srv.url + "/v1/messages", json=body, headers={"x-api-key": "sekret"}, timeout=30).status_code == 200
+        assert (
+            httpx.post(srv.url + "/v1/messages", json=body, headers={"x-api-key": "sekret"}, timeout=30).status_code
+            == 200
+        )
         bad = httpx.post(srv.url + "/v1/messages", json=body, headers={"x-api-key": "nope"}, timeout=30)
         assert bad.status_code == 401 and bad.json()["error"]["type"] == "authentication_error"
         assert httpx.get(srv.url + "/api/tags", headers={"Authorization": "Bearer sekret"}).status_code == 200
@@ -341,19 +451,38 @@ def test_what_claude_code_really_sends_is_taken(claude):
     """Found running Claude Code 2.1 against the endpoint: system turns between the
     messages (its reminders), ``thinking: adaptive``, and tool schemas with keywords the
     grammar engine does not implement (``propertyNames``) — none of them may be a 400."""
-    task = {"name": "TaskCreate", "description": "Create a task",
-            "input_schema": {"type": "object", "properties": {"tags": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
-                                                                       "additionalProperties": {"type": "string"}}}}}  # fmt: skip
-    m = claude.messages.create(model=QWEN, max_tokens=24, tools=[task], thinking={"type": "adaptive"},
-                               messages=[{"role": "user", "content": [{"type": "text", "text": "Hi."}]},
-                                         {"role": "system", "content": "Reminder: be brief."}])  # fmt: skip
+    task = {
+        "name": "TaskCreate",
+        "description": "Create a task",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "tags": {
+                    "type": "object",
+                    "propertyNames": {"pattern": "^[a-z]+$"},
+                    "additionalProperties": {"type": "string"},
+                }
+            },
+        },
+    }
+    m = claude.messages.create(
+        model=QWEN,
+        max_tokens=24,
+        tools=[task],
+        thinking={"type": "adaptive"},
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "Hi."}]},
+            {"role": "system", "content": "Reminder: be brief."},
+        ],
+    )
     assert m.content and m.stop_reason in ("end_turn", "max_tokens", "tool_use")
 
 
 def test_a_streamed_function_call_follows_openais_events(oai):
     tools = [{"type": "function", **WEATHER}]
-    with oai.responses.stream(model=HERMES, input=ASK, tools=tools, tool_choice="required", parallel_tool_calls=False,
-                              max_output_tokens=240) as s:  # one call, then the grammar ends the reply
+    with oai.responses.stream(
+        model=HERMES, input=ASK, tools=tools, tool_choice="required", parallel_tool_calls=False, max_output_tokens=240
+    ) as s:  # one call, then the grammar ends the reply
         events = list(s)
     kinds = [e.type for e in events]
     added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
@@ -373,8 +502,13 @@ def test_a_stream_gives_its_place_back_whatever_a_client_names_its_tools(served)
     break, must neither break the response nor keep the request's place in the queue."""
     url = served[0].url
     for name in ("\u641c\u7d22", "a\nb"):
-        body = {"model": HERMES, "stream": True, "max_tokens": 4, "tools": [{"name": name, "type": "web_search_1"}],
-                "messages": [{"role": "user", "content": "Hi."}]}  # fmt: skip
+        body = {
+            "model": HERMES,
+            "stream": True,
+            "max_tokens": 4,
+            "tools": [{"name": name, "type": "web_search_1"}],
+            "messages": [{"role": "user", "content": "Hi."}],
+        }
         with httpx.stream("POST", url + "/v1/messages", json=body, timeout=60) as r:
             raw = b"".join(r.iter_bytes())
             assert r.status_code == 200 and "\n" not in r.headers["x-mtp-studio-skipped-tools"]
@@ -404,19 +538,32 @@ def test_either_header_may_carry_the_key(served):
 def test_conversions_pair_results_and_reasoning_with_their_turns():
     from engine.server import ollama_api, responses_api
 
-    msgs = ollama_api._messages([
-        {"role": "user", "content": "read both"},
-        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "read", "arguments": {"p": "a"}}},
-                                                            {"function": {"name": "read", "arguments": {"p": "b"}}}]},
-        {"role": "tool", "tool_name": "read", "content": "A"}, {"role": "tool", "tool_name": "read", "content": "B"}])  # fmt: skip
+    msgs = ollama_api._messages(
+        [
+            {"role": "user", "content": "read both"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"function": {"name": "read", "arguments": {"p": "a"}}},
+                    {"function": {"name": "read", "arguments": {"p": "b"}}},
+                ],
+            },
+            {"role": "tool", "tool_name": "read", "content": "A"},
+            {"role": "tool", "tool_name": "read", "content": "B"},
+        ]
+    )
     ids = [c["id"] for c in msgs[1]["tool_calls"]]
     assert [m["tool_call_id"] for m in msgs[2:]] == ids and len(set(ids)) == 2
-    turns = responses_api.input_messages([
-        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R0"}]},
-        {"role": "user", "content": "q"},
-        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R1"}]},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-        {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R2"}]},
-        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"}])  # fmt: skip
+    turns = responses_api.input_messages(
+        [
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R0"}]},
+            {"role": "user", "content": "q"},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R1"}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "R2"}]},
+            {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+        ]
+    )
     assert turns[0] == {"role": "user", "content": "q"}  # R0 preceded no assistant turn: dropped
     assert turns[1]["reasoning_content"] == "R1R2" and [c["id"] for c in turns[1]["tool_calls"]] == ["c1", "c2"]

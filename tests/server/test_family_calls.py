@@ -45,12 +45,22 @@ FAMILIES = {
     "deepseek-ai-DeepSeek-V3.1.jinja": "deepseek",
     "ByteDance-Seed-OSS.jinja": "seed-xml",
 }
-ALARM = {"type": "function", "function": {
-    "name": "set_alarm", "description": "Set an alarm",
-    "parameters": {"type": "object", "properties": {
-        "day": {"type": "string", "enum": ["mon", "tue", "wed"]},
-        "hour": {"type": "integer", "minimum": 0, "maximum": 23},
-        "label": {"type": "string", "maxLength": 12}}, "required": ["day", "hour"]}}}  # fmt: skip
+ALARM = {
+    "type": "function",
+    "function": {
+        "name": "set_alarm",
+        "description": "Set an alarm",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "day": {"type": "string", "enum": ["mon", "tue", "wed"]},
+                "hour": {"type": "integer", "minimum": 0, "maximum": 23},
+                "label": {"type": "string", "maxLength": 12},
+            },
+            "required": ["day", "hour"],
+        },
+    },
+}
 ASK = [{"role": "system", "content": "You set alarms."}, {"role": "user", "content": "Wake me on Tuesday at 7."}]
 
 
@@ -64,8 +74,13 @@ def served():
     def model(template: str) -> str:
         name = template.removesuffix(".jinja")
         if name not in eng.models():  # one at a time, as the app runs them
-            spec = LoadSpec(ROOT / "resources" / "demo.gguf", mtp=MtpSource.INTEGRATED, n_ctx=2048, name=name,
-                            chat_template=found[template])  # fmt: skip
+            spec = LoadSpec(
+                ROOT / "resources" / "demo.gguf",
+                mtp=MtpSource.INTEGRATED,
+                n_ctx=2048,
+                name=name,
+                chat_template=found[template],
+            )
             eng.submit(J.LoadModel(spec)).result(60)
         return name
 
@@ -140,8 +155,9 @@ def test_every_vendored_template_that_declares_tools_is_native_or_named_generic(
     assert missing == []
 
 
-@pytest.mark.parametrize("template", ["tencent-Hy3.jinja", "MiniMax-M3.jinja", "Cohere2MoE.jinja", "Kimi-K3.jinja",
-                                      "Qwen3.5-4B.jinja"])  # fmt: skip
+@pytest.mark.parametrize(
+    "template", ["tencent-Hy3.jinja", "MiniMax-M3.jinja", "Cohere2MoE.jinja", "Kimi-K3.jinja", "Qwen3.5-4B.jinja"]
+)
 def test_thinking_is_split_in_the_familys_markers_and_a_budget_closes_it(served, client, template):
     """Templates whose prompt opens the thinking block when thinking is on: the reply's
     thinking is reasoning, the budget closes the block in the family's own end marker, and
@@ -150,14 +166,18 @@ def test_thinking_is_split_in_the_familys_markers_and_a_budget_closes_it(served,
     name = model(template)
     assert eng.models()[name]["think_toggle"]
     thinking = reasoning.detect(templates()[template])
-    on = client.chat.completions.create(model=name, messages=ASK, max_tokens=40,
-                                        extra_body={"chat_template_kwargs": {"enable_thinking": True},
-                                                    "thinking_budget_tokens": 6})  # fmt: skip
+    on = client.chat.completions.create(
+        model=name,
+        messages=ASK,
+        max_tokens=40,
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}, "thinking_budget_tokens": 6},
+    )
     m = on.choices[0].message
     assert m.model_extra.get("reasoning_content"), (template, m)
     assert thinking.end not in (m.content or "") and thinking.start not in (m.content or "")
     # the budget, and the end marker's tokens (at most one a character in the demo's vocabulary)
     assert on.model_extra["timings"]["thinking"]["predicted_n"] <= 6 + len(thinking.end)
-    off = client.chat.completions.create(model=name, messages=ASK, max_tokens=20,
-                                         extra_body={"chat_template_kwargs": {"enable_thinking": False}})  # fmt: skip
+    off = client.chat.completions.create(
+        model=name, messages=ASK, max_tokens=20, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
     assert not off.choices[0].message.model_extra.get("reasoning_content")

@@ -41,7 +41,9 @@ def _post(port: int, path: str, body: bytes, *, host: str = "127.0.0.1", extra: 
 # ------------------------------------------------------- DNS rebinding, cross-site
 def test_a_foreign_host_name_is_refused_while_loopback_names_are_served(server, engine):
     jobs = engine.counters["jobs"]
-    status, body = _post(server.port, "/v1/chat/completions", json.dumps(CHAT).encode(), host=f"evil.example:{server.port}")
+    status, body = _post(
+        server.port, "/v1/chat/completions", json.dumps(CHAT).encode(), host=f"evil.example:{server.port}"
+    )
     assert status == 400 and body["error"]["code"] == "invalid_host"
     assert engine.counters["jobs"] == jobs  # nothing ran
     for host in (f"127.0.0.1:{server.port}", f"localhost:{server.port}", "localhost", f"[::1]:{server.port}"):
@@ -58,7 +60,9 @@ def test_allowed_hosts_extend_the_loopback_names(make_server):
 def test_a_simple_cross_site_post_runs_nothing(server, engine):
     """A web page may send text/plain POSTs without a preflight; they are refused."""
     jobs = engine.counters["jobs"]
-    r = httpx.post(server.url + "/v1/chat/completions", content=json.dumps(CHAT), headers={"content-type": "text/plain"})
+    r = httpx.post(
+        server.url + "/v1/chat/completions", content=json.dumps(CHAT), headers={"content-type": "text/plain"}
+    )
     assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
     r = httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"origin": "https://evil.example"})
     assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
@@ -142,8 +146,10 @@ def test_half_open_connections_are_closed_at_the_head_deadline(make_server):
 def test_a_body_that_stops_arriving_gets_408(make_server):
     srv = make_server(body_timeout_s=0.5)
     with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 100\r\n\r\n{\"model\"")  # fmt: skip
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"model"'
+        )
         t0 = time.monotonic()
         answer = s.recv(4096)
     assert answer.split()[1] == b"408" and time.monotonic() - t0 < 4
@@ -167,11 +173,29 @@ def _random_json(rng: random.Random, depth: int = 0):
         return None
     if k == "list":
         return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))]
-    return {rng.choice(["role", "content", "model", "x"]): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    return {
+        rng.choice(["role", "content", "model", "x"]): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))
+    }
 
 
-FIELDS = ["model", "messages", "prompt", "max_tokens", "stop", "temperature", "top_p", "top_k", "seed", "stream", "n",
-          "draft_depth", "mtp", "stream_options", "logprobs", "response_format"]  # fmt: skip
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "max_tokens",
+    "stop",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stream",
+    "n",
+    "draft_depth",
+    "mtp",
+    "stream_options",
+    "logprobs",
+    "response_format",
+]
 
 
 def test_fuzzed_request_bodies_get_only_client_errors_and_the_engine_lives(server, engine):

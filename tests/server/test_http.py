@@ -78,7 +78,11 @@ def test_binding_elsewhere_requires_a_key():
         ServerSettings(cors_origins=("*",)).check()
 
 
-PREFLIGHT = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+PREFLIGHT = {
+    "Origin": "http://localhost:3000",
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type",
+}
 
 
 def test_cors_off_refuses_preflight(server):
@@ -161,8 +165,14 @@ def test_health_metrics_and_unknown_routes(server):
     assert h == {"status": "ok", "models": [MODEL]}
     httpx.post(server.url + "/v1/chat/completions", json=CHAT)
     m = httpx.get(server.url + "/metrics").text
-    for name in ("mtp_requests_total", "mtp_generated_tokens_total", "mtp_draft_tokens_total", "mtp_draft_accepted_total",
-                 "mtp_acceptance_ratio", "mtp_queue_depth"):  # fmt: skip
+    for name in (
+        "mtp_requests_total",
+        "mtp_generated_tokens_total",
+        "mtp_draft_tokens_total",
+        "mtp_draft_accepted_total",
+        "mtp_acceptance_ratio",
+        "mtp_queue_depth",
+    ):
         assert f"# TYPE {name}" in m
     assert 'mtp_requests_total{route="/v1/chat/completions",status="200"}' in m
     r = httpx.get(server.url + "/v1/nope")

@@ -33,8 +33,13 @@ BASE = LoadSpec("", n_ctx=4096, parallel=2, probe=True)
 @pytest.fixture(scope="module")
 def pooled_files(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("pooled")
-    done = subprocess.run([sys.executable, "-m", "engine.synth.pooledmodels", str(out)], capture_output=True,
-                          text=True, timeout=300, env={**__import__("os").environ, "GGML_NO_BACKTRACE": "1"})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.synth.pooledmodels", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "GGML_NO_BACKTRACE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -74,7 +79,9 @@ class Served:
         self.engine = Engine(EngineDefaults(request=Defaults(draft_depth=2))).start()
         self.catalog = Catalog(library)
         self.residency = Residency(self.engine, self.catalog, spec_for, **kw)
-        self.server = ServerThread(self.engine, ServerSettings(port=0, max_pending=32), residency=self.residency).start()
+        self.server = ServerThread(
+            self.engine, ServerSettings(port=0, max_pending=32), residency=self.residency
+        ).start()
         self.server.wait_ready()
         self.url = self.server.url
 
@@ -156,7 +163,9 @@ def test_a_request_by_each_kind_of_name_loads_that_model(serve, library):
         assert s.loaded() == [ids["Fixture Full"]]
     # Ollama's hf.co/OWNER/REPO:QUANT, and the repository name with :latest
     oc = ollama.Client(host=s.url)
-    reply = oc.chat(model=f"hf.co/{REPO}:{quant}", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 3})
+    reply = oc.chat(
+        model=f"hf.co/{REPO}:{quant}", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 3}
+    )
     assert reply.message.content
     oc.generate(model=REPO.split("/")[1] + ":latest", prompt="a", options={"num_predict": 2})
     assert s.loaded() == [ids["Fixture Full"]]
@@ -178,11 +187,17 @@ def test_concurrent_first_requests_load_one_copy(serve, library):
     s = serve()
     ids = _ids(library)
     loads = []
-    s.engine.observe(lambda h, ev: loads.append(h.id) if type(h.job).__name__ == "LoadModel" and type(ev).__name__ == "Started" else None)
+    s.engine.observe(
+        lambda h, ev: (
+            loads.append(h.id) if type(h.job).__name__ == "LoadModel" and type(ev).__name__ == "Started" else None
+        )
+    )
     results = []
 
     def ask():
-        r = httpx.post(s.url + "/v1/completions", json={"model": "Fixture Partial", "prompt": "a", "max_tokens": 2}, timeout=60)
+        r = httpx.post(
+            s.url + "/v1/completions", json={"model": "Fixture Partial", "prompt": "a", "max_tokens": 2}, timeout=60
+        )
         results.append(r.status_code)
 
     threads = [threading.Thread(target=ask) for _ in range(4)]
@@ -209,8 +224,15 @@ def test_least_recently_used_idle_model_is_unloaded_to_make_room(serve, library)
     budget = est[full] + est[partial] + est[emb] // 2
     s = serve(memory_budget=budget)
     for name in (full, partial):
-        assert httpx.post(s.url + "/v1/completions", json={"model": name, "prompt": "a", "max_tokens": 2}, timeout=60).status_code == 200
-    httpx.post(s.url + "/v1/completions", json={"model": full, "prompt": "b", "max_tokens": 2}, timeout=60)  # full: most recent
+        assert (
+            httpx.post(
+                s.url + "/v1/completions", json={"model": name, "prompt": "a", "max_tokens": 2}, timeout=60
+            ).status_code
+            == 200
+        )
+    httpx.post(
+        s.url + "/v1/completions", json={"model": full, "prompt": "b", "max_tokens": 2}, timeout=60
+    )  # full: most recent
     r = httpx.post(s.url + "/v1/embeddings", json={"model": emb, "input": "hello"}, timeout=60)
     assert r.status_code == 200, r.text
     assert s.loaded() == sorted([full, emb])  # partial, least recently used, made room
@@ -219,8 +241,11 @@ def test_least_recently_used_idle_model_is_unloaded_to_make_room(serve, library)
 def test_a_model_that_cannot_fit_is_refused_with_the_figures(serve, library):
     ids = _ids(library)
     s = serve(memory_budget=1 << 20)
-    r = httpx.post(s.url + "/v1/chat/completions", json={"model": ids["Fixture Full"], "messages": [{"role": "user", "content": "x"}]},
-                   timeout=60)  # fmt: skip
+    r = httpx.post(
+        s.url + "/v1/chat/completions",
+        json={"model": ids["Fixture Full"], "messages": [{"role": "user", "content": "x"}]},
+        timeout=60,
+    )
     assert r.status_code == 503
     msg = r.json()["error"]["message"]
     assert "needs about" in msg and "budget" in msg and "1 MiB" in msg
@@ -233,13 +258,21 @@ def test_max_loaded_unloads_the_idle_one_and_never_a_busy_one(serve, library):
     full, partial = ids["Fixture Full"], ids["Fixture Partial"]
     httpx.post(s.url + "/v1/completions", json={"model": full, "prompt": "a", "max_tokens": 2}, timeout=60)
     # a long stream on partial holds it: a request for full cannot unload it
-    with httpx.stream("POST", s.url + "/v1/completions", json={"model": partial, "prompt": "a", "max_tokens": 400,
-                                                               "stream": True, "ignore_eos": True}, timeout=60) as st:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        s.url + "/v1/completions",
+        json={"model": partial, "prompt": "a", "max_tokens": 400, "stream": True, "ignore_eos": True},
+        timeout=60,
+    ) as st:
         lines = st.iter_lines()
         next(line for line in lines if line.startswith("data: {"))
         assert s.loaded() == [partial]  # full, idle, made room
         r = httpx.post(s.url + "/v1/completions", json={"model": full, "prompt": "a", "max_tokens": 2}, timeout=60)
-        assert r.status_code == 503 and "busy" in r.json()["error"]["message"] or "at most 1" in r.json()["error"]["message"]
+        assert (
+            r.status_code == 503
+            and "busy" in r.json()["error"]["message"]
+            or "at most 1" in r.json()["error"]["message"]
+        )
         assert s.loaded() == [partial]
         st.close()
 
@@ -287,9 +320,12 @@ def test_a_stream_goes_on_while_another_model_loads(serve, library):
         load_window.extend([t0, time.monotonic(), r.status_code])
 
     other = threading.Thread(target=load_other)
-    with httpx.stream("POST", s.url + "/v1/completions", json={"model": full, "prompt": "a", "max_tokens": 4000,
-                                                               "stream": True, "ignore_eos": True, "mtp": "off"},
-                      timeout=60) as st:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        s.url + "/v1/completions",
+        json={"model": full, "prompt": "a", "max_tokens": 4000, "stream": True, "ignore_eos": True, "mtp": "off"},
+        timeout=60,
+    ) as st:
         assert st.status_code == 200, st.read()
         other.start()
         for line in st.iter_lines():
@@ -357,11 +393,18 @@ def test_rerank_orders_documents_by_score(serve, library):
     s = serve()
     rr = ids["Fixture Reranker"]
     docs = ["the cat sat", "dogs bark loudly", "hello", "a cat and a mat", "numbers 1 2 3"]
-    one = [httpx.post(s.url + "/v1/rerank", json={"model": rr, "query": "cat", "documents": [d]}, timeout=60).json()
-           ["results"][0]["relevance_score"] for d in docs]  # fmt: skip
+    one = [
+        httpx.post(s.url + "/v1/rerank", json={"model": rr, "query": "cat", "documents": [d]}, timeout=60).json()[
+            "results"
+        ][0]["relevance_score"]
+        for d in docs
+    ]
     assert len(set(np.round(one, 6))) > 1, "the reranker gave every document the same score"
-    r = httpx.post(s.url + "/v1/rerank", json={"model": rr, "query": "cat", "documents": docs, "top_n": 3,
-                                               "return_documents": True}, timeout=60).json()  # fmt: skip
+    r = httpx.post(
+        s.url + "/v1/rerank",
+        json={"model": rr, "query": "cat", "documents": docs, "top_n": 3, "return_documents": True},
+        timeout=60,
+    ).json()
     order = sorted(range(len(docs)), key=lambda i: -one[i])[:3]
     assert [x["index"] for x in r["results"]] == order
     np.testing.assert_allclose([x["relevance_score"] for x in r["results"]], [one[i] for i in order], atol=1e-4)
@@ -373,12 +416,21 @@ def test_rerank_orders_documents_by_score(serve, library):
 def test_each_model_answers_only_what_it_does(serve, library):
     ids = _ids(library)
     s = serve()
-    r = httpx.post(s.url + "/v1/chat/completions", json={"model": ids["Fixture Embedder"], "messages": [{"role": "user", "content": "x"}]},
-                   timeout=60)  # fmt: skip
-    assert r.status_code == 400 and "embedding model" in r.json()["error"]["message"] and "/v1/embeddings" in r.json()["error"]["message"]
+    r = httpx.post(
+        s.url + "/v1/chat/completions",
+        json={"model": ids["Fixture Embedder"], "messages": [{"role": "user", "content": "x"}]},
+        timeout=60,
+    )
+    assert (
+        r.status_code == 400
+        and "embedding model" in r.json()["error"]["message"]
+        and "/v1/embeddings" in r.json()["error"]["message"]
+    )
     r = httpx.post(s.url + "/v1/embeddings", json={"model": ids["Fixture Partial"], "input": "x"}, timeout=60)
     assert r.status_code == 400 and "chat model" in r.json()["error"]["message"]
-    r = httpx.post(s.url + "/v1/rerank", json={"model": ids["Fixture Embedder"], "query": "q", "documents": ["d"]}, timeout=60)
+    r = httpx.post(
+        s.url + "/v1/rerank", json={"model": ids["Fixture Embedder"], "query": "q", "documents": ["d"]}, timeout=60
+    )
     assert r.status_code == 400 and "reranking model" in r.json()["error"]["message"]
 
 

@@ -52,8 +52,11 @@ def test_the_endpoint_resolves_once_and_the_engine_runs_that_job(qwen_server, mo
     eng.observe(lambda h, ev: ran.append(h.job) if isinstance(ev, J.Started) else None)
     with _client(srv) as c:
         tool_call = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}
-        msgs = [*CHAT, {"role": "assistant", "content": None, "tool_calls": [tool_call]},
-                {"role": "tool", "tool_call_id": "c1", "content": "noon"}]  # fmt: skip
+        msgs = [
+            *CHAT,
+            {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "noon"},
+        ]
         r = c.chat.completions.create(model="q", messages=msgs, max_tokens=6)
     assert r.choices[0].finish_reason in ("stop", "length")
     assert len(resolved) == 1 and len(normalized) == 1  # once, before the queue; not again on the engine thread

@@ -46,7 +46,11 @@ def test_chat_streamed_equals_non_streamed_equals_cli(client, fixtures, tmp_path
 def test_completion_streamed_equals_non_streamed_equals_cli(client, fixtures):
     prompt = "The quick brown fox"
     full = client.completions.create(model=MODEL, prompt=prompt, max_tokens=30)
-    streamed = "".join(c.choices[0].text for c in client.completions.create(model=MODEL, prompt=prompt, max_tokens=30, stream=True) if c.choices)
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model=MODEL, prompt=prompt, max_tokens=30, stream=True)
+        if c.choices
+    )
     assert streamed == full.choices[0].text
     cli = mtp_json("generate", "--model", str(fixtures["partial"].path), "--prompt", prompt, "--max-tokens", "30")
     assert cli["text"] == full.choices[0].text
@@ -66,7 +70,15 @@ def test_timings_in_llama_server_shape(client):
     r = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=16)
     body = json.loads(r.text)
     t = body["timings"]
-    for key in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"):
+    for key in (
+        "prompt_n",
+        "prompt_ms",
+        "predicted_n",
+        "predicted_ms",
+        "predicted_per_second",
+        "draft_n",
+        "draft_n_accepted",
+    ):
         assert key in t
     assert t["predicted_n"] == 16 and t["speculative"] is True and t["sampling"] == "greedy"
     assert t["draft_n"] > 0 and 0 <= t["draft_n_accepted"] <= t["draft_n"]
@@ -111,9 +123,7 @@ def test_unsupported_parameters_are_400(client):
     with pytest.raises(openai.BadRequestError, match="n=1"):
         client.chat.completions.create(model=MODEL, messages=MESSAGES, n=2)
     with pytest.raises(openai.BadRequestError, match="retired form"):
-        client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, functions=[{"name": "f", "parameters": {}}]
-        )
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, functions=[{"name": "f", "parameters": {}}])
     with pytest.raises(openai.BadRequestError, match="chat API"):
         client.completions.create(
             model=MODEL, prompt="x", extra_body={"tools": [{"type": "function", "function": {"name": "f"}}]}

@@ -19,7 +19,9 @@ SYSTEM = {"role": "system", "content": " ".join(f"Rule {i}: be brief." for i in 
 @pytest.fixture(scope="module")
 def served(qwen35_template_model):
     eng = Engine(EngineDefaults(prompt_cache_mb=32)).start()
-    eng.submit(J.LoadModel(LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL))).result(60)
+    eng.submit(J.LoadModel(LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL))).result(
+        60
+    )
     srv = ServerThread(eng, ServerSettings(port=0, max_tokens=24, thinking_budget=8)).start()
     srv.wait_ready()
     yield srv
@@ -39,8 +41,13 @@ def test_cached_tokens_are_reported_in_usage_timings_and_metrics(served):
                 r = client.chat.completions.create(model=MODEL, messages=msgs)
                 replies[name, turn] = r
                 m = r.choices[0].message
-                msgs.append({"role": "assistant", "content": m.content or "",
-                             "reasoning_content": m.model_extra.get("reasoning_content") or ""})  # fmt: skip
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": m.content or "",
+                        "reasoning_content": m.model_extra.get("reasoning_content") or "",
+                    }
+                )
     first = replies["A", 0]
     assert first.usage.prompt_tokens_details.cached_tokens == first.model_extra["timings"]["cache_n"]
     for name in "AB":

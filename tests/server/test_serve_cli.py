@@ -95,8 +95,22 @@ def test_bench_server_runs_on_the_base_install(fixtures, tmp_path):
         (blocked / mod).mkdir(parents=True)
         (blocked / mod / "__init__.py").write_text(f"raise ImportError('{mod} is not installed')\n")
     env = dict(os.environ, GGML_NO_BACKTRACE="1", PYTHONPATH=os.pathsep.join([str(blocked), os.getcwd()]))
-    cmd = [sys.executable, "-m", "app.launcher", "bench", "server", "--model", str(fixtures["full"].path),
-           "--max-tokens", "8", "--requests", "2", "--clients", "1,2", "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.launcher",
+        "bench",
+        "server",
+        "--model",
+        str(fixtures["full"].path),
+        "--max-tokens",
+        "8",
+        "--requests",
+        "2",
+        "--clients",
+        "1,2",
+        "--json",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -116,7 +130,9 @@ def test_serve_speaks_every_api_and_listens_where_ollama_clients_look(fixtures):
         names = [m["name"] for m in httpx.get(f"http://127.0.0.1:{port}/api/tags").json()["models"]]
         body = {"model": names[0], "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
         assert httpx.post(root + "/v1/messages", json=body, timeout=60).json()["usage"]["output_tokens"] == 4
-        r = httpx.post(root + "/v1/responses", json={"model": names[0], "input": "Hi", "max_output_tokens": 4}, timeout=60)
+        r = httpx.post(
+            root + "/v1/responses", json={"model": names[0], "input": "Hi", "max_output_tokens": 4}, timeout=60
+        )
         assert r.json()["usage"]["output_tokens"] == 4
     finally:
         assert stop(proc) == 0
@@ -131,8 +147,26 @@ def test_bench_slots_measures_each_arm_at_each_client_count(fixtures):
     import sys
 
     env = dict(os.environ, GGML_NO_BACKTRACE="1", PATH=os.path.dirname(sys.executable))  # no llama-server here
-    cmd = [sys.executable, "-m", "app.launcher", "bench", "slots", "--model", str(fixtures["full"].path),
-           "--clients", "1,2", "--arms", "auto,off", "--tokens", "8", "--rounds", "2", "--parallel", "2", "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.launcher",
+        "bench",
+        "slots",
+        "--model",
+        str(fixtures["full"].path),
+        "--clients",
+        "1,2",
+        "--arms",
+        "auto,off",
+        "--tokens",
+        "8",
+        "--rounds",
+        "2",
+        "--parallel",
+        "2",
+        "--json",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -153,8 +187,13 @@ def test_serve_without_a_model_serves_the_library_by_name_on_demand(fixtures, tm
     """A fresh install: `import` a file, then `serve` with no --model; the first request
     naming it loads it."""
     env = dict(os.environ, GGML_NO_BACKTRACE="1", MTP_STUDIO_HOME=str(tmp_path / "home"))
-    done = subprocess.run([sys.executable, "-m", "app.launcher", "import", str(fixtures["full"].path)], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "app.launcher", "import", str(fixtures["full"].path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     cmd = [sys.executable, "-m", "app.launcher", "serve", "--port", "0", "--ctx", "512", "--idle-ttl", "600"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -166,8 +205,9 @@ def test_serve_without_a_model_serves_the_library_by_name_on_demand(fixtures, tm
         with openai.OpenAI(base_url=m.group(1), api_key="unused", max_retries=0) as client:
             [listed] = client.models.list().data
             assert listed.model_extra["state"] == "not-loaded"
-            reply = client.chat.completions.create(model=fixtures["full"].path.stem, messages=[{"role": "user", "content": "Hi"}],
-                                                   max_tokens=8)  # fmt: skip
+            reply = client.chat.completions.create(
+                model=fixtures["full"].path.stem, messages=[{"role": "user", "content": "Hi"}], max_tokens=8
+            )
             assert reply.choices[0].message.content and reply.model == listed.id
             assert client.models.list().data[0].model_extra["state"] == "loaded"
     finally:
@@ -191,13 +231,33 @@ def test_serve_loads_every_model_given_and_answers_each_by_name(fixtures):
 
 def test_serve_says_what_is_wrong_with_the_model_files_it_is_given(fixtures, tmp_path):
     missing = tmp_path / "nowhere.gguf"
-    done = subprocess.run([sys.executable, "-m", "app.launcher", "serve", "--model", str(missing), "--port", "0"],
-                          capture_output=True, text=True, timeout=120, env=dict(os.environ, GGML_NO_BACKTRACE="1"))  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "app.launcher", "serve", "--model", str(missing), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, GGML_NO_BACKTRACE="1"),
+    )
     assert done.returncode != 0 and "not found" in done.stderr and "nowhere.gguf" in done.stderr
     (tmp_path / "a").mkdir()
     twin = tmp_path / "a" / fixtures["full"].path.name
     twin.write_bytes(fixtures["full"].path.read_bytes())
-    done = subprocess.run([sys.executable, "-m", "app.launcher", "serve", "--model", str(fixtures["full"].path), "--model",
-                           str(twin), "--port", "0"], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, GGML_NO_BACKTRACE="1"))  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.launcher",
+            "serve",
+            "--model",
+            str(fixtures["full"].path),
+            "--model",
+            str(twin),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, GGML_NO_BACKTRACE="1"),
+    )
     assert done.returncode != 0 and "several --model files are named full" in done.stderr

@@ -22,8 +22,9 @@ PROMPTS = ["Hello there, how are you today?", "The quick brown fox jumps over", 
 @pytest.fixture(scope="module")
 def served(fixtures):
     eng = Engine(EngineDefaults(prompt_cache_mb=0)).start()
-    eng.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=512, probe=False, fit="off", parallel=2,
-                                    name="tiny"))).result(60)  # fmt: skip
+    eng.submit(
+        J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=512, probe=False, fit="off", parallel=2, name="tiny"))
+    ).result(60)
     srv = ServerThread(eng, ServerSettings(port=0)).start()
     srv.wait_ready()
     yield srv, eng
@@ -41,9 +42,16 @@ def test_concurrent_streams_equal_their_replies_alone_and_metrics_show_the_slots
 
     srv, _ = served
     with OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
+
         def ask(prompt: str) -> str:
-            stream = client.completions.create(model="tiny", prompt=prompt, max_tokens=40, temperature=0, stream=True,
-                                               extra_body={"ignore_eos": True, "draft_depth": "auto"})  # fmt: skip
+            stream = client.completions.create(
+                model="tiny",
+                prompt=prompt,
+                max_tokens=40,
+                temperature=0,
+                stream=True,
+                extra_body={"ignore_eos": True, "draft_depth": "auto"},
+            )
             return "".join(c.choices[0].text for c in stream if c.choices)
 
         alone = [ask(p) for p in PROMPTS]
@@ -56,7 +64,9 @@ def test_concurrent_streams_equal_their_replies_alone_and_metrics_show_the_slots
     assert together == alone and all(alone)
     v = _values(srv.url)
     assert v["mtp_slots"] == 2
-    assert v['mtp_slot_requests_total{model="tiny",slot="0"}'] + v['mtp_slot_requests_total{model="tiny",slot="1"}'] == 6
+    assert (
+        v['mtp_slot_requests_total{model="tiny",slot="0"}'] + v['mtp_slot_requests_total{model="tiny",slot="1"}'] == 6
+    )
     assert v['mtp_slot_requests_total{model="tiny",slot="1"}'] >= 1  # the second slot took part
     assert v["mtp_slots_busy"] == 0
     # MTP auto chose the depth of the steps the two slots shared (one policy for steps of two)
@@ -93,8 +103,14 @@ def test_count_tokens_answers_while_streams_run(served):
 
     def stream(i: int) -> None:
         with OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0) as client:
-            chunks = client.completions.create(model="tiny", prompt=PROMPTS[i], max_tokens=440, temperature=0,
-                                               stream=True, extra_body={"ignore_eos": True})  # fmt: skip
+            chunks = client.completions.create(
+                model="tiny",
+                prompt=PROMPTS[i],
+                max_tokens=440,
+                temperature=0,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
             for c in chunks:
                 if c.choices and c.choices[0].text:
                     first_text[i].set()

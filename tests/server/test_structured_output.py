@@ -71,27 +71,42 @@ def test_pydantic_ai_native_structured_output(served):
 
 
 def test_json_object_and_streamed_json_schema(client):
-    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "A JSON object, please."}],
-                                       response_format={"type": "json_object"}, max_tokens=120)  # fmt: skip
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "A JSON object, please."}],
+        response_format={"type": "json_object"},
+        max_tokens=120,
+    )
     text = r.choices[0].message.content
     # any object: the demo may talk inside a string until max_tokens, but never outside JSON
     assert text.startswith("{") and (r.choices[0].finish_reason == "length" or isinstance(json.loads(text), dict))
-    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3, "maximum": 7}}, "required": ["n"],
-              "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 3, "maximum": 7}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
     stream = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "A number."}], max_tokens=40, stream=True,
+        model=MODEL,
+        messages=[{"role": "user", "content": "A number."}],
+        max_tokens=40,
+        stream=True,
         response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}},
-    )  # fmt: skip
+    )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     jsonschema.validate(json.loads(text), schema)
 
 
 def test_llama_server_fields_on_completions(served):
     url = served.url + "/v1/completions"
-    r = httpx.post(url, json={"model": MODEL, "prompt": "Colour:", "max_tokens": 10, "grammar": 'root ::= "red" | "green"'})
+    r = httpx.post(
+        url, json={"model": MODEL, "prompt": "Colour:", "max_tokens": 10, "grammar": 'root ::= "red" | "green"'}
+    )
     assert r.status_code == 200 and r.json()["choices"][0]["text"] in ("red", "green")
     r = httpx.post(url, json={"model": MODEL, "prompt": "Code:", "max_tokens": 10, "regex": "[0-9]{4}"})
-    assert r.status_code == 200 and len(r.json()["choices"][0]["text"]) == 4 and r.json()["choices"][0]["text"].isdigit()
+    assert (
+        r.status_code == 200 and len(r.json()["choices"][0]["text"]) == 4 and r.json()["choices"][0]["text"].isdigit()
+    )
     schema = {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 2}
     r = httpx.post(url, json={"model": MODEL, "prompt": "Two flags:", "max_tokens": 20, "json_schema": schema})
     assert r.status_code == 200
@@ -100,17 +115,21 @@ def test_llama_server_fields_on_completions(served):
 
 def test_a_structure_cut_short_says_length(client):
     r = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "A pet."}], max_tokens=3,
+        model=MODEL,
+        messages=[{"role": "user", "content": "A pet."}],
+        max_tokens=3,
         response_format={"type": "json_schema", "json_schema": {"name": "pet", "schema": Pet.model_json_schema()}},
-    )  # fmt: skip
+    )
     assert r.choices[0].finish_reason == "length"
 
 
 @pytest.mark.parametrize(
     "extra,param",
     [
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
-         "response_format"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
+            "response_format",
+        ),
         ({"response_format": {"type": "xml"}}, "response_format"),
         ({"response_format": {"type": "json_schema"}}, "response_format"),
         ({"grammar": "root ::= undefined_rule"}, "grammar"),
@@ -121,7 +140,7 @@ def test_a_structure_cut_short_says_length(client):
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"presence_penalty": 3}, "presence_penalty"),
     ],
-)  # fmt: skip
+)
 def test_bad_constraints_are_400s_with_words(served, extra, param):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra}
     r = httpx.post(served.url + "/v1/chat/completions", json=body)
@@ -134,13 +153,17 @@ def test_logprobs_on_chat_and_completions(client):
     msgs = [{"role": "user", "content": "Hello!"}]
     got = {}
     for mtp in ("off", "on"):
-        r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, logprobs=True, top_logprobs=3,
-                                           extra_body={"mtp": mtp})  # fmt: skip
+        r = client.chat.completions.create(
+            model=MODEL, messages=msgs, max_tokens=16, logprobs=True, top_logprobs=3, extra_body={"mtp": mtp}
+        )
         content = r.choices[0].logprobs.content
         assert "".join(e.token for e in content) == r.choices[0].message.content
         for e in content:  # greedy: the chosen token is the most likely one, and probabilities sum below 1
             assert len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token
-            assert e.logprob == pytest.approx(e.top_logprobs[0].logprob) and sum(2.718281828 ** t.logprob for t in e.top_logprobs) <= 1.0001
+            assert (
+                e.logprob == pytest.approx(e.top_logprobs[0].logprob)
+                and sum(2.718281828**t.logprob for t in e.top_logprobs) <= 1.0001
+            )
         got[mtp] = [e.logprob for e in content]
     assert got["on"] == pytest.approx(got["off"], abs=1e-3)  # the same rows, verified in a batch or one at a time
     stream = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, logprobs=True, stream=True)
@@ -148,5 +171,8 @@ def test_logprobs_on_chat_and_completions(client):
     assert len(streamed) == 8 and all(not e.top_logprobs for e in streamed)
     c = client.completions.create(model=MODEL, prompt="def f(x):", max_tokens=6, logprobs=2)
     lp = c.choices[0].logprobs
-    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 6 and "".join(lp.tokens) == c.choices[0].text
+    assert (
+        len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 6
+        and "".join(lp.tokens) == c.choices[0].text
+    )
     assert lp.text_offset[0] == 0 and all(len(t) == 2 for t in lp.top_logprobs)

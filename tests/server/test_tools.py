@@ -18,14 +18,32 @@ from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
 MODEL = "qwen35-template"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}}}  # fmt: skip
-CLOCK = {"type": "function", "function": {
-    "name": "get_time", "parameters": {"type": "object", "properties": {
-        "zone": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["zone"]}}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            },
+            "required": ["city", "days"],
+        },
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+        },
+    },
+}
 #: tokens "</think>" takes in the fixture's small vocabulary (real Qwen: one), counted as thinking
 END_MARKER = 8
 ASK = [{"role": "user", "content": "What is the weather in Paris for the next three days?"}]
@@ -36,7 +54,9 @@ MAX_TOKENS = 240
 @pytest.fixture(scope="module")
 def served(qwen35_template_model):
     eng = Engine(EngineDefaults(request=Defaults(draft_depth=2))).start()
-    eng.submit(J.LoadModel(LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL))).result(60)
+    eng.submit(J.LoadModel(LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL))).result(
+        60
+    )
     srv = ServerThread(eng, ServerSettings(port=0, max_tokens=MAX_TOKENS, thinking_budget=12)).start()
     srv.wait_ready()
     yield srv, eng
@@ -82,14 +102,19 @@ def test_required_tool_call_is_valid_and_shaped_like_openai(client):
 def test_named_tool_choice_calls_that_tool(client):
     for tool in (WEATHER, CLOCK):
         name = tool["function"]["name"]
-        r = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, CLOCK],
-                                           tool_choice={"type": "function", "function": {"name": name}})  # fmt: skip
+        r = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[WEATHER, CLOCK],
+            tool_choice={"type": "function", "function": {"name": name}},
+        )
         assert {c.function.name for c in r.choices[0].message.tool_calls} == {name}
 
 
 def test_parallel_tool_calls_false_makes_one_call(client):
-    r = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, CLOCK], tool_choice="required",
-                                       parallel_tool_calls=False)  # fmt: skip
+    r = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER, CLOCK], tool_choice="required", parallel_tool_calls=False
+    )
     assert len(r.choices[0].message.tool_calls) == 1
 
 
@@ -126,8 +151,9 @@ def test_streamed_calls_send_id_and_name_first_then_arguments(client):
                 calls[tc.index]["arguments"] += tc.function.arguments or ""
         finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls"
-    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == \
-        [(c.function.name, _args(c)) for c in whole.tool_calls]  # fmt: skip
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
+        (c.function.name, _args(c)) for c in whole.tool_calls
+    ]
     assert reasoning == whole.model_extra["reasoning_content"]
 
 
@@ -151,11 +177,17 @@ def test_bad_tool_requests_are_400_with_words(client):
     import openai
 
     with pytest.raises(openai.BadRequestError, match="not among the tools"):
-        client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER],
-                                       tool_choice={"type": "function", "function": {"name": "launch"}})  # fmt: skip
+        client.chat.completions.create(
+            model=MODEL, messages=ASK, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "launch"}}
+        )
     with pytest.raises(openai.BadRequestError, match="no assistant message before it"):
-        client.chat.completions.create(model=MODEL, messages=[*ASK, {"role": "tool", "tool_call_id": "x", "content": "1"}])
-    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 7}}}}}
+        client.chat.completions.create(
+            model=MODEL, messages=[*ASK, {"role": "tool", "tool_call_id": "x", "content": "1"}]
+        )
+    bad = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 7}}}},
+    }
     with pytest.raises(openai.BadRequestError, match="not a usable JSON schema"):
         client.chat.completions.create(model=MODEL, messages=ASK, tools=[bad])
     with pytest.raises(openai.BadRequestError, match="needs 'tools'"):
@@ -163,27 +195,45 @@ def test_bad_tool_requests_are_400_with_words(client):
 
 
 def test_reasoning_is_split_budgeted_and_can_be_turned_off_or_left_raw(client):
-    r = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=40,
-                                       extra_body={"thinking_budget_tokens": 6})  # fmt: skip
+    r = client.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=40, extra_body={"thinking_budget_tokens": 6}
+    )
     m = r.choices[0].message
-    assert m.model_extra["reasoning_content"] and "<think>" not in (m.content or "") and "</think>" not in (m.content or "")
+    assert (
+        m.model_extra["reasoning_content"]
+        and "<think>" not in (m.content or "")
+        and "</think>" not in (m.content or "")
+    )
     t = r.model_extra["timings"]
     assert 1 <= t["thinking"]["predicted_n"] <= 6 + END_MARKER and t["answer"]["predicted_n"] > 0
-    raw = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=40,
-                                         extra_body={"thinking_budget_tokens": 6, "reasoning_format": "none"})  # fmt: skip
-    assert "</think>" in raw.choices[0].message.content and not raw.choices[0].message.model_extra.get("reasoning_content")
+    raw = client.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=40, extra_body={"thinking_budget_tokens": 6, "reasoning_format": "none"}
+    )
+    assert "</think>" in raw.choices[0].message.content and not raw.choices[0].message.model_extra.get(
+        "reasoning_content"
+    )
     assert raw.choices[0].message.content.split("</think>", 1)[1].strip() == m.content.strip()
-    off = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=20,
-                                         extra_body={"chat_template_kwargs": {"enable_thinking": False}})  # fmt: skip
+    off = client.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=20, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
     assert not off.choices[0].message.model_extra.get("reasoning_content") and off.choices[0].message.content
     assert off.model_extra["timings"]["thinking"]["predicted_n"] == 0
 
 
 def test_json_output_applies_after_the_thinking(client):
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
     r = client.chat.completions.create(
-        model=MODEL, messages=ASK, max_tokens=120, extra_body={"thinking_budget_tokens": 5},
-        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}})  # fmt: skip
+        model=MODEL,
+        messages=ASK,
+        max_tokens=120,
+        extra_body={"thinking_budget_tokens": 5},
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+    )
     m = r.choices[0].message
     assert m.model_extra["reasoning_content"] and isinstance(json.loads(m.content)["ok"], bool)
 
@@ -195,8 +245,9 @@ def test_speculation_changes_nothing_in_thinking_content_or_calls(client, choice
     on = client.chat.completions.create(**kw, extra_body={"mtp": "on", "draft_depth": 3})
     a, b = off.choices[0].message, on.choices[0].message
     assert (a.content, a.model_extra.get("reasoning_content")) == (b.content, b.model_extra.get("reasoning_content"))
-    assert [(c.function.name, c.function.arguments) for c in a.tool_calls or []] == \
-        [(c.function.name, c.function.arguments) for c in b.tool_calls or []]  # fmt: skip
+    assert [(c.function.name, c.function.arguments) for c in a.tool_calls or []] == [
+        (c.function.name, c.function.arguments) for c in b.tool_calls or []
+    ]
     t = on.model_extra["timings"]
     assert t["speculative"] and t["thinking"]["draft_n"] + t["answer"]["draft_n"] == t["draft_n"]
 
@@ -220,8 +271,12 @@ def test_pydantic_ai_agent_completes_a_tool_loop(served):
         return tools if calls else []
 
     model = OpenAIChatModel(MODEL, provider=OpenAIProvider(base_url=served[0].url + "/v1", api_key="unused"))
-    agent = Agent(model, output_type=ToolOutput(bool, name="final_result"), model_settings={"max_tokens": 300},
-                  capabilities=[PrepareOutputTools(after_called)])  # fmt: skip
+    agent = Agent(
+        model,
+        output_type=ToolOutput(bool, name="final_result"),
+        model_settings={"max_tokens": 300},
+        capabilities=[PrepareOutputTools(after_called)],
+    )
 
     @agent.tool_plain(prepare=until_called)
     def get_weather(city: Literal["Paris", "Rome"], days: Annotated[int, Field(ge=1, le=7)]) -> str:
@@ -239,7 +294,10 @@ def test_pydantic_ai_agent_completes_a_tool_loop(served):
 def test_a_system_message_mid_conversation_is_not_a_400(client):
     """pydantic-ai retries with a system message after the assistant's turn; Qwen3.5's
     template refuses those, so it is given as a user turn."""
-    history = [*ASK, {"role": "assistant", "content": "Let me see."},
-               {"role": "system", "content": "Please include your response in a tool call."}]  # fmt: skip
+    history = [
+        *ASK,
+        {"role": "assistant", "content": "Let me see."},
+        {"role": "system", "content": "Please include your response in a tool call."},
+    ]
     r = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER], tool_choice="required")
     assert r.choices[0].message.tool_calls

@@ -121,7 +121,19 @@ def test_smoke_model_learns_something(smoke_run):
 
 
 def test_model_forward_shapes():
-    m = Qwen35(ModelConfig(n_vocab=50, n_embd=32, n_ff=64, n_trunk=2, full_attention_interval=2, n_head=2,
-                           n_head_kv=1, head_dim=12, ssm_state=8, ssm_heads=2))  # fmt: skip
+    m = Qwen35(
+        ModelConfig(
+            n_vocab=50,
+            n_embd=32,
+            n_ff=64,
+            n_trunk=2,
+            full_attention_interval=2,
+            n_head=2,
+            n_head_kv=1,
+            head_dim=12,
+            ssm_state=8,
+            ssm_heads=2,
+        )
+    )
     lt, lm = m(torch.randint(0, 50, (2, 9)))
     assert lt.shape == (2, 9, 50) and lm.shape == (2, 8, 50)

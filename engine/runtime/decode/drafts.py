@@ -39,15 +39,24 @@ class Drafts:
         #: the suffix match the planner weighs (None: no suffix drafts)
         self.match = suffix.match if suffix is not None else None
 
-    def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None, idle: bool,
-              points: tuple[int, ...] = (), cache: SnapshotCache | None = None) -> Prefill:  # fmt: skip
+    def begin(
+        self,
+        prompt: list[int],
+        *,
+        cancel: threading.Event | None,
+        choose_first: Choose | None,
+        idle: bool,
+        points: tuple[int, ...] = (),
+        cache: SnapshotCache | None = None,
+    ) -> Prefill:
         """Prefill the target (and the head's entries: deferred while the depth policy is
         ``idle``); the suffix index learns the prompt and the first token."""
         if self.mtp is not None:
             pf = self.mtp.begin(prompt, cancel=cancel, choose_first=choose_first, idle=idle, points=points, cache=cache)
         else:
-            pf = prefill(self.s, prompt, speculative=False, cancel=cancel, choose_first=choose_first, points=points,
-                         cache=cache)  # fmt: skip
+            pf = prefill(
+                self.s, prompt, speculative=False, cancel=cancel, choose_first=choose_first, points=points, cache=cache
+            )
         if self.suffix is not None:
             self.suffix.extend([*prompt, pf.first_token])
         return pf

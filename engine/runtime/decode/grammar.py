@@ -77,12 +77,15 @@ def compile_grammar(spec: GrammarSpec) -> str:
     from llguidance.gbnf_to_lark import any_to_lark
 
     if spec.kind not in KINDS + INTERNAL_KINDS:
-        raise InvalidRequestError(f"unknown constraint kind {spec.kind!r} (use one of {', '.join(KINDS)})",
-                                  param=spec.param)  # fmt: skip
+        raise InvalidRequestError(
+            f"unknown constraint kind {spec.kind!r} (use one of {', '.join(KINDS)})", param=spec.param
+        )
     if len(spec.source) > MAX_GRAMMAR_CHARS:
         raise InvalidRequestError(
             f"the {spec.kind.replace('_', ' ')} is {len(spec.source)} characters; at most {MAX_GRAMMAR_CHARS} are "
-            "accepted", param=spec.param)  # fmt: skip
+            "accepted",
+            param=spec.param,
+        )
     try:
         if spec.kind == "json_object":
             grammar = llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)

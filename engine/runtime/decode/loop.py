@@ -113,9 +113,13 @@ def generate(
         if mtp is not None or suffix is not None:
             learned = (outputs.learned if outputs is not None else SuffixLearned()) if suffix is not None else None
             target = session.target
-            planner = RoundPlanner(policy if policy is not None else NO_HEAD, learned, head=mtp is not None,
-                                   follows=mtp is not None and mtp.follows,
-                                   rollback=target.n_rs_seq if target.model.is_recurrent else None)  # fmt: skip
+            planner = RoundPlanner(
+                policy if policy is not None else NO_HEAD,
+                learned,
+                head=mtp is not None,
+                follows=mtp is not None and mtp.follows,
+                rollback=target.n_rs_seq if target.model.is_recurrent else None,
+            )
             drafts = Drafts(session, mtp, suffix)
     c = params.constraint
     if c is not None:
@@ -125,11 +129,19 @@ def generate(
     try:
         if drafts is not None:
             assert planner is not None
-            pf = drafts.begin(prompt, cancel=cancel, choose_first=first, idle=planner.idle, points=params.cache_points,
-                              cache=cache)  # fmt: skip
+            pf = drafts.begin(
+                prompt, cancel=cancel, choose_first=first, idle=planner.idle, points=params.cache_points, cache=cache
+            )
         else:
-            pf = prefill(session, prompt, speculative=False, cancel=cancel, choose_first=first,
-                         points=params.cache_points, cache=cache)  # fmt: skip
+            pf = prefill(
+                session,
+                prompt,
+                speculative=False,
+                cancel=cancel,
+                choose_first=first,
+                points=params.cache_points,
+                cache=cache,
+            )
     except Cancelled:
         stats.stop_reason = StopReason.CANCELLED
         stats.prompt_ms = (time.perf_counter() - t0) * 1000
@@ -185,7 +197,11 @@ class _Run:
         """Record the log-probability of ``token`` chosen from ``row`` (None: forced)."""
         if self.p.logprobs is not None:
             piece = self.s.target.model.piece
-            lp = TokenLogprob(token, piece(token), 0.0) if row is None else token_logprob(row, token, self.p.logprobs, piece)
+            lp = (
+                TokenLogprob(token, piece(token), 0.0)
+                if row is None
+                else token_logprob(row, token, self.p.logprobs, piece)
+            )
             self.pending_lps.append(lp)
 
     def penalized(self, logits: np.ndarray) -> np.ndarray:
@@ -241,8 +257,11 @@ class _Run:
                 return
             forced: list[int] = []
             if c is not None:  # tokens the grammar forces ride along in the same forward
-                room = min(self.checker.max_tokens - len(self.checker.tokens), s.target.n_batch - 1,
-                           n_ctx - 2 - len(s.target_tokens))  # fmt: skip
+                room = min(
+                    self.checker.max_tokens - len(self.checker.tokens),
+                    s.target.n_batch - 1,
+                    n_ctx - 2 - len(s.target_tokens),
+                )
                 forced = c.take_forced(max(room, 0))
                 for t in forced:
                     self.note_lp(None, t)
@@ -264,8 +283,19 @@ class _Run:
             self.note_lp(raw, tok)
             now = time.perf_counter()
             self.stats.target_forwards += 1
-            self._round(RoundStats(index=index, depth=0, drafted=0, accepted=0, emitted=1 + len(forced), draft_ms=0.0,
-                                   verify_ms=(now - t) * 1000, t=now - self.t_gen, forced=len(forced)))  # fmt: skip
+            self._round(
+                RoundStats(
+                    index=index,
+                    depth=0,
+                    drafted=0,
+                    accepted=0,
+                    emitted=1 + len(forced),
+                    draft_ms=0.0,
+                    verify_ms=(now - t) * 1000,
+                    t=now - self.t_gen,
+                    forced=len(forced),
+                )
+            )
             index += 1
 
     # ------------------------------------------------------------ speculative
@@ -287,8 +317,9 @@ class _Run:
             index += 1
         # Entries still in the lag are fed by the next prefill if it needs them.
 
-    def _spec_round(self, index: int, id_last: int, pos0: int, planner: RoundPlanner,
-                    sources: Drafts) -> tuple[StopReason | None, int]:  # fmt: skip
+    def _spec_round(
+        self, index: int, id_last: int, pos0: int, planner: RoundPlanner, sources: Drafts
+    ) -> tuple[StopReason | None, int]:
         """One round, planned (:mod:`engine.runtime.decode.policy.planner`), proposed,
         verified and settled; returns the stop reason (None: go on) and the next ``id_last``."""
         s = self.s
@@ -354,8 +385,16 @@ class _Run:
         planner.observe(r, constrained=c is not None)
         return stop, nxt
 
-    def _settle(self, drafts: Drafts, planner: RoundPlanner, plan: Plan, pos0: int, kept: int, accepted: list[int],
-                hv: np.ndarray | None) -> None:  # fmt: skip
+    def _settle(
+        self,
+        drafts: Drafts,
+        planner: RoundPlanner,
+        plan: Plan,
+        pos0: int,
+        kept: int,
+        accepted: list[int],
+        hv: np.ndarray | None,
+    ) -> None:
         """After a verify: keep ``id_last`` and the first ``kept`` drafts in the target,
         roll back the rest, hand the draft sources the kept tokens plus the next one
         (``accepted[kept]``), each with the target's hidden state before it, and tell the

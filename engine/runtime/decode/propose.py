@@ -51,8 +51,16 @@ class DraftSource(Protocol):
     #: whether the verify must return hidden rows (for an MTP head to read)
     needs_hidden: bool
 
-    def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
-              idle: bool, points: tuple[int, ...] = (), cache: SnapshotCache | None = None) -> Prefill: ...  # fmt: skip
+    def begin(
+        self,
+        prompt: list[int],
+        *,
+        cancel: threading.Event | None,
+        choose_first: Choose | None,
+        idle: bool,
+        points: tuple[int, ...] = (),
+        cache: SnapshotCache | None = None,
+    ) -> Prefill: ...
 
     def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal: ...
 
@@ -80,12 +88,28 @@ class MtpDraft:
         self.sampler = sampler
         self.cancel = cancel
 
-    def begin(self, prompt: list[int], *, cancel: threading.Event | None, choose_first: Choose | None,
-              idle: bool, points: tuple[int, ...] = (), cache: SnapshotCache | None = None) -> Prefill:  # fmt: skip
+    def begin(
+        self,
+        prompt: list[int],
+        *,
+        cancel: threading.Event | None,
+        choose_first: Choose | None,
+        idle: bool,
+        points: tuple[int, ...] = (),
+        cache: SnapshotCache | None = None,
+    ) -> Prefill:
         """Prefill the target and feed the prompt's MTP entries along with it (deferred
         to the lag while the depth policy is ``idle``)."""
-        return prefill(self.s, prompt, speculative=True, cancel=cancel, choose_first=choose_first,
-                       defer_mtp=CATCH_UP_LIMIT if idle else None, points=points, cache=cache)  # fmt: skip
+        return prefill(
+            self.s,
+            prompt,
+            speculative=True,
+            cancel=cancel,
+            choose_first=choose_first,
+            defer_mtp=CATCH_UP_LIMIT if idle else None,
+            points=points,
+            cache=cache,
+        )
 
     def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal:
         """Up to ``k`` chained drafts after ``id_last`` (at ``pos0``). The chain's entries

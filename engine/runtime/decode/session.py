@@ -210,7 +210,9 @@ class Session:
                 self.phase("prefill", cancel)
             chunk = tokens[i : i + step]
             last = i + step >= len(tokens)
-            rows = self.decode_target(chunk, logits=LOGITS_LAST if (last and want_logits) else LOGITS_NONE, hidden=hidden)
+            rows = self.decode_target(
+                chunk, logits=LOGITS_LAST if (last and want_logits) else LOGITS_NONE, hidden=hidden
+            )
             if rows is not None:
                 out.append(rows)
         return out
@@ -264,7 +266,9 @@ class Session:
         finally:
             self.draft.set_nextn_layer_offset(0)
 
-    def chain_step(self, pos0: int, tokens: list[int], rows: np.ndarray, head: int, choose: Choose | None = None) -> tuple[int, np.ndarray]:
+    def chain_step(
+        self, pos0: int, tokens: list[int], rows: np.ndarray, head: int, choose: Choose | None = None
+    ) -> tuple[int, np.ndarray]:
         """Chained heads: head ``head`` drafts the token after ``tokens`` (entries from
         ``pos0``: the last accepted token and the drafts so far, with the hidden rows
         before each), decoding the whole prefix under its own layer. The entries it adds
@@ -290,7 +294,9 @@ class Session:
         d = self.draft.argmax(0) if choose is None else choose(self.draft.logits(0))
         return d, self.draft.hidden_row(0).copy()
 
-    def shared_step(self, token: int, pos0: int, hidden: np.ndarray, choose: Choose | None = None) -> tuple[int, np.ndarray]:
+    def shared_step(
+        self, token: int, pos0: int, hidden: np.ndarray, choose: Choose | None = None
+    ) -> tuple[int, np.ndarray]:
         """Shared memory: the draft after ``token``, given the hidden row before it, at
         ``pos0`` (the position after the target's last, whatever the draft's index: the
         head attends over the target's cache and writes nothing). Nothing to remove after."""

@@ -158,8 +158,11 @@ class GenerationStats:
         self.draft_ms += other.draft_ms
         self.verify_ms += other.verify_ms
         self.generation_ms += other.generation_ms
-        for mine, theirs in ((self.drafted_at, other.drafted_at), (self.accepted_at, other.accepted_at),
-                             (self.accept_len_hist, other.accept_len_hist)):  # fmt: skip
+        for mine, theirs in (
+            (self.drafted_at, other.drafted_at),
+            (self.accepted_at, other.accepted_at),
+            (self.accept_len_hist, other.accept_len_hist),
+        ):
             _grow(mine, len(theirs))
             for i, n in enumerate(theirs):
                 mine[i] += n

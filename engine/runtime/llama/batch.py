@@ -37,7 +37,9 @@ class Batch(Owned):
             self.embd = None
         self.tokens = np.ctypeslib.as_array(self._batch.token, shape=(capacity,))
         self.pos = np.ctypeslib.as_array(self._batch.pos, shape=(capacity,))
-        self.logits = np.ctypeslib.as_array(ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(
+            ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(capacity,)
+        )
         n_seq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))
         n_seq[:] = 1
         self.seq = seq
@@ -83,8 +85,9 @@ class Batch(Owned):
         self.n = 0
         self.n_logits = 0
 
-    def append(self, tokens: np.ndarray, pos: np.ndarray, logits: np.ndarray, seq: int,
-               hidden: np.ndarray | None = None) -> None:  # fmt: skip
+    def append(
+        self, tokens: np.ndarray, pos: np.ndarray, logits: np.ndarray, seq: int, hidden: np.ndarray | None = None
+    ) -> None:
         """Add rows of sequence ``seq`` after those already here (a step of several
         sequences: engine.runtime.slots): tokens, positions, logit flags, hidden rows."""
         n, i = len(tokens), self.n
@@ -124,4 +127,3 @@ class Batch(Owned):
             llama().llama_batch_free(batch)
 
         return free
-

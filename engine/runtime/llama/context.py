@@ -28,6 +28,7 @@ from engine.runtime.llama.owned import OwnedPtr
 #: only its recurrent / sliding-window part
 STATE_WHOLE, STATE_PARTIAL_ONLY = 0, 1
 
+
 class Context(OwnedPtr):
     """Owns one ``llama_context``; :meth:`close` frees it (idempotent)."""
 

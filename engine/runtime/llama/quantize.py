@@ -17,7 +17,9 @@ from engine.gguf.filetype import FILE_TYPES
 from engine.runtime.llama.lib import default_threads, llama
 
 #: the quantizations offered: name -> llama_ftype
-QUANT_TYPES = {name: ftype for ftype, name in FILE_TYPES.items() if name in ("Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K", "F16")}
+QUANT_TYPES = {
+    name: ftype for ftype, name in FILE_TYPES.items() if name in ("Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K", "F16")
+}
 
 
 def quantize(

@@ -100,7 +100,9 @@ def cpu_name() -> str:
         pass
     if platform.system() == "Darwin":
         try:
-            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5)
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+            )
             if out.returncode == 0 and out.stdout.strip():
                 return out.stdout.strip()
         except (OSError, subprocess.SubprocessError):
@@ -201,18 +203,22 @@ def probe() -> RepackVerdict:
     if off.returncode == 0 and off.last.get("ok") and (on.crashed or on.timed_out):
         amx = " (this CPU has AMX; see ggml-org/llama.cpp#20824)" if cpu_has_amx() else ""
         return RepackVerdict(
-            False, "crashed",
+            False,
+            "crashed",
             f"llama.cpp's repacked kernels {_describe(on)}{amx}; without repacking the same check ran, so "
             "every model is loaded without it. Prompt processing may be slower.",
-            cpu, seconds=seconds,
-        )  # fmt: skip
+            cpu,
+            seconds=seconds,
+        )
     detail = "; ".join(on.stderr_tail[-1:] + off.stderr_tail[-1:])
     return RepackVerdict(
-        True, "untested",
+        True,
+        "untested",
         f"the check of llama.cpp's repacked kernels could not tell (with repacking {_describe(on)}, without "
         f"{_describe(off)}{': ' + detail if detail else ''}); repacking is left on.",
-        cpu, seconds=seconds,
-    )  # fmt: skip
+        cpu,
+        seconds=seconds,
+    )
 
 
 def verdict() -> RepackVerdict:

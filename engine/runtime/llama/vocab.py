@@ -52,7 +52,8 @@ def _special(L, vocab, token: int, piece: bytes) -> bool:
     a control token, or a user-defined one that looks like a marker (``<tool_call>``)."""
     attr = L.llama_vocab_get_attr(vocab, token)
     return bool(attr & L.LLAMA_TOKEN_ATTR_CONTROL) or bool(
-        attr & L.LLAMA_TOKEN_ATTR_USER_DEFINED and piece.startswith(b"<") and piece.endswith(b">"))
+        attr & L.LLAMA_TOKEN_ATTR_USER_DEFINED and piece.startswith(b"<") and piece.endswith(b">")
+    )
 
 
 def grammar_literal(model: Model):

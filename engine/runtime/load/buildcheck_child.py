@@ -75,8 +75,14 @@ def _child(expect: str) -> int:
         problems.append("speculative and plain decoding disagree")
     report["problems"] = problems
     report["ok"] = not problems
-    report["message"] = "; ".join(problems) if problems else (
-        f"ok: {len(gpu_devices)} GPU device(s), offloaded {report['offloaded_layers']}" if gpu_devices else "ok: CPU"
+    report["message"] = (
+        "; ".join(problems)
+        if problems
+        else (
+            f"ok: {len(gpu_devices)} GPU device(s), offloaded {report['offloaded_layers']}"
+            if gpu_devices
+            else "ok: CPU"
+        )
     )
     print(json.dumps(report))
     return 0

@@ -34,7 +34,9 @@ class ProbeResult:
     details: dict = field(default_factory=dict)
 
 
-def probe(path: str | Path, *, head: str | Path | None = None, full: bool = False, timeout: float = 300.0) -> ProbeResult:
+def probe(
+    path: str | Path, *, head: str | Path | None = None, full: bool = False, timeout: float = 300.0
+) -> ProbeResult:
     """Probe ``path`` (and an external ``head``) in a child process."""
     args = [str(path)]
     if head is not None:

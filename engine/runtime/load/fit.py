@@ -35,8 +35,13 @@ class DeviceFree:
         return max(self.free - MARGIN_BYTES, 0)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "total_bytes": self.total, "free_bytes": self.free,
-                "note": self.note}  # fmt: skip
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "total_bytes": self.total,
+            "free_bytes": self.free,
+            "note": self.note,
+        }
 
 
 def machine_devices(*, with_gpus: bool = True) -> list[DeviceFree]:
@@ -87,8 +92,10 @@ class Fit:
 
     def refusal(self) -> str:
         """The sentence a refused load gives."""
-        return f"This model needs {human_size(self.estimate.total_bytes)} at context {self.estimate.n_ctx}; " + \
-            self.refusal_tail()  # fmt: skip
+        return (
+            f"This model needs {human_size(self.estimate.total_bytes)} at context {self.estimate.n_ctx}; "
+            + self.refusal_tail()
+        )
 
     def refusal_tail(self) -> str:
         host = self.devices[0]
@@ -112,8 +119,10 @@ class Fit:
             "gpu_layers": self.estimate.gpu_layers,
             "n_layers": self.estimate.n_layers,
             "margin_bytes": MARGIN_BYTES,
-            "devices": [dict(d.to_json(), need_bytes=self.needs.get(d.name, 0), fits=self.needs.get(d.name, 0) <= d.room)
-                        for d in self.devices],
+            "devices": [
+                dict(d.to_json(), need_bytes=self.needs.get(d.name, 0), fits=self.needs.get(d.name, 0) <= d.room)
+                for d in self.devices
+            ],
         }
 
 
@@ -193,4 +202,3 @@ def fit_of_set(ms, n_ctx: int, *, mtp: bool, devices: list[DeviceFree] | None = 
     """:func:`assess` for a local model (:class:`engine.gguf.shards.ModelSet`) on this machine."""
     shape = ModelShape.of_set(ms)
     return assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train), devices or machine_devices(), mtp=mtp)
-

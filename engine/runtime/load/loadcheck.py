@@ -63,11 +63,19 @@ class LoadVerdict:
 # ------------------------------------------------------------------------ cache
 def _key(req: ProbeRequest) -> str:
     return model_key(
-        PROBE_VERSION, req.path, req.head, req.mtp, req.n_gpu_layers, req.max_draft_depth, req.exact,
-        os.environ.get(CRASH_ENV, ""), repack.allowed(),
+        PROBE_VERSION,
+        req.path,
+        req.head,
+        req.mtp,
+        req.n_gpu_layers,
+        req.max_draft_depth,
+        req.exact,
+        os.environ.get(CRASH_ENV, ""),
+        repack.allowed(),
         # the CPU too (its name and flags): a cache folder shared between machines (a
         # synced or network home) must not carry one machine's verdict to another
-        repack.cpu_name(), ",".join(repack.cpu_flags()),
+        repack.cpu_name(),
+        ",".join(repack.cpu_flags()),
     )
 
 
@@ -165,7 +173,11 @@ def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.E
         crash = _describe_crash(first)
         second = _run(req, False, timeout, cancel)
         if second.returncode == 0 and second.last.get("ok"):
-            amx = " (this CPU has AMX, whose repack kernels are known to crash: ggml-org/llama.cpp#20824)" if repack.cpu_has_amx() else ""
+            amx = (
+                " (this CPU has AMX, whose repack kernels are known to crash: ggml-org/llama.cpp#20824)"
+                if repack.cpu_has_amx()
+                else ""
+            )
             verdict = LoadVerdict(
                 False,
                 [
@@ -184,4 +196,3 @@ def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.E
     verdict.seconds = time.perf_counter() - t0
     _remember(key, verdict)
     return verdict
-

@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if lm.session.draft is not None:
             _say(stage="mtp")
             depth = max(1, lm.max_draft_depth)
-            spec = generate(lm.session, prompt, DecodeParams(max_tokens=depth + 3, depth=FixedDepth(depth), ignore_eog=True))
+            spec = generate(
+                lm.session, prompt, DecodeParams(max_tokens=depth + 3, depth=FixedDepth(depth), ignore_eog=True)
+            )
             drafted = spec.stats.drafted
         _say(stage="done", ok=True, tokens=len(plain.tokens), drafted=drafted)
     except MtpStudioError as e:

@@ -183,7 +183,10 @@ def load(
     """Validate, probe and load. Raises typed errors (never aborts the process on a
     file that failed validation)."""
     limits.check_load_settings(
-        n_ctx=spec.n_ctx, n_batch=spec.n_batch, max_draft_depth=spec.max_draft_depth, n_threads=spec.n_threads,
+        n_ctx=spec.n_ctx,
+        n_batch=spec.n_batch,
+        max_draft_depth=spec.max_draft_depth,
+        n_threads=spec.n_threads,
         parallel=spec.parallel,
     )
     if spec.exact and not exact_mod.tiled_off():
@@ -247,9 +250,12 @@ def load(
         report(0.0, "Connecting to the RPC servers")
         remote, local = rpcdevices.devices(endpoints)
         placement = plan_placement(
-            remote, local, n_layer_trunk=(facts.block_count or 0) - facts.nextn_layers, n_nextn=facts.nextn_layers,
+            remote,
+            local,
+            n_layer_trunk=(facts.block_count or 0) - facts.nextn_layers,
+            n_nextn=facts.nextn_layers,
             weights=list(spec.tensor_split) if spec.tensor_split is not None else None,
-        )  # fmt: skip
+        )
     if spec.probe:
         report(0.0, "Checking that llama.cpp runs this model (first load only)")
         verdict = check_load(
@@ -279,7 +285,9 @@ def load(
             # them as missing otherwise ("wrong number of tensors") for most families
             load_mtp=facts.kind == "integrated",
             n_gpu_layers=spec.n_gpu_layers,
-            progress=lambda f: report(f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")),
+            progress=lambda f: report(
+                f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")
+            ),
             cancel=cancel,
             use_extra_bufts=extra_bufts,
             placement=None if placement is None else LlamaParams(placement),  # held by the call
@@ -301,17 +309,25 @@ def load(
             if head_model.n_embd_out != model.n_embd_out or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
         session, pool, shared = _contexts(
-            spec, source, model, head_model, local_kv=placement is not None,
+            spec,
+            source,
+            model,
+            head_model,
+            local_kv=placement is not None,
             heads=heads,
             holes_ok=fam.mrope if fam is not None else True,
             pooled=pooling is not None,
-        )  # fmt: skip
+        )
         if (mode == "shared") != session.shared:  # the table and llama.cpp disagree: never draft on a guess
             for ctx in shared or tuple(c for c in (session.draft, session.target) if c is not None):
                 ctx.close()
             raise MtpUnavailableError(
                 f"{fam.label if fam is not None else facts.architecture}: llama.cpp "
-                + ("did not link this head to the target's KV cache" if mode == "shared" else "linked this head to the target's KV cache")
+                + (
+                    "did not link this head to the target's KV cache"
+                    if mode == "shared"
+                    else "linked this head to the target's KV cache"
+                )
                 + ", which this app does not expect for this architecture. Load the model with MTP off (--mtp off)."
             )
     except BaseException:
@@ -393,9 +409,17 @@ def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: 
 
     def assess(n_ctx: int, parallel: int = 1) -> fit.Fit:
         # each slot has a KV stream of n_ctx cells: the cache is that many contexts' worth
-        return fit.assess(shape, limits.effective_ctx(n_ctx, shape.n_ctx_train) * parallel, devices,
-                          mtp=source != MtpSource.OFF, head=head_shape, depth=max(1, spec.max_draft_depth),
-                          n_batch=spec.n_batch, n_gpu_layers=spec.n_gpu_layers, n_seq=parallel)  # fmt: skip
+        return fit.assess(
+            shape,
+            limits.effective_ctx(n_ctx, shape.n_ctx_train) * parallel,
+            devices,
+            mtp=source != MtpSource.OFF,
+            head=head_shape,
+            depth=max(1, spec.max_draft_depth),
+            n_batch=spec.n_batch,
+            n_gpu_layers=spec.n_gpu_layers,
+            n_seq=parallel,
+        )
 
     parallel = spec.parallel
     f = assess(spec.n_ctx, parallel)
@@ -435,9 +459,17 @@ def _quant_name(ms: ModelSet) -> str | None:
     return quantization(ms.first, largest_tensor_type(ms))[0]
 
 
-def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model | None, *, local_kv: bool = False,
-              heads: int = 1, holes_ok: bool = True, pooled: bool = False,
-              ) -> tuple[Session, SlotPool | None, tuple[Context, ...]]:  # fmt: skip
+def _contexts(
+    spec: LoadSpec,
+    source: MtpSource,
+    model: Model,
+    head_model: Model | None,
+    *,
+    local_kv: bool = False,
+    heads: int = 1,
+    holes_ok: bool = True,
+    pooled: bool = False,
+) -> tuple[Session, SlotPool | None, tuple[Context, ...]]:
     """The target and MTP contexts of ``spec.parallel`` sequences, a session per slot over
     views of them (:mod:`engine.runtime.slots`: one sequence alone is a batch of one, the
     same path), and the shared contexts (the MTP one first); a pooling model's one context."""
@@ -450,8 +482,15 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
         # every input in one decode (an encoder attends over all of it at once), several
         # inputs to a decode as sequences of one unified cache (engine.runtime.pooled)
         n_ctx = n_batch = min(n_ctx, POOLED_MAX_BATCH)
-        target = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=spec.n_threads, n_outputs=n_batch,
-                         n_seq=POOLED_SEQS, pooled=True)  # fmt: skip
+        target = Context(
+            model,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=spec.n_threads,
+            n_outputs=n_batch,
+            n_seq=POOLED_SEQS,
+            pooled=True,
+        )
         return Session(target, None), None, ()
     target = Context(
         model,
@@ -490,8 +529,12 @@ def _contexts(spec: LoadSpec, source: MtpSource, model: Model, head_model: Model
             raise
     batcher = Batcher(target, draft)
     sessions = [
-        Session(SeqContext(target, i, batcher), SeqContext(draft, i, batcher) if draft is not None else None,
-                heads=heads, holes_ok=holes_ok)  # fmt: skip
+        Session(
+            SeqContext(target, i, batcher),
+            SeqContext(draft, i, batcher) if draft is not None else None,
+            heads=heads,
+            holes_ok=holes_ok,
+        )
         for i in range(n_seq)
     ]
     shared = (draft, target) if draft is not None else (target,)

@@ -50,12 +50,26 @@ class Recommendation:
         return f"{what}, {human_size(self.size)}: {self.fit.label()}, up to context {self.fit.max_ctx}"
 
     def to_json(self) -> dict:
-        return {"repo": self.repo_id, "revision": self.revision, "file": self.group.name, "quant": self.group.quant,
-                "size_bytes": self.size, "fit": self.fit.to_json()}  # fmt: skip
+        return {
+            "repo": self.repo_id,
+            "revision": self.revision,
+            "file": self.group.name,
+            "quant": self.group.quant,
+            "size_bytes": self.size,
+            "fit": self.fit.to_json(),
+        }
 
 
-def remote_fit(cfg: HubConfig, repo_id: str, group: FileGroup, revision: str, n_ctx: int,
-               devices: list[DeviceFree], *, depth: int = 4) -> Fit | None:  # fmt: skip
+def remote_fit(
+    cfg: HubConfig,
+    repo_id: str,
+    group: FileGroup,
+    revision: str,
+    n_ctx: int,
+    devices: list[DeviceFree],
+    *,
+    depth: int = 4,
+) -> Fit | None:
     """How ``group`` of ``repo_id`` would fit ``devices`` at context ``n_ctx``, from its
     headers: with MTP on when it has NextN layers (a trunk-only file loads without it).
     None: the file has no model layers to place (a vision projector)."""

@@ -14,7 +14,9 @@ from engine.rpc.endpoints import Endpoint, check_reachable, format_endpoints
 CHILD_MODULE = "engine.runtime.load.rpcsurvey_child"
 
 
-def survey_in_child(endpoints: tuple[Endpoint, ...], model: str | None = None, weights=None, timeout: float = 60) -> dict:
+def survey_in_child(
+    endpoints: tuple[Endpoint, ...], model: str | None = None, weights=None, timeout: float = 60
+) -> dict:
     """:func:`engine.runtime.load.rpcsurvey_child.survey` in a child process, after a
     handshake with every endpoint."""
     check_reachable(endpoints)

@@ -29,9 +29,12 @@ def survey(endpoints: tuple[Endpoint, ...], model: str | None = None, weights: l
         if not report.valid:
             raise InvalidSettingError(f"{model} is not a valid GGUF: {report.errors[0].message}")
         p = plan_placement(
-            remote, local, n_layer_trunk=(facts.block_count or 0) - facts.nextn_layers, n_nextn=facts.nextn_layers,
+            remote,
+            local,
+            n_layer_trunk=(facts.block_count or 0) - facts.nextn_layers,
+            n_nextn=facts.nextn_layers,
             weights=weights,
-        )  # fmt: skip
+        )
         out["placement"] = p.to_json()
     return out
 

@@ -29,8 +29,6 @@ class MtpSource(str, enum.Enum):
         return self.value
 
 
-
-
 def nextn_load_failure(facts: MtpFacts) -> str | None:
     """The true cause when llama.cpp fails to load a file whose NextN (MTP) layers are of
     a family it builds no MTP graph for: it fails on those layers' tensors, not because the
@@ -85,7 +83,8 @@ def resolve_source(requested: MtpSource, facts: MtpFacts, has_head: bool) -> Mtp
     if requested == MtpSource.INTEGRATED:
         if facts.kind == "trunk-only":
             raise MtpUnavailableError(
-                f"This model declares {facts.nextn_layers} NextN (MTP) layer(s) but holds none: its MTP head ships as a "
+                f"This model declares {facts.nextn_layers} NextN (MTP) layer(s) but holds none: its MTP head "
+                f"ships as a "
                 "separate mtp-*.gguf file. Pass it with --mtp external --head FILE (or compose it into the model)."
             )
         if not own:

@@ -43,8 +43,12 @@ from engine.runtime.load.loader import LoadedModel
 
 WORKLOADS = ("edit", "quote", "json", "new")
 #: our arms: (MTP depth policy: None, "auto" or a depth; suffix drafts)
-ARMS: dict[str, tuple[object, bool]] = {"plain": (None, False), "auto": ("auto", False),
-                                        "suffix": (None, True), "both": ("auto", True)}  # fmt: skip
+ARMS: dict[str, tuple[object, bool]] = {
+    "plain": (None, False),
+    "auto": ("auto", False),
+    "suffix": (None, True),
+    "both": ("auto", True),
+}
 _MARK = "\x00CONTENT\x00"
 
 
@@ -71,19 +75,25 @@ def messages(name: str, lines: int, content: str | None = None) -> list[dict]:
     the standard text, e.g. ``_MARK`` for a planted answer)."""
     if name == "edit":
         body = content if content is not None else _file(lines)
-        text = (f"Here is `encoder.py`:\n\n```python\n{body}\n```\n\nRewrite the whole file with three changes: "
-                "rename `chunks` to `parts`, rename `_one_shot` to `single_pass`, and make `indent` default to 4. "
-                "Output only the code.")  # fmt: skip
+        text = (
+            f"Here is `encoder.py`:\n\n```python\n{body}\n```\n\nRewrite the whole file with three changes: "
+            "rename `chunks` to `parts`, rename `_one_shot` to `single_pass`, and make `indent` default to 4. "
+            "Output only the code."
+        )
     elif name == "quote":
         body = content if content is not None else _tool_result(lines)
-        text = (f"The tool `read_file` returned:\n\n{body}\n\nSummarise it for the user, quoting the lines that "
-                "matter verbatim.")  # fmt: skip
+        text = (
+            f"The tool `read_file` returned:\n\n{body}\n\nSummarise it for the user, quoting the lines that "
+            "matter verbatim."
+        )
     elif name == "json":
         body = content if content is not None else _record()
-        text = f"Here is a record:\n\n{body}\n\nReturn the same record with `status` set to \"closed\". Output only JSON."
+        text = f'Here is a record:\n\n{body}\n\nReturn the same record with `status` set to "closed". Output only JSON.'
     elif name == "new":
-        text = ("Write a new Python module implementing a small least-recently-used cache class with a capacity, "
-                "get and put methods, docstrings and a few doctests.")  # fmt: skip
+        text = (
+            "Write a new Python module implementing a small least-recently-used cache class with a capacity, "
+            "get and put methods, docstrings and a few doctests."
+        )
     else:
         raise ValueError(f"unknown workload {name!r}")
     return [{"role": "user", "content": text}]
@@ -91,8 +101,11 @@ def messages(name: str, lines: int, content: str | None = None) -> list[dict]:
 
 def render(lm: LoadedModel, msgs: list[dict]) -> str:
     m = lm.model
-    return lm.template.render(msgs, bos_token=m.token_text(m.bos) if m.add_bos and m.bos >= 0 else "",
-                              eos_token=m.token_text(m.eos) if m.eos >= 0 else "")  # fmt: skip
+    return lm.template.render(
+        msgs,
+        bos_token=m.token_text(m.bos) if m.add_bos and m.bos >= 0 else "",
+        eos_token=m.token_text(m.eos) if m.eos >= 0 else "",
+    )
 
 
 def prompt_tokens(lm: LoadedModel, name: str, lines: int, planted: list[int] | None = None) -> list[int]:
@@ -131,22 +144,39 @@ class Arm:
     def summary(self) -> dict:
         tps = [r.tokens_per_second for r in self.runs]
         last = self.runs[-1]
-        return {"tokens": len(last.tokens), "tokens_per_second": statistics.median(tps),
-                "tokens_per_second_all": [round(x, 1) for x in tps], "tokens_per_forward": last.per_forward,
-                "drafted": last.drafted, "accepted": last.accepted}  # fmt: skip
+        return {
+            "tokens": len(last.tokens),
+            "tokens_per_second": statistics.median(tps),
+            "tokens_per_second_all": [round(x, 1) for x in tps],
+            "tokens_per_forward": last.per_forward,
+            "drafted": last.drafted,
+            "accepted": last.accepted,
+        }
 
 
-def run_ours(lm: LoadedModel, prompt: list[int], arm: str, max_tokens: int, policy: AdaptiveDepth | None,
-             outputs: OutputStore | None = None) -> Run:  # fmt: skip
+def run_ours(
+    lm: LoadedModel,
+    prompt: list[int],
+    arm: str,
+    max_tokens: int,
+    policy: AdaptiveDepth | None,
+    outputs: OutputStore | None = None,
+) -> Run:
     depth, suffix = ARMS[arm]
     if depth is not None and lm.session.draft is None:
         raise ValueError(f"arm {arm!r} needs an MTP head")
     p = policy if depth == "auto" else (FixedDepth(int(depth)) if depth is not None else None)  # type: ignore[arg-type]
     lm.session.reset()
-    g: Generation = generate(lm.session, prompt, DecodeParams(max_tokens=max_tokens, depth=p, suffix_drafts=suffix),
-                             outputs=outputs if suffix else None)  # fmt: skip
+    g: Generation = generate(
+        lm.session,
+        prompt,
+        DecodeParams(max_tokens=max_tokens, depth=p, suffix_drafts=suffix),
+        outputs=outputs if suffix else None,
+    )
     st = g.stats
-    return Run(g.tokens, len(g.tokens) / max(st.generation_ms, 1e-6) * 1000, st.target_forwards, st.drafted, st.accepted)
+    return Run(
+        g.tokens, len(g.tokens) / max(st.generation_ms, 1e-6) * 1000, st.target_forwards, st.drafted, st.accepted
+    )
 
 
 def run_llama_server(url: str, prompt: list[int], max_tokens: int) -> Run:
@@ -155,20 +185,36 @@ def run_llama_server(url: str, prompt: list[int], max_tokens: int) -> Run:
     t = r.get("timings", {})
     n = int(t.get("predicted_n", 0))
     accepted = int(t.get("draft_n_accepted", 0) or 0)
-    return Run(list(r.get("tokens") or []), float(t.get("predicted_per_second", 0.0)), max(n - accepted, 1),
-               int(t.get("draft_n", 0) or 0), accepted)  # fmt: skip
+    return Run(
+        list(r.get("tokens") or []),
+        float(t.get("predicted_per_second", 0.0)),
+        max(n - accepted, 1),
+        int(t.get("draft_n", 0) or 0),
+        accepted,
+    )
 
 
 def llama_server_arms(has_head: bool, depth: int) -> dict[str, list[str]]:
     if has_head:
         mtp = ["--spec-draft-n-max", str(depth)]
-        return {"llama-server draft-mtp": ["--spec-type", "draft-mtp", *mtp],
-                "llama-server ngram-mod,draft-mtp": ["--spec-type", "ngram-mod,draft-mtp", *mtp]}  # fmt: skip
+        return {
+            "llama-server draft-mtp": ["--spec-type", "draft-mtp", *mtp],
+            "llama-server ngram-mod,draft-mtp": ["--spec-type", "ngram-mod,draft-mtp", *mtp],
+        }
     return {"llama-server plain": [], "llama-server ngram-mod": ["--spec-type", "ngram-mod"]}
 
 
-def workloads(lm: LoadedModel, names: list[str], arms: list[str], *, lines: int, max_tokens: int, rounds: int,
-              planted: bool, servers: dict[str, str]) -> dict:  # fmt: skip
+def workloads(
+    lm: LoadedModel,
+    names: list[str],
+    arms: list[str],
+    *,
+    lines: int,
+    max_tokens: int,
+    rounds: int,
+    planted: bool,
+    servers: dict[str, str],
+) -> dict:
     """Every workload under every arm, ``rounds`` alternating rounds after a warm-up."""
     out: dict[str, dict] = {}
     answer = None
@@ -185,8 +231,11 @@ def workloads(lm: LoadedModel, names: list[str], arms: list[str], *, lines: int,
         results = {a: Arm(a) for a in [*arms, *servers]}
         for r in range(rounds + 1):
             for a in results:
-                run = (run_llama_server(servers[a], prompt, max_tokens) if a in servers
-                       else run_ours(lm, prompt, a, max_tokens, policy, stores[a]))  # fmt: skip
+                run = (
+                    run_llama_server(servers[a], prompt, max_tokens)
+                    if a in servers
+                    else run_ours(lm, prompt, a, max_tokens, policy, stores[a])
+                )
                 if r:  # round 0 warms every arm up
                     results[a].runs.append(run)
         ours = [results[a].runs[-1].tokens for a in arms]
@@ -228,8 +277,11 @@ def prompt_cost(lm: LoadedModel, n: int, *, rounds: int, max_tokens: int, depth:
             s.reset()
             s.prompt_window = window or MTP_PROMPT_WINDOW
             try:
-                g = generate(s, prompt, DecodeParams(max_tokens=max_tokens, ignore_eog=True,
-                                                     depth=FixedDepth(depth) if window else None))  # fmt: skip
+                g = generate(
+                    s,
+                    prompt,
+                    DecodeParams(max_tokens=max_tokens, ignore_eog=True, depth=FixedDepth(depth) if window else None),
+                )
             finally:
                 s.prompt_window = MTP_PROMPT_WINDOW
             if r:
@@ -237,11 +289,21 @@ def prompt_cost(lm: LoadedModel, n: int, *, rounds: int, max_tokens: int, depth:
             tokens[a] = g.tokens
             acceptance[a] = g.stats.accepted / g.stats.drafted if g.stats.drafted else 0.0
     base = statistics.median(times["mtp off"])
-    return {"prompt_tokens": len(prompt), "depth": depth, "generated": max_tokens,
-            "identical": all(t == tokens["mtp off"] for t in tokens.values()),
-            "arms": {a: {"prompt_ms": statistics.median(v), "prompt_ms_all": [round(x) for x in v],
-                         "vs_off": statistics.median(v) / base, "acceptance": acceptance[a] if arms[a] else None}
-                     for a, v in times.items()}}  # fmt: skip
+    return {
+        "prompt_tokens": len(prompt),
+        "depth": depth,
+        "generated": max_tokens,
+        "identical": all(t == tokens["mtp off"] for t in tokens.values()),
+        "arms": {
+            a: {
+                "prompt_ms": statistics.median(v),
+                "prompt_ms_all": [round(x) for x in v],
+                "vs_off": statistics.median(v) / base,
+                "acceptance": acceptance[a] if arms[a] else None,
+            }
+            for a, v in times.items()
+        },
+    }
 
 
 # ---------------------------------------------------------------------- cold start
@@ -266,8 +328,11 @@ def cold_start(lm: LoadedModel, *, sessions: int, tokens: int, lines: int) -> di
                 if done[a] >= tokens:
                     continue
                 s.reset()
-                g = generate(s, prompts[i % len(prompts)], DecodeParams(max_tokens=min(96, tokens - done[a]),
-                                                                         ignore_eog=True, depth=policies[a]))  # fmt: skip
+                g = generate(
+                    s,
+                    prompts[i % len(prompts)],
+                    DecodeParams(max_tokens=min(96, tokens - done[a]), ignore_eog=True, depth=policies[a]),
+                )
                 done[a] += len(g.tokens)
                 ms[a] += g.stats.generation_ms
             i += 1
@@ -277,9 +342,14 @@ def cold_start(lm: LoadedModel, *, sessions: int, tokens: int, lines: int) -> di
     best_fixed = max((a for a in arms if a.isdigit()), key=med.__getitem__)
     ratio_plain = [x / y for x, y in zip(per["auto"], per["plain"])]
     ratio_best = [x / y for x, y in zip(per["auto"], per[best_fixed])]
-    return {"sessions": sessions, "tokens": tokens, "tokens_per_second": {a: [round(x, 1) for x in v] for a, v in per.items()},
-            "best_fixed": best_fixed, "auto_vs_plain": [round(x, 3) for x in ratio_plain],
-            "auto_vs_best_fixed": [round(x, 3) for x in ratio_best]}  # fmt: skip
+    return {
+        "sessions": sessions,
+        "tokens": tokens,
+        "tokens_per_second": {a: [round(x, 1) for x in v] for a, v in per.items()},
+        "best_fixed": best_fixed,
+        "auto_vs_plain": [round(x, 3) for x in ratio_plain],
+        "auto_vs_best_fixed": [round(x, 3) for x in ratio_best],
+    }
 
 
 def source_text_digest() -> str:
@@ -288,4 +358,3 @@ def source_text_digest() -> str:
     import json.encoder
 
     return hashlib.sha256(inspect.getsource(json.encoder).encode()).hexdigest()[:12]
-

@@ -133,7 +133,9 @@ def replay(lm: LoadedModel, prompt: list[int], tokens: list[int], ref: np.ndarra
     return WidthReport(width, len(seq), diff, flips, margins, emitted)
 
 
-def mtp_runs(lm: LoadedModel, prompt: list[int], tokens: list[int], ref: np.ndarray, depths: list[int]) -> list[MtpReport]:
+def mtp_runs(
+    lm: LoadedModel, prompt: list[int], tokens: list[int], ref: np.ndarray, depths: list[int]
+) -> list[MtpReport]:
     out = []
     for k in depths:
         lm.session.reset()
@@ -147,8 +149,9 @@ def mtp_runs(lm: LoadedModel, prompt: list[int], tokens: list[int], ref: np.ndar
     return out
 
 
-def measure(lm: LoadedModel, prompt: list[int], *, tokens: int = 128, max_width: int = 8,
-            depths: list[int] | None = None) -> IdentityReport:  # fmt: skip
+def measure(
+    lm: LoadedModel, prompt: list[int], *, tokens: int = 128, max_width: int = 8, depths: list[int] | None = None
+) -> IdentityReport:
     rows = lm.session.target.n_outputs
     if max_width > rows:
         raise InvalidSettingError(

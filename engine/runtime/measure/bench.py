@@ -60,7 +60,6 @@ class ArmResult:
         return statistics.median(self.tokens_per_second) if self.tokens_per_second else 0.0
 
 
-
 @dataclass
 class BenchResult:
     model: str
@@ -91,9 +90,11 @@ class BenchResult:
         t = arm.totals
         plain = self.arm("0").totals
         n, n0 = max(t.generated, 1), max(plain.generated, 1)
-        return (f"depth {arm.depth}: drafting {t.draft_ms / n:.3f} ms + verifying {t.verify_ms / n:.3f} ms per token "
-                f"against {plain.generation_ms / n0:.3f} ms plain; acceptance {t.acceptance:.2f}, "
-                f"{1 + t.mean_accept_len:.2f} tokens per round")  # fmt: skip
+        return (
+            f"depth {arm.depth}: drafting {t.draft_ms / n:.3f} ms + verifying {t.verify_ms / n:.3f} ms per token "
+            f"against {plain.generation_ms / n0:.3f} ms plain; acceptance {t.acceptance:.2f}, "
+            f"{1 + t.mean_accept_len:.2f} tokens per round"
+        )
 
     def verdict(self) -> str | None:
         """A sentence when MTP does not pay on this model here (no arm beats plain by more
@@ -105,9 +106,11 @@ class BenchResult:
         if self.speedup(best) >= NOISE:
             return None
         costs = self.cost_line(best)
-        return (f"MTP does not pay on this model here: the best arm, depth {best.depth}, runs at "
-                f"{self.speedup(best):.2f}x plain. {costs[0].upper()}{costs[1:]}. "
-                "Drafting costs more than the target decodes it saves; auto stops drafting and probes now and then.")  # fmt: skip
+        return (
+            f"MTP does not pay on this model here: the best arm, depth {best.depth}, runs at "
+            f"{self.speedup(best):.2f}x plain. {costs[0].upper()}{costs[1:]}. "
+            "Drafting costs more than the target decodes it saves; auto stops drafting and probes now and then."
+        )
 
     def to_json(self) -> dict[str, Any]:
         arms = []
@@ -182,7 +185,8 @@ def run_bench(
     profile: bool = False,
 ) -> BenchResult:
     """Interleaved A/B runs. ``profile``: time each measured run's parts
-    (:mod:`engine.runtime.measure.profile`; adds about a microsecond per call). ``generate_fn`` is a test seam (it can corrupt an arm).
+    (:mod:`engine.runtime.measure.profile`; adds about a microsecond per call). ``generate_fn``
+    is a test seam (it can corrupt an arm).
 
     With ``sampling`` (temperature > 0) every arm samples, each prompt of each run with
     its own seed shared by all arms: with argmax drafts every arm must emit depth 0's
@@ -217,8 +221,9 @@ def run_bench(
                 policy = policies[a]
                 before = policy.depth_counts.copy() if isinstance(policy, AdaptiveDepth) else None
                 seeded = replace(sampling, seed=run * 100_003 + i) if not sampling.greedy else sampling
-                params = DecodeParams(max_tokens=max_tokens, depth=policy, ignore_eog=True, sampling=seeded,
-                                      sampled_draft=sampled_draft)  # fmt: skip
+                params = DecodeParams(
+                    max_tokens=max_tokens, depth=policy, ignore_eog=True, sampling=seeded, sampled_draft=sampled_draft
+                )
                 prof = res.profile if profile and run > 0 else None
                 if prof is not None:
                     before_calls = prof.calls_total()
@@ -255,8 +260,15 @@ def run_bench(
                     what = f" (plain top-2 margin there {margin:.4f})" if margin is not None else ""
                     results[a].mismatches.append(f"prompt {i}, run {run}: differs from depth 0 at token {first}{what}")
                     results[a].divergence_margins.append(margin)
-    return BenchResult(lm.name, [results[a] for a in arms], runs, max_tokens, len(prompts),
-                       temperature=sampling.temperature, sampled_draft=sampled_draft and not sampling.greedy)  # fmt: skip
+    return BenchResult(
+        lm.name,
+        [results[a] for a in arms],
+        runs,
+        max_tokens,
+        len(prompts),
+        temperature=sampling.temperature,
+        sampled_draft=sampled_draft and not sampling.greedy,
+    )
 
 
 def margin_at(lm: LoadedModel, prompt: list[int], tokens: list[int], i: int) -> float:
@@ -299,8 +311,16 @@ class BenchJob:
         )
 
 
-def bench_job(arms, prompts, max_tokens, runs, model: str | None = None, generate_fn: GenerateFn = _generate,
-              sampling: SamplingParams | None = None, sampled_draft: bool = False, profile: bool = False) -> BenchJob:  # fmt: skip
+def bench_job(
+    arms,
+    prompts,
+    max_tokens,
+    runs,
+    model: str | None = None,
+    generate_fn: GenerateFn = _generate,
+    sampling: SamplingParams | None = None,
+    sampled_draft: bool = False,
+    profile: bool = False,
+) -> BenchJob:
     """A function for ``jobs.Call``: runs the benchmark on the engine thread."""
     return BenchJob(tuple(arms), tuple(prompts), max_tokens, runs, model, generate_fn, sampling, sampled_draft, profile)
-

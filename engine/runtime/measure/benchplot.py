@@ -38,7 +38,9 @@ def plot(body: dict, out: Path) -> None:
     ax2.set_title("Acceptance by draft position")
     if any(a["acceptance_by_position"] for a in arms):
         ax2.legend(fontsize=8)
-    fig.suptitle(f"{Path(body['model']).name}: {body['max_tokens']} tokens x {body['prompts']} prompts x {body['runs']} runs")
+    fig.suptitle(
+        f"{Path(body['model']).name}: {body['max_tokens']} tokens x {body['prompts']} prompts x {body['runs']} runs"
+    )
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

@@ -14,7 +14,9 @@ import re
 import sys
 from collections import defaultdict
 
-_BUFFER = re.compile(r"^(?P<who>\w+): +(?P<buft>\S+) (?P<what>model|KV|RS|compute|output) buffer size = +(?P<mib>[\d.]+) MiB")
+_BUFFER = re.compile(
+    r"^(?P<who>\w+): +(?P<buft>\S+) (?P<what>model|KV|RS|compute|output) buffer size = +(?P<mib>[\d.]+) MiB"
+)
 #: the log's kind -> the estimate's part
 PARTS = {"model": "weights", "KV": "kv", "RS": "recurrent", "compute": "compute", "output": "output"}
 

@@ -47,13 +47,27 @@ class MemoryRow:
 def measure(path: str | Path, n_ctx: int, *, mtp: str = "auto", depth: int = 4, timeout: float = 600) -> MemoryRow:
     shape = ModelShape.of_set(open_set(path))
     out = run_child(
-        "engine.runtime.measure.memory_child", str(path), "--ctx", str(n_ctx), "--mtp", mtp, "--depth", str(depth),
+        "engine.runtime.measure.memory_child",
+        str(path),
+        "--ctx",
+        str(n_ctx),
+        "--mtp",
+        mtp,
+        "--depth",
+        str(depth),
         timeout=timeout,
-    )  # fmt: skip
+    )
     if out.returncode != 0 or "peak_rss" not in out.last:
-        raise MtpStudioError(f"measuring {Path(path).name} at context {n_ctx} failed ({out.signal_name}): "
-                             + " ".join(out.stderr_tail))  # fmt: skip
+        raise MtpStudioError(
+            f"measuring {Path(path).name} at context {n_ctx} failed ({out.signal_name}): " + " ".join(out.stderr_tail)
+        )
     used_mtp = out.last["mtp"] != "off"
     est = estimate(shape, n_ctx, mtp=used_mtp, depth=depth)
-    return MemoryRow(Path(path).name, out.last["n_ctx"], out.last["mtp"], est,
-                     out.last["peak_rss"] - out.last["rss_before"], out.last["buffers"])  # fmt: skip
+    return MemoryRow(
+        Path(path).name,
+        out.last["n_ctx"],
+        out.last["mtp"],
+        est,
+        out.last["peak_rss"] - out.last["rss_before"],
+        out.last["buffers"],
+    )

@@ -38,8 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     llama()  # the library and its log hook, before the baseline is read
     buffers = BufferLog.attach()
     base = current_rss()
-    lm = load(LoadSpec(a.path, head=a.head, mtp=MtpSource(a.mtp), n_ctx=a.ctx, max_draft_depth=a.depth,
-                       n_threads=a.threads, probe=False, fit="off"))  # fmt: skip
+    lm = load(
+        LoadSpec(
+            a.path,
+            head=a.head,
+            mtp=MtpSource(a.mtp),
+            n_ctx=a.ctx,
+            max_draft_depth=a.depth,
+            n_threads=a.threads,
+            probe=False,
+            fit="off",
+        )
+    )
     s = lm.session
     n = min(s.target.n_batch, s.target.n_ctx - a.depth - 16)
     rng = np.random.default_rng(0)

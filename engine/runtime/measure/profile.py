@@ -81,8 +81,10 @@ class Profiler:
             for name in _READS:
                 setattr(ctx, name, self._timed("logits and hidden reads", getattr(ctx, name)))
                 patched.append((ctx, name))
-        for cls, names, part in ((Sampler, ("sample", "dense", "sample_dense"), "sampling"),
-                                 (Constraint, ("allowed", "forced"), "grammar")):  # fmt: skip
+        for cls, names, part in (
+            (Sampler, ("sample", "dense", "sample_dense"), "sampling"),
+            (Constraint, ("allowed", "forced"), "grammar"),
+        ):
             for name in names:
                 real = cls.__dict__[name]
                 classes.append((cls, name, real))

@@ -31,9 +31,18 @@ from engine.runtime.load.loader import LoadSpec
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 
 SCENARIOS = ("chat", "two", "agent")
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}},
-                   "required": ["city"]}}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}},
+            "required": ["city"],
+        },
+    },
+}
 
 
 def system_prompt(words: int) -> dict:
@@ -82,9 +91,10 @@ def _reply_message(r: J.GenerateResult) -> dict:
     if rep.reasoning:
         msg["reasoning_content"] = rep.reasoning
     if rep.calls:
-        msg["tool_calls"] = [{"id": f"call_{i}", "type": "function",
-                              "function": {"name": c.name, "arguments": c.arguments}}
-                             for i, c in enumerate(rep.calls)]  # fmt: skip
+        msg["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for i, c in enumerate(rep.calls)
+        ]
     return msg
 
 
@@ -95,9 +105,18 @@ def run_scenario(eng: Engine, name: str, *, turns: int, system_words: int, max_t
     def ask(conv: str, msgs: list[dict], **kw) -> J.GenerateResult:
         r = eng.submit(J.Generate(messages=list(msgs), max_tokens=max_tokens, rounds=False, **kw)).result(600)
         s = r.stats
-        out.append(Turn(conv, s.prompt_tokens, s.prompt_tokens - s.prompt_tokens_reused, s.prompt_tokens_restored,
-                        round(s.prompt_ms, 2), list(r.tokens), [dict(m) for m in msgs],
-                        [WEATHER] if "tools" in kw else []))  # fmt: skip
+        out.append(
+            Turn(
+                conv,
+                s.prompt_tokens,
+                s.prompt_tokens - s.prompt_tokens_reused,
+                s.prompt_tokens_restored,
+                round(s.prompt_ms, 2),
+                list(r.tokens),
+                [dict(m) for m in msgs],
+                [WEATHER] if "tools" in kw else [],
+            )
+        )
         return r
 
     system = system_prompt(system_words)
@@ -119,8 +138,13 @@ def run_scenario(eng: Engine, name: str, *, turns: int, system_words: int, max_t
             reply = _reply_message(ask("agent", msgs, tools=tools, tool_choice=ToolChoice("required")))
             msgs.append(reply)
             for c in reply.get("tool_calls", []):
-                msgs.append({"role": "tool", "tool_call_id": c["id"],
-                             "content": json.dumps({"forecast": "sunny", "high_c": 20 + step})})  # fmt: skip
+                msgs.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": c["id"],
+                        "content": json.dumps({"forecast": "sunny", "high_c": 20 + step}),
+                    }
+                )
             if not reply.get("tool_calls"):
                 msgs.append({"role": "user", "content": "Check the next city."})
     else:
@@ -128,8 +152,17 @@ def run_scenario(eng: Engine, name: str, *, turns: int, system_words: int, max_t
     return out
 
 
-def run_arm(spec: LoadSpec, budget_mb: int, scenario: str, *, turns: int, system_words: int, max_tokens: int,
-            template: str | None, progress: Callable[[str], None] = lambda _m: None) -> Arm:  # fmt: skip
+def run_arm(
+    spec: LoadSpec,
+    budget_mb: int,
+    scenario: str,
+    *,
+    turns: int,
+    system_words: int,
+    max_tokens: int,
+    template: str | None,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> Arm:
     defaults = Defaults(draft_depth=1, temperature=0.0, thinking_budget=max(8, max_tokens // 2))
     with Engine(EngineDefaults(request=defaults, prompt_cache_mb=budget_mb)) as eng:
         eng.submit(J.LoadModel(spec)).result(600)
@@ -179,18 +212,29 @@ def replay_llama_server(url: str, turns: list[Turn], max_tokens: int) -> dict:
         body = {"messages": t.messages, "max_tokens": max_tokens, "temperature": 0.0, "cache_prompt": True}
         if t.tools:
             body["tools"] = t.tools
-        req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            url.rstrip("/") + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
         t0 = time.perf_counter()
         with urllib.request.urlopen(req, timeout=600) as resp:
             data = json.loads(resp.read())
         tm = data.get("timings", {})
-        out.append({"conversation": t.conversation, "prompt_tokens": data.get("usage", {}).get("prompt_tokens"),
-                    "decoded": tm.get("prompt_n"), "cache_n": tm.get("cache_n"), "prompt_ms": tm.get("prompt_ms"),
-                    "wall_ms": round((time.perf_counter() - t0) * 1000, 1)})  # fmt: skip
+        out.append(
+            {
+                "conversation": t.conversation,
+                "prompt_tokens": data.get("usage", {}).get("prompt_tokens"),
+                "decoded": tm.get("prompt_n"),
+                "cache_n": tm.get("cache_n"),
+                "prompt_ms": tm.get("prompt_ms"),
+                "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
+            }
+        )
     rest = later(out, lambda t: t["conversation"])
-    return {"per_turn": out, "later_turns_decoded": sum(t["decoded"] or 0 for t in rest),
-            "later_turns_prompt_ms": round(sum(t["prompt_ms"] or 0 for t in rest), 1)}  # fmt: skip
+    return {
+        "per_turn": out,
+        "later_turns_decoded": sum(t["decoded"] or 0 for t in rest),
+        "later_turns_prompt_ms": round(sum(t["prompt_ms"] or 0 for t in rest), 1),
+    }
 
 
 def turns_json(arm: Arm) -> list[dict]:

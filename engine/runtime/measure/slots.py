@@ -60,10 +60,27 @@ class Run:
 READY_S = 60.0
 
 
-def _one(url: str, model: str, prompt: str, max_tokens: int, extra: dict, out: list, i: int,
-         ready: threading.Barrier, start: threading.Event) -> None:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}, **extra}  # fmt: skip
+def _one(
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    extra: dict,
+    out: list,
+    i: int,
+    ready: threading.Barrier,
+    start: threading.Event,
+) -> None:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
     # the client is made before the start: making one (its TLS context) costs tens of ms of
     # CPU, which would count in the round and in the first token's time
     with httpx.Client(timeout=600) as c:
@@ -91,14 +108,15 @@ def _stream(c: httpx.Client, url: str, body: dict, t0: float, out: list, i: int)
     out[i] = (tokens, (first or t0) - t0, (last or t0) - (first or t0))
 
 
-def measure(url: str, model: str, clients: int, max_tokens: int, extra: dict | None = None,
-            opening: str = "") -> Run:  # fmt: skip
+def measure(url: str, model: str, clients: int, max_tokens: int, extra: dict | None = None, opening: str = "") -> Run:
     """``clients`` completions at once, each of a prompt of :data:`PROMPTS` after ``opening``."""
     out: list = [None] * clients
     ready, start = threading.Barrier(clients + 1), threading.Event()
     prompts = [opening + PROMPTS[i % len(PROMPTS)] for i in range(clients)]
-    threads = [threading.Thread(target=_one, args=(url, model, p, max_tokens, extra or {}, out, i, ready, start))
-               for i, p in enumerate(prompts)]  # fmt: skip
+    threads = [
+        threading.Thread(target=_one, args=(url, model, p, max_tokens, extra or {}, out, i, ready, start))
+        for i, p in enumerate(prompts)
+    ]
     for t in threads:
         t.start()
     ready.wait(READY_S)  # every client made (BrokenBarrierError, a RuntimeError, if one could not be)
@@ -139,8 +157,9 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, GGML_NO_BACKTRACE="1")
-        self.proc = subprocess.Popen([*argv, "--port", str(self.port)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [*argv, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -159,13 +178,42 @@ class ServerProcess:
         """llama-server on ``model``, with weight repacking as ours has it on this machine
         (like with like; and where this CPU's repacked kernels crash, llama-server dies
         with them on its first request unless started with ``--no-repack``)."""
-        return cls([binary, "-m", str(model), "--host", "127.0.0.1", "-t", str(threads), "--no-webui",
-                    *repack.llama_server_args(), *args])  # fmt: skip
+        return cls(
+            [
+                binary,
+                "-m",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "-t",
+                str(threads),
+                "--no-webui",
+                *repack.llama_server_args(),
+                *args,
+            ]
+        )
 
     @classmethod
     def ours(cls, model: Path, parallel: int, ctx: int) -> ServerProcess:
-        return cls([sys.executable, "-m", "app.launcher", "serve", "--model", str(model), "--parallel", str(parallel),
-                    "--ctx", str(ctx), "--cache-ram", "0", "--max-pending", "256", "--no-fit-check"])  # fmt: skip
+        return cls(
+            [
+                sys.executable,
+                "-m",
+                "app.launcher",
+                "serve",
+                "--model",
+                str(model),
+                "--parallel",
+                str(parallel),
+                "--ctx",
+                str(ctx),
+                "--cache-ram",
+                "0",
+                "--max-pending",
+                "256",
+                "--no-fit-check",
+            ]
+        )
 
     def model_name(self) -> str:
         return httpx.get(self.url + "/v1/models", timeout=10).json()["data"][0]["id"]
@@ -207,8 +255,11 @@ def paired(arms: dict[str, dict[int, list[Run]]], arm: str) -> dict[int, float]:
     for n, runs in arms.get(arm, {}).items():
         per_arm = []
         for name, per in arms.items():
-            ratios = [run.tokens_per_second / other.tokens_per_second
-                      for run, other in zip(runs, per.get(n, [])) if other.tokens_per_second > 0]  # fmt: skip
+            ratios = [
+                run.tokens_per_second / other.tokens_per_second
+                for run, other in zip(runs, per.get(n, []))
+                if other.tokens_per_second > 0
+            ]
             if name != arm and ratios:
                 per_arm.append(statistics.median(ratios))
         if per_arm:

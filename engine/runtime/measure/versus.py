@@ -49,8 +49,15 @@ class VersusResult:
         }
 
 
-def run_versus(model: str | Path, *, tokens: int = 128, runs: int = 5, n_ctx: int = 2048, threads: int | None = None,
-               prompt: str = PROMPT) -> VersusResult:  # fmt: skip
+def run_versus(
+    model: str | Path,
+    *,
+    tokens: int = 128,
+    runs: int = 5,
+    n_ctx: int = 2048,
+    threads: int | None = None,
+    prompt: str = PROMPT,
+) -> VersusResult:
     threads = threads or default_threads()
     llama()  # configure the environment and llama.cpp's log before the bindings' class loads
     from llama_cpp import Llama  # the reference being measured against
@@ -58,7 +65,9 @@ def run_versus(model: str | Path, *, tokens: int = 128, runs: int = 5, n_ctx: in
     lm = load(LoadSpec(model, mtp=MtpSource.OFF, n_ctx=n_ctx, n_threads=threads))
     # flash attention as llama.cpp resolves "auto" for our contexts on this build (the class
     # defaults to off, which is other arithmetic: near-tie tokens would differ)
-    ref = Llama(str(model), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=512, flash_attn=True, verbose=False)
+    ref = Llama(
+        str(model), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=512, flash_attn=True, verbose=False
+    )
     result = VersusResult(Path(model).name, tokens, threads)
     try:
         ids = lm.model.prompt_tokens(prompt)

@@ -151,9 +151,19 @@ class Catalog:
             stem = p.name.removesuffix(".gguf")
             # a named file whose header cannot be read is still listed: loading it says why
             facts = self._facts_of(p) or _HeaderFacts(CHAT, "", None, ())
-            out.append(Servable(stem, p, kind=facts.kind, size=_size(p), architecture=facts.architecture,
-                                context_length=facts.context_length, template_caps=facts.template_caps,
-                                aliases=(_norm(stem),), named=True))  # fmt: skip
+            out.append(
+                Servable(
+                    stem,
+                    p,
+                    kind=facts.kind,
+                    size=_size(p),
+                    architecture=facts.architecture,
+                    context_length=facts.context_length,
+                    template_caps=facts.template_caps,
+                    aliases=(_norm(stem),),
+                    named=True,
+                )
+            )
         if self.library is None:
             return out
         try:
@@ -172,14 +182,21 @@ class Catalog:
                 continue
             head_entry = by_id.get(e.pair) if e.pair else None
             head = head_entry.path(self.library.root) if head_entry is not None and head_entry.kind == "head" else None
-            out.append(Servable(
-                e.id, path, head=head, kind=facts.kind,
-                size=e.size + (head_entry.size if head is not None and head_entry is not None else 0),
-                architecture=facts.architecture or e.summary.get("architecture", ""),
-                quantization=e.summary.get("quantization") or "", context_length=facts.context_length,
-                mtp=str(e.mtp) if head is None else "external head", template_caps=facts.template_caps,
-                aliases=tuple(_aliases(e)),
-            ))  # fmt: skip
+            out.append(
+                Servable(
+                    e.id,
+                    path,
+                    head=head,
+                    kind=facts.kind,
+                    size=e.size + (head_entry.size if head is not None and head_entry is not None else 0),
+                    architecture=facts.architecture or e.summary.get("architecture", ""),
+                    quantization=e.summary.get("quantization") or "",
+                    context_length=facts.context_length,
+                    mtp=str(e.mtp) if head is None else "external head",
+                    template_caps=facts.template_caps,
+                    aliases=tuple(_aliases(e)),
+                )
+            )
         return out
 
     # ------------------------------------------------------------------ lookup
@@ -225,7 +242,6 @@ def _size(p: Path) -> int:
         return p.stat().st_size
     except OSError:
         return 0
-
 
 
 __all__ = ["Catalog", "Servable", "AmbiguousModelError", "CHAT", "EMBEDDING", "RERANK", "header_facts"]

@@ -56,7 +56,9 @@ def parse_keep_alive(value) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise InvalidRequestError("keep_alive must be a duration such as '5m', a number of seconds, or -1 (keep loaded)")
+        raise InvalidRequestError(
+            "keep_alive must be a duration such as '5m', a number of seconds, or -1 (keep loaded)"
+        )
     if isinstance(value, (int, float)) and math.isfinite(value):
         return FOREVER if value < 0 else float(value)
     if isinstance(value, str):
@@ -271,8 +273,9 @@ class Residency:
         others = [r for r in self._residents.values() if r.state != "unloading"]
         used = sum(r.memory for r in others)
         count = len(others)
-        idle = sorted((r for r in others if r.state == "loaded" and r.users == 0 and not r.pinned),
-                      key=lambda r: r.last_used)  # fmt: skip
+        idle = sorted(
+            (r for r in others if r.state == "loaded" and r.users == 0 and not r.pinned), key=lambda r: r.last_used
+        )
         victims: list[str] = []
         while idle and (used + need > self.memory_budget or count + 1 > self.max_loaded):
             r = idle.pop(0)
@@ -281,13 +284,16 @@ class Residency:
             count -= 1
         if used + need > self.memory_budget:
             held = [r for r in others if r.name not in victims]
+            rows = [
+                f"{r.name}: {_gib(r.memory)}" + (" busy" if r.users else " pinned" if r.pinned else "") for r in held
+            ]
             raise InsufficientMemoryError(
                 f"{s.name} needs about {_gib(need)} and the models that stay loaded take {_gib(used)} of the "
                 f"{_gib(self.memory_budget)} budget"
-                + (f" ({', '.join(f'{r.name}: {_gib(r.memory)}' + (' busy' if r.users else ' pinned' if r.pinned else '') for r in held)})" if held else "")
+                + (f" ({', '.join(rows)})" if held else "")
                 + ". Unload a model, wait for running requests to end, or raise the memory budget.",
                 {"need_bytes": need, "used_bytes": used, "budget_bytes": self.memory_budget},
-            )  # fmt: skip
+            )
         if count + 1 > self.max_loaded:
             raise InsufficientMemoryError(
                 f"{s.name} cannot load: {count} models are loaded and busy or pinned, and at most {self.max_loaded} "
@@ -304,9 +310,9 @@ class Residency:
         for name, info in loaded.items():
             if name not in self._residents:
                 now = self.clock()
-                self._residents[name] = Resident(name, None, state="loaded",
-                                                 last_used=now, pinned=True,
-                                                 memory=_memory_of(info))  # fmt: skip
+                self._residents[name] = Resident(
+                    name, None, state="loaded", last_used=now, pinned=True, memory=_memory_of(info)
+                )
         for name, r in list(self._residents.items()):
             if r.state == "loaded" and name not in loaded:
                 del self._residents[name]
@@ -357,8 +363,10 @@ class Residency:
                 for r in due:
                     r.state = "unloading"
                 if not due:
-                    nxt = min((r.expires for r in self._residents.values() if r.state == "loaded" and r.users == 0),
-                              default=FOREVER)  # fmt: skip
+                    nxt = min(
+                        (r.expires for r in self._residents.values() if r.state == "loaded" and r.users == 0),
+                        default=FOREVER,
+                    )
                     self._cv.wait(None if nxt == FOREVER else max(0.01, min(nxt - now, 60.0)))
                     continue
             for r in due:
@@ -386,8 +394,19 @@ class Residency:
             for r in sorted(self._residents.values(), key=lambda r: -r.last_used):
                 idle = 0.0 if r.users else max(0.0, now - r.last_used)
                 expires_in = max(0.0, r.expires - now) if r.users == 0 and r.expires != FOREVER else None
-                out.append(ResidentInfo(r.name, r.state, r.memory, r.requests, r.users, idle, expires_in, r.pinned,
-                                        r.servable is not None))  # fmt: skip
+                out.append(
+                    ResidentInfo(
+                        r.name,
+                        r.state,
+                        r.memory,
+                        r.requests,
+                        r.users,
+                        idle,
+                        expires_in,
+                        r.pinned,
+                        r.servable is not None,
+                    )
+                )
             return out
 
 
@@ -408,7 +427,9 @@ def estimate_bytes(s: Servable, spec: LoadSpec) -> int:
     from engine.runtime.load import fit
 
     try:
-        f = fit.fit_of_set(open_set(s.path), spec.n_ctx * max(1, spec.parallel), mtp=s.head is not None or s.mtp != "none")
+        f = fit.fit_of_set(
+            open_set(s.path), spec.n_ctx * max(1, spec.parallel), mtp=s.head is not None or s.mtp != "none"
+        )
         return int(f.estimate.total_bytes)
     except Exception:  # an estimate that cannot be made counts the file's size
         return s.size

@@ -80,8 +80,9 @@ def generation_prompt(render: Render) -> str | None:
     return prompted[len(bare) :]
 
 
-def text_points(render: Render, messages: list[dict], text: str, memo: PointMemo | None = None,
-                key: tuple = ()) -> list[int]:  # fmt: skip
+def text_points(
+    render: Render, messages: list[dict], text: str, memo: PointMemo | None = None, key: tuple = ()
+) -> list[int]:
     """Offsets into ``text`` (``messages`` rendered with the generation prompt) of the
     points described above. ``render(messages, add_generation_prompt)``; with ``memo``
     (the template's, for requests rendering with the same arguments and tools: ``key``)
@@ -104,8 +105,9 @@ def text_points(render: Render, messages: list[dict], text: str, memo: PointMemo
     return sorted({o for o in out if 0 < o < len(text)})
 
 
-def token_points(offsets: list[int], text: str, prompt: list[int], tokenize: Callable[[str], list[int]],
-                 skip: int = 0) -> tuple[int, ...]:  # fmt: skip
+def token_points(
+    offsets: list[int], text: str, prompt: list[int], tokenize: Callable[[str], list[int]], skip: int = 0
+) -> tuple[int, ...]:
     """The prompt positions of ``offsets``: where the prompt's tokens (after ``skip``
     added ones, e.g. a BOS) cover exactly ``text[:offset]``. An offset inside a token
     gives no position."""

@@ -63,13 +63,15 @@ def _compile(template: str):
                 return list(o)
             raise TypeError(f"{type(o).__name__} is not JSON")
 
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
-                          default=plain)  # fmt: skip
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys, default=plain
+        )
 
     # sandboxed (no access to Python internals); templates may build their own lists
     # (Kimi's append to one), as llama.cpp's and vLLM's renderers allow
-    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                               extensions=["jinja2.ext.loopcontrols", _generation_tag()])  # fmt: skip
+    env = SandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _generation_tag()]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
@@ -94,7 +96,9 @@ def validate_messages(messages: list[dict]) -> list[dict]:
                 if kind not in TEXT_PARTS:
                     raise InvalidRequestError(
                         f"messages[{i}].content[{j}] is a {kind!r} part: this model takes text only "
-                        "(send images, audio and files as text, or leave them out)", param="messages")  # fmt: skip
+                        "(send images, audio and files as text, or leave them out)",
+                        param="messages",
+                    )
                 parts.append(str(part.get("text", "")))
             content = "".join(parts)
         elif content is None:  # an assistant turn that only calls tools: "" as llama.cpp passes it
@@ -112,8 +116,9 @@ def validate_messages(messages: list[dict]) -> list[dict]:
 
 
 #: names a request's chat_template_kwargs may not set (the renderer's own)
-RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception",
-                      "strftime_now"})  # fmt: skip
+RESERVED = frozenset(
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now"}
+)
 
 
 def template_kwargs(extra: dict | None) -> dict:
@@ -124,8 +129,9 @@ def template_kwargs(extra: dict | None) -> dict:
         raise InvalidRequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     bad = [k for k in extra if not isinstance(k, str) or not k.isidentifier() or k in RESERVED]
     if bad:
-        raise InvalidRequestError(f"'chat_template_kwargs' cannot set {', '.join(map(str, bad))}",
-                                  param="chat_template_kwargs")  # fmt: skip
+        raise InvalidRequestError(
+            f"'chat_template_kwargs' cannot set {', '.join(map(str, bad))}", param="chat_template_kwargs"
+        )
     return dict(extra)
 
 
@@ -158,4 +164,6 @@ def render(
     except TemplateError as e:
         raise InvalidRequestError(f"the model's chat template rejected these messages: {e}") from None
     except Exception as e:  # a template's own bug (a None it did not expect, str + dict …): still the request's 400
-        raise InvalidRequestError(f"the model's chat template failed on these messages: {type(e).__name__}: {e}") from None
+        raise InvalidRequestError(
+            f"the model's chat template failed on these messages: {type(e).__name__}: {e}"
+        ) from None

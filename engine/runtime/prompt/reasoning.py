@@ -76,21 +76,47 @@ class _Family:
 
 #: the families, most telling first (a template may hold another family's markers in text)
 _FAMILIES = (
-    _Family(("<|channel|>analysis", "<|message|>"), Thinking(
-        "<|channel|>analysis<|message|>", "<|end|>", toggle=False, variable="reasoning_effort", on="medium", off="low",
-        answer_headers=("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"),
-        again=("<|start|>assistant<|channel|>analysis<|message|>", "<|channel|>analysis<|message|>"))),
+    _Family(
+        ("<|channel|>analysis", "<|message|>"),
+        Thinking(
+            "<|channel|>analysis<|message|>",
+            "<|end|>",
+            toggle=False,
+            variable="reasoning_effort",
+            on="medium",
+            off="low",
+            answer_headers=("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>"),
+            again=("<|start|>assistant<|channel|>analysis<|message|>", "<|channel|>analysis<|message|>"),
+        ),
+    ),
     _Family(("<|channel>", "<channel|>"), Thinking("<|channel>thought", "<channel|>")),
-    _Family(("<|open|>", "<|sep|>", "<|close|>", "think"), Thinking(
-        "<|open|>think<|sep|>", "<|close|>think<|sep|><|open|>response<|sep|>", variable="thinking",
-        answer_markers=("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>"))),
-    _Family(("<mm:think>", "</mm:think>"), Thinking("<mm:think>", "</mm:think>", variable="thinking_mode", on="enabled",
-                                                     off="disabled")),  # fmt: skip
-    _Family(("<|START_THINKING|>", "<|END_THINKING|>"), Thinking(
-        "<|START_THINKING|>", "<|END_THINKING|>", variable="reasoning", answer_markers=("<|START_TEXT|>", "<|END_TEXT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"))),
-    _Family(("<think{}>", ":opensource"), Thinking("<think:opensource>", "</think:opensource>", variable="reasoning_effort",
-                                                    on="high", off="no_think")),  # fmt: skip
-)  # fmt: skip
+    _Family(
+        ("<|open|>", "<|sep|>", "<|close|>", "think"),
+        Thinking(
+            "<|open|>think<|sep|>",
+            "<|close|>think<|sep|><|open|>response<|sep|>",
+            variable="thinking",
+            answer_markers=("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>"),
+        ),
+    ),
+    _Family(
+        ("<mm:think>", "</mm:think>"),
+        Thinking("<mm:think>", "</mm:think>", variable="thinking_mode", on="enabled", off="disabled"),
+    ),
+    _Family(
+        ("<|START_THINKING|>", "<|END_THINKING|>"),
+        Thinking(
+            "<|START_THINKING|>",
+            "<|END_THINKING|>",
+            variable="reasoning",
+            answer_markers=("<|START_TEXT|>", "<|END_TEXT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"),
+        ),
+    ),
+    _Family(
+        ("<think{}>", ":opensource"),
+        Thinking("<think:opensource>", "</think:opensource>", variable="reasoning_effort", on="high", off="no_think"),
+    ),
+)
 
 
 def detect(template: str | None) -> Thinking | None:

@@ -66,13 +66,20 @@ class ReplyParser:
     ``in_thinking``: the prompt left a think block open; ``fmt``/``tools``: parse calls in
     this format (None: the reply is content)."""
 
-    def __init__(self, thinking: Thinking | None = None, in_thinking: bool = False, fmt: ToolFormat | None = None,
-                 tools: tuple[Tool, ...] = ()):  # fmt: skip
+    def __init__(
+        self,
+        thinking: Thinking | None = None,
+        in_thinking: bool = False,
+        fmt: ToolFormat | None = None,
+        tools: tuple[Tool, ...] = (),
+    ):
         self.thinking = thinking
         self.fmt = fmt
         self.tools = tools
         # "start": may still open a think block; "think"; "content"; "calls"
-        self.state = "think" if (thinking is not None and in_thinking) else ("start" if thinking is not None else "content")
+        self.state = (
+            "think" if (thinking is not None and in_thinking) else ("start" if thinking is not None else "content")
+        )
         self.buf = ""
         self.lead = True  # strip whitespace at the start of content
         self.calls: list[ToolCall] = []  # closed calls
@@ -265,8 +272,13 @@ class ReplyParser:
             out.append(Part(kind, text))
 
 
-def split(text: str, thinking: Thinking | None = None, in_thinking: bool = False, fmt: ToolFormat | None = None,
-          tools: tuple[Tool, ...] = ()) -> Reply:  # fmt: skip
+def split(
+    text: str,
+    thinking: Thinking | None = None,
+    in_thinking: bool = False,
+    fmt: ToolFormat | None = None,
+    tools: tuple[Tool, ...] = (),
+) -> Reply:
     """A whole reply's text split at once."""
     p = ReplyParser(thinking, in_thinking, fmt, tools)
     p.feed(text)

@@ -102,8 +102,11 @@ def reply_grammar(
         rules.append("start: reply")
     top = "\n".join(rules) + "\n"
     grammars = [{"name": "reply", "lark_grammar": top}, *extra]
-    return GrammarSpec("llguidance", json.dumps({"grammars": grammars}, ensure_ascii=False),
-                       answer.param if answer is not None else "tools")  # fmt: skip
+    return GrammarSpec(
+        "llguidance",
+        json.dumps({"grammars": grammars}, ensure_ascii=False),
+        answer.param if answer is not None else "tools",
+    )
 
 
 def _regex_text(text: str) -> str:

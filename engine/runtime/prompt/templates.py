@@ -23,8 +23,15 @@ from engine.gguf.chatformat import ALL_END_MARKERS, BUILTINS, detect_builtin
 
 #: turn ends of template families llama.cpp has no built-in for (used where a template
 #: writes them; a real vocabulary holds most as end-of-generation tokens anyway)
-FAMILY_END_MARKERS = ("<turn|>", "<|return|>", "<|call|>", "<|END_OF_TURN_TOKEN|>", "<|observation|>", "[e~[",
-                      "<｜end▁of▁sentence｜>")  # fmt: skip
+FAMILY_END_MARKERS = (
+    "<turn|>",
+    "<|return|>",
+    "<|call|>",
+    "<|END_OF_TURN_TOKEN|>",
+    "<|observation|>",
+    "[e~[",
+    "<｜end▁of▁sentence｜>",
+)
 from engine.runtime.llama.lib import llama
 from engine.runtime.prompt import chat, reasoning
 from engine.runtime.prompt.cachepoints import PointMemo
@@ -51,11 +58,24 @@ class ChatTemplate:
     points: PointMemo = field(default_factory=PointMemo, compare=False, repr=False)
 
     @classmethod
-    def of(cls, kind: str, name: str, source: str | None = None, end_tokens: frozenset[int] = frozenset(),
-           end_strings: tuple[str, ...] = ()) -> ChatTemplate:  # fmt: skip
+    def of(
+        cls,
+        kind: str,
+        name: str,
+        source: str | None = None,
+        end_tokens: frozenset[int] = frozenset(),
+        end_strings: tuple[str, ...] = (),
+    ) -> ChatTemplate:
         """The template with what requests need to know of it found now, once."""
-        return cls(kind, name, source, end_tokens, end_strings, thinking=reasoning.detect(source),
-                   calls=detect(source) if source is not None else None)  # fmt: skip
+        return cls(
+            kind,
+            name,
+            source,
+            end_tokens,
+            end_strings,
+            thinking=reasoning.detect(source),
+            calls=detect(source) if source is not None else None,
+        )
 
     def describe(self) -> str:
         if self.kind == "file":
@@ -66,13 +86,28 @@ class ChatTemplate:
             return f"llama.cpp built-in '{self.name}' (the file has none; chosen from its vocabulary)"
         return "ChatML (default: the file has no template and its vocabulary matches no built-in)"
 
-    def render(self, messages: list[dict], *, add_generation_prompt: bool = True, bos_token: str = "", eos_token: str = "",
-               tools: list[dict] | None = None, extra: dict | None = None) -> str:  # fmt: skip
+    def render(
+        self,
+        messages: list[dict],
+        *,
+        add_generation_prompt: bool = True,
+        bos_token: str = "",
+        eos_token: str = "",
+        tools: list[dict] | None = None,
+        extra: dict | None = None,
+    ) -> str:
         if self.source is not None:
             if self.thinking is not None:  # enable_thinking, said in the family's own variable too
                 extra = self.thinking.template_values(extra)
-            return chat.render(self.source, messages, add_generation_prompt=add_generation_prompt, bos_token=bos_token,
-                               eos_token=eos_token, tools=tools, extra=extra)  # fmt: skip
+            return chat.render(
+                self.source,
+                messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=bos_token,
+                eos_token=eos_token,
+                tools=tools,
+                extra=extra,
+            )
         return apply_builtin(self.name, chat.validate_messages(messages), add_generation_prompt)
 
 
@@ -128,8 +163,9 @@ def _file_ends(source: str) -> tuple[str, ...]:
     """The turn-end markers a template writes, less its thinking end (harmony's ``<|end|>``
     closes the analysis channel, not the turn, though phi-3 ends turns with it)."""
     thinking = reasoning.detect(source)
-    return tuple(m for m in (*ALL_END_MARKERS, *FAMILY_END_MARKERS)
-                 if m in source and (thinking is None or m != thinking.end))  # fmt: skip
+    return tuple(
+        m for m in (*ALL_END_MARKERS, *FAMILY_END_MARKERS) if m in source and (thinking is None or m != thinking.end)
+    )
 
 
 def _with_ends(model, kind: str, name: str, source: str | None, markers: tuple[str, ...]) -> ChatTemplate:

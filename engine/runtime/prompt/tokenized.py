@@ -32,7 +32,12 @@ class TokenizedTexts:
             entries = list(self._entries)
         best = None
         for known, tokens in entries:
-            if known and len(text) > len(known) and text.startswith(known) and (best is None or len(known) > len(best[0])):
+            if (
+                known
+                and len(text) > len(known)
+                and text.startswith(known)
+                and (best is None or len(known) > len(best[0]))
+            ):
                 best = (known, tokens)
         if best is not None:
             return [*best[1], *tokenize(text[len(best[0]) :])]

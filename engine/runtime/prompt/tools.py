@@ -76,7 +76,6 @@ class ToolChoice:
         return self.mode in ("required", "named")
 
 
-
 def _bad(message: str, param: str) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
@@ -92,12 +91,20 @@ def parse_tools(raw: Any, param: str = "tools") -> tuple[Tool, ...]:
     seen: set[str] = set()
     for i, t in enumerate(raw):
         where = f"{param}[{i}]"
-        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(t.get("function"), dict):
-            raise _bad(f"{where} must be {{'type': 'function', 'function': {{'name': ..., 'parameters': {{...}}}}}}", param)
+        if (
+            not isinstance(t, dict)
+            or t.get("type", "function") != "function"
+            or not isinstance(t.get("function"), dict)
+        ):
+            raise _bad(
+                f"{where} must be {{'type': 'function', 'function': {{'name': ..., 'parameters': {{...}}}}}}", param
+            )
         fn = t["function"]
         name = fn.get("name")
         if not isinstance(name, str) or not name or len(name) > 64 or any(c.isspace() or c in "<>\"'" for c in name):
-            raise _bad(f"{where}.function.name must be a non-empty name without spaces, quotes or angle brackets", param)
+            raise _bad(
+                f"{where}.function.name must be a non-empty name without spaces, quotes or angle brackets", param
+            )
         if name in seen:
             raise _bad(f"{where}: the tool name '{name}' is given twice", param)
         seen.add(name)
@@ -135,11 +142,14 @@ def parse_choice(raw: Any, tools: tuple[Tool, ...], param: str = "tool_choice") 
         if raw not in CHOICES:
             raise _bad(f"'tool_choice' must be one of {', '.join(CHOICES)} or a named function, got {raw!r}", param)
         choice = ToolChoice(raw)
-    elif isinstance(raw, dict) and isinstance(raw.get("function"), dict) and isinstance(raw["function"].get("name"), str):
+    elif (
+        isinstance(raw, dict) and isinstance(raw.get("function"), dict) and isinstance(raw["function"].get("name"), str)
+    ):
         choice = ToolChoice("named", raw["function"]["name"])
     else:
-        raise _bad("'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
-                   param)  # fmt: skip
+        raise _bad(
+            "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}", param
+        )
     if choice.mode in ("required", "named") and not tools:
         raise _bad(f"'tool_choice' {choice.mode!r} needs 'tools'", param)
     if choice.mode == "named" and not choice.allowed(tools):
@@ -172,7 +182,9 @@ def _arguments(raw: Any, where: str) -> dict:
         except ValueError:
             value = _cut(raw)
         if value is None:
-            raise _bad(f"{where}.function.arguments must be a JSON object (as text), got {raw[:60]!r}", "messages") from None
+            raise _bad(
+                f"{where}.function.arguments must be a JSON object (as text), got {raw[:60]!r}", "messages"
+            ) from None
         if isinstance(value, dict):
             return value
     raise _bad(f"{where}.function.arguments must be a JSON object", "messages")
@@ -201,8 +213,10 @@ def normalize_messages(messages: list[dict]) -> list[dict]:
                 where = f"messages[{i}].tool_calls[{j}]"
                 fn = c.get("function") if isinstance(c, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise _bad(f"{where} must be {{'id': ..., 'type': 'function', 'function': {{'name', 'arguments'}}}}",
-                               "messages")  # fmt: skip
+                    raise _bad(
+                        f"{where} must be {{'id': ..., 'type': 'function', 'function': {{'name', 'arguments'}}}}",
+                        "messages",
+                    )
                 args = _arguments(fn.get("arguments"), where)
                 cid = c.get("id") or f"call_{i}_{j}"
                 open_ids.add(cid)
@@ -212,10 +226,12 @@ def normalize_messages(messages: list[dict]) -> list[dict]:
         elif role == "tool":
             cid = m.get("tool_call_id")
             if not calls_seen:
-                raise _bad(f"messages[{i}] is a tool result, but no assistant message before it called a tool",
-                           "messages")  # fmt: skip
+                raise _bad(
+                    f"messages[{i}] is a tool result, but no assistant message before it called a tool", "messages"
+                )
             if cid is not None and cid not in open_ids:
-                raise _bad(f"messages[{i}] answers tool call '{cid}', which no assistant message before it made",
-                           "messages")  # fmt: skip
+                raise _bad(
+                    f"messages[{i}] answers tool call '{cid}', which no assistant message before it made", "messages"
+                )
         out.append(m)
     return out

@@ -59,8 +59,9 @@ def generic_messages(messages: list[dict], tools: tuple[Tool, ...]) -> list[dict
     return with_system(out, Generic.system_prompt(tools)) if tools else out
 
 
-def conversation(detected: Detected | None, messages: list[dict], offered: tuple[Tool, ...]
-                 ) -> tuple[list[dict], list[dict] | None, ToolFormat | None]:  # fmt: skip
+def conversation(
+    detected: Detected | None, messages: list[dict], offered: tuple[Tool, ...]
+) -> tuple[list[dict], list[dict] | None, ToolFormat | None]:
     """How a (normalized) conversation meets a template whose call format is ``detected``
     (None: a template that knows no tools, such as llama.cpp's built-ins): the messages to
     render, the ``tools`` to hand the template (None: it is not given them) and the format
@@ -117,7 +118,11 @@ def fit_system_messages(messages: list[dict]) -> list[dict]:
     developer message) merged into one, and each later one given as a user turn (merged
     with a user turn next to it), where it keeps its place in the conversation."""
     lead = 0
-    while lead < len(messages) and messages[lead].get("role") == "system" and isinstance(messages[lead].get("content"), str):
+    while (
+        lead < len(messages)
+        and messages[lead].get("role") == "system"
+        and isinstance(messages[lead].get("content"), str)
+    ):
         lead += 1
     head = messages[:lead]
     if len(head) > 1:
@@ -126,8 +131,13 @@ def fit_system_messages(messages: list[dict]) -> list[dict]:
     for m in messages[lead:]:
         if m.get("role") == "system" and isinstance(m.get("content"), str):
             m = {"role": "user", "content": m["content"]}
-        if out and m.get("role") == "user" == out[-1].get("role") and isinstance(m.get("content"), str) \
-                and isinstance(out[-1].get("content"), str) and not out[-1].get("tool_calls"):  # fmt: skip
+        if (
+            out
+            and m.get("role") == "user" == out[-1].get("role")
+            and isinstance(m.get("content"), str)
+            and isinstance(out[-1].get("content"), str)
+            and not out[-1].get("tool_calls")
+        ):
             out[-1] = {**out[-1], "content": out[-1]["content"] + "\n\n" + m["content"]}
             continue
         out.append(m)

@@ -1,7 +1,8 @@
 """Several sequences of one loaded model decoding together (continuous batching).
 
 Each sequence (a *slot*) runs the ordinary decode loop (:mod:`engine.runtime.decode.loop`)
-on the engine thread, in a greenlet its model's batcher resumes at its decodes, over a :class:`~engine.runtime.decode.session.Session` whose
+on the engine thread, in a greenlet its model's batcher resumes at its decodes, over a
+:class:`~engine.runtime.decode.session.Session` whose
 contexts are views of one sequence of the model's shared contexts
 (:class:`~engine.runtime.slots.seqcontext.SeqContext`). A view's decode does not call
 llama.cpp: it hands its rows to the :class:`~engine.runtime.slots.batcher.Batcher`, which

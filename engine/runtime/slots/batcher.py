@@ -206,8 +206,13 @@ class Batcher:
         back (to the scheduler, so the engine's other work and arrivals are seen) within
         :data:`YIELD_S`. A step of one costs the same either way; the switches to the
         scheduler and back cost 12% of the demo's tokens/s at one sequence."""
-        return (len(self._sequences) == 1 and self._pending == [req] and not self._runnable and not self._arrivals
-                and time.perf_counter() - self._yielded < self.yield_s)  # fmt: skip
+        return (
+            len(self._sequences) == 1
+            and self._pending == [req]
+            and not self._runnable
+            and not self._arrivals
+            and time.perf_counter() - self._yielded < self.yield_s
+        )
 
     # ------------------------------------------------------------------ step
     def step_once(self, timeout: float) -> bool:

@@ -106,8 +106,9 @@ class SlotPool:
                 return None
             self.batcher.step_once(STEP_WAIT)
 
-    def acquire(self, job_id: int, cancel: threading.Event | None = None,
-                prompt: list[int] | None = None) -> Slot | None:  # fmt: skip
+    def acquire(
+        self, job_id: int, cancel: threading.Event | None = None, prompt: list[int] | None = None
+    ) -> Slot | None:
         """:meth:`reserve` and :meth:`Reservation.bind` at once, for a caller that knows
         its prompt (tools, tests); give it back with :meth:`release`."""
         r = self.reserve(job_id, cancel)

@@ -75,10 +75,16 @@ class SeqContext:
         # views of the session's own batch: the sequence waits for the step that decodes
         # them and touches nothing meanwhile, so its rows are copied once, into the step's batch
         req = Request(
-            self.ctx, self.seq, batch.tokens[:n], batch.pos[:n], batch.logits[:n],
-            batch.embd[:n] if batch.embd is not None and self.is_mtp else None, self._head, n_logits=batch.n_logits,
+            self.ctx,
+            self.seq,
+            batch.tokens[:n],
+            batch.pos[:n],
+            batch.logits[:n],
+            batch.embd[:n] if batch.embd is not None and self.is_mtp else None,
+            self._head,
+            n_logits=batch.n_logits,
             batch=batch if batch.seq == self.seq else None,
-        )  # fmt: skip
+        )
         self._req = None
         self.batcher.submit(req)
         self._req = req

@@ -61,9 +61,21 @@ def listing(state) -> list[Listed]:
     paths = set()
     for name, info in loaded.items():
         paths.add(info.get("path"))
-        out.append(Listed(name, True, info.get("kind", CHAT), _file_size(info), info.get("n_ctx"),
-                          info.get("architecture") or "", info.get("quantization") or "", info.get("mtp") or "off",
-                          capabilities(info), info, resident.get(name)))  # fmt: skip
+        out.append(
+            Listed(
+                name,
+                True,
+                info.get("kind", CHAT),
+                _file_size(info),
+                info.get("n_ctx"),
+                info.get("architecture") or "",
+                info.get("quantization") or "",
+                info.get("mtp") or "off",
+                capabilities(info),
+                info,
+                resident.get(name),
+            )
+        )
     if residency is not None:
         for s in residency.catalog.items():
             if s.name in loaded or str(s.path) in paths:
@@ -73,8 +85,9 @@ def listing(state) -> list[Listed]:
 
 
 def _of_servable(s: Servable) -> Listed:
-    return Listed(s.name, False, s.kind, s.size, s.context_length, s.architecture, s.quantization, s.mtp,
-                  s.capabilities)  # fmt: skip
+    return Listed(
+        s.name, False, s.kind, s.size, s.context_length, s.architecture, s.quantization, s.mtp, s.capabilities
+    )
 
 
 __all__ = ["Listed", "listing", "capabilities", "CHAT", "EMBEDDING", "RERANK"]

@@ -12,6 +12,7 @@ from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 from engine.server.schemas import parse_chat
 
+
 def _message(res: J.GenerateResult) -> dict:
     """The reply as OpenAI's assistant message: thinking in ``reasoning_content``, calls in
     ``tool_calls`` (``content`` null when there is only a call)."""

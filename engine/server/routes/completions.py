@@ -15,7 +15,9 @@ SHAPE = Shape(
     chunk_object="text_completion",
     id_prefix="cmpl-",
     final=lambda res: {"index": 0, "text": res.text, "logprobs": None, "finish_reason": res.finish_reason},
-    deltas=lambda ev: [{"index": 0, "text": ev.text, "logprobs": None, "finish_reason": None}] if (ev.text or ev.logprobs) else [],
+    deltas=lambda ev: (
+        [{"index": 0, "text": ev.text, "logprobs": None, "finish_reason": None}] if (ev.text or ev.logprobs) else []
+    ),
     logprobs=completion_logprobs,
     end=lambda finish: {"index": 0, "text": "", "logprobs": None, "finish_reason": finish},
 )
@@ -25,7 +27,9 @@ SHAPE = Shape(
 async def completions(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
-    parsed = parse_completion(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults)
+    parsed = parse_completion(
+        body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults
+    )
     return await run(request, parsed, SHAPE)
 
 

@@ -34,9 +34,13 @@ def _inputs(raw: Any, name: str = "input") -> tuple[list, bool]:
             return list(raw), False
         if all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
             return [tuple(raw)], True
-        if all(isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x) for x in raw):
+        if all(
+            isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x) for x in raw
+        ):
             return [tuple(x) for x in raw], False
-    raise bad(f"'{name}' must be a string, a list of strings, or token ids (a list of integers, or lists of them)", name)
+    raise bad(
+        f"'{name}' must be a string, a list of strings, or token ids (a list of integers, or lists of them)", name
+    )
 
 
 def _dimensions(body: dict) -> int | None:
@@ -90,8 +94,14 @@ async def openai_embeddings(request: Request):
         v = _shorten(v, dims).astype(np.float32)
         emb: Any = base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") if fmt == "base64" else v.tolist()
         data.append({"object": "embedding", "index": i, "embedding": emb})
-    return JSONResponse({"object": "list", "data": data, "model": body["model"],
-                         "usage": {"prompt_tokens": res.tokens, "total_tokens": res.tokens}})  # fmt: skip
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": body["model"],
+            "usage": {"prompt_tokens": res.tokens, "total_tokens": res.tokens},
+        }
+    )
 
 
 @on_demand
@@ -105,9 +115,15 @@ async def ollama_embed(request: Request):
         raise bad("'truncate' must be true or false", "truncate")
     dims = _dimensions(body)
     res = await _run(request, J.Embed(body["model"], tuple(inputs), truncate=truncate))
-    return JSONResponse({"model": body["model"], "embeddings": [_shorten(v, dims).tolist() for v in res.vectors],
-                         "total_duration": time.perf_counter_ns() - t0, "load_duration": t_loaded - t0,
-                         "prompt_eval_count": res.tokens})  # fmt: skip
+    return JSONResponse(
+        {
+            "model": body["model"],
+            "embeddings": [_shorten(v, dims).tolist() for v in res.vectors],
+            "total_duration": time.perf_counter_ns() - t0,
+            "load_duration": t_loaded - t0,
+            "prompt_eval_count": res.tokens,
+        }
+    )
 
 
 @on_demand
@@ -146,8 +162,14 @@ async def rerank(request: Request):
         if body.get("return_documents"):
             r["document"] = {"text": docs[i]}
         results.append(r)
-    return JSONResponse({"model": body["model"], "object": "list", "results": results,
-                         "usage": {"prompt_tokens": res.tokens, "total_tokens": res.tokens}})  # fmt: skip
+    return JSONResponse(
+        {
+            "model": body["model"],
+            "object": "list",
+            "results": results,
+            "usage": {"prompt_tokens": res.tokens, "total_tokens": res.tokens},
+        }
+    )
 
 
 routes = [

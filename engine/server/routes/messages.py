@@ -29,8 +29,14 @@ async def create(request: Request):
     req = M.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults)
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
     mid = new_id("msg")
-    return await answer(request, req.job, stream=req.stream, headers=headers,
-                        result=lambda res: M.message_object(mid, req, res), events=lambda flow: _events(flow, req, mid))
+    return await answer(
+        request,
+        req.job,
+        stream=req.stream,
+        headers=headers,
+        result=lambda res: M.message_object(mid, req, res),
+        events=lambda flow: _events(flow, req, mid),
+    )
 
 
 async def _events(flow: Flow, req: M.MessagesRequest, mid: str):
@@ -59,9 +65,12 @@ async def _events(flow: Flow, req: M.MessagesRequest, mid: str):
 async def count_tokens(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
-    req = M.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, count_only=True)
-    n = await job_result(request, J.Call(partial(count_prompt, req.job), label="count_tokens", access="read"),
-                         COUNT_WAIT_S, "Counting")  # fmt: skip
+    req = M.parse(
+        body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, count_only=True
+    )
+    n = await job_result(
+        request, J.Call(partial(count_prompt, req.job), label="count_tokens", access="read"), COUNT_WAIT_S, "Counting"
+    )
     return JSONResponse({"input_tokens": n})
 
 

@@ -17,31 +17,33 @@ async def list_models(request: Request):
     data = []
     for m in listing(st):
         info = m.info
-        data.append({
-            "id": m.name,
-            "object": "model",
-            "created": st.started,
-            "owned_by": "mtp-studio",
-            # the context a client may fill, under the names clients read it by (vLLM's,
-            # LM Studio's, OpenRouter's)
-            "context_length": m.context_length,
-            "max_model_len": m.context_length,
-            "max_context_length": m.context_length,
-            # LM Studio's: loaded now, or loaded by the first request that names it
-            "state": "loaded" if m.loaded else "not-loaded",
-            "type": _TYPES.get(m.kind, "llm"),
-            "meta": {
-                "architecture": m.architecture,
-                "n_ctx": info.get("n_ctx", m.context_length),
-                "n_vocab": info.get("n_vocab"),
-                "mtp": m.mtp,
-                "max_draft_depth": info.get("max_draft_depth"),
-                "size_bytes": m.size,
-                "quantization": m.quantization,
-                "capabilities": m.capabilities,
-                "kind": m.kind,
-            },
-        })  # fmt: skip
+        data.append(
+            {
+                "id": m.name,
+                "object": "model",
+                "created": st.started,
+                "owned_by": "mtp-studio",
+                # the context a client may fill, under the names clients read it by (vLLM's,
+                # LM Studio's, OpenRouter's)
+                "context_length": m.context_length,
+                "max_model_len": m.context_length,
+                "max_context_length": m.context_length,
+                # LM Studio's: loaded now, or loaded by the first request that names it
+                "state": "loaded" if m.loaded else "not-loaded",
+                "type": _TYPES.get(m.kind, "llm"),
+                "meta": {
+                    "architecture": m.architecture,
+                    "n_ctx": info.get("n_ctx", m.context_length),
+                    "n_vocab": info.get("n_vocab"),
+                    "mtp": m.mtp,
+                    "max_draft_depth": info.get("max_draft_depth"),
+                    "size_bytes": m.size,
+                    "quantization": m.quantization,
+                    "capabilities": m.capabilities,
+                    "kind": m.kind,
+                },
+            }
+        )
     return JSONResponse({"object": "list", "data": data})
 
 

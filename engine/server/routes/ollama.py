@@ -24,8 +24,12 @@ from engine.server.request import json_body
 
 def _info(m: Listed) -> dict:
     """What :func:`O.tag` reads, for a model loaded or not."""
-    return m.info or {"architecture": m.architecture, "quantization": m.quantization, "kind": m.kind,
-                      "capabilities": m.capabilities}  # fmt: skip
+    return m.info or {
+        "architecture": m.architecture,
+        "quantization": m.quantization,
+        "kind": m.kind,
+        "capabilities": m.capabilities,
+    }
 
 
 async def version(request: Request):
@@ -45,9 +49,14 @@ async def ps(request: Request):
         left = m.residency.expires_in_s if m.residency is not None else None
         expires = O.iso_in(left) if left is not None else NEVER
         vram = m.info.get("memory", {}) or {}
-        out.append({**O.tag(m.name, _info(m), m.size), "expires_at": expires,
-                    "size_vram": int(vram.get("offloaded_bytes") or 0),
-                    "context_length": m.info.get("n_ctx")})  # fmt: skip
+        out.append(
+            {
+                **O.tag(m.name, _info(m), m.size),
+                "expires_at": expires,
+                "size_vram": int(vram.get("offloaded_bytes") or 0),
+                "context_length": m.info.get("n_ctx"),
+            }
+        )
     return JSONResponse({"models": out})
 
 
@@ -61,7 +70,11 @@ async def show(request: Request):
     st = request.app.state
     listed = {m.name: m for m in listing(st)}
     name = body.get("model") or body.get("name") if isinstance(body, dict) else None
-    if isinstance(name, str) and getattr(st, "residency", None) is not None and name.removesuffix(":latest") not in listed:
+    if (
+        isinstance(name, str)
+        and getattr(st, "residency", None) is not None
+        and name.removesuffix(":latest") not in listed
+    ):
         try:
             name, _ = st.residency.resolve(name)  # another name of a model: answered without loading it
         except NoModelLoadedError:
@@ -88,14 +101,23 @@ async def _generate(request: Request, *, chat: bool):
     named = isinstance(body, dict) and isinstance(body.get("model") or body.get("name"), str)
     if named and residency is not None and not body.get("messages" if chat else "prompt"):
         if parse_keep_alive(body.get("keep_alive")) == 0:  # unload, without loading it first
-            return await _unload_only(request, body["model"] if isinstance(body.get("model"), str) else body["name"], chat=chat)
+            return await _unload_only(
+                request, body["model"] if isinstance(body.get("model"), str) else body["name"], chat=chat
+            )
         await hold(request, body, keys=("model", "name"))
         return _load_only(request, chat=chat)
     models = await hold(request, body, keys=("model", "name"))
     req = O.parse(body, models, engine.resolve, request.app.state.settings.request_defaults, chat=chat)
     # NDJSON has no keep-alive: a stream waits for its first token
-    return await answer(request, req.job, stream=req.stream, media_type="application/x-ndjson", keep_alive=False,
-                        result=lambda res: O.final(req, res, whole=True), events=lambda flow: _lines(flow, req))
+    return await answer(
+        request,
+        req.job,
+        stream=req.stream,
+        media_type="application/x-ndjson",
+        keep_alive=False,
+        result=lambda res: O.final(req, res, whole=True),
+        events=lambda flow: _lines(flow, req),
+    )
 
 
 def _load_only(request: Request, *, chat: bool) -> JSONResponse:

@@ -43,8 +43,12 @@ class ResponseStore:
 
     def get(self, rid: str) -> tuple[dict, list[dict]]:
         if rid not in self._items:
-            raise E.HTTPError(404, f"No stored response with id '{rid}' (responses are kept in memory, the last "
-                                   f"{self.size}, and only with store: true).", code="response_not_found")  # fmt: skip
+            raise E.HTTPError(
+                404,
+                f"No stored response with id '{rid}' (responses are kept in memory, the last "
+                f"{self.size}, and only with store: true).",
+                code="response_not_found",
+            )
         return self._items[rid]
 
     def delete(self, rid: str) -> None:
@@ -67,7 +71,9 @@ async def create(request: Request):
     if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
         obj, history = store.get(body["previous_response_id"])
         previous = history
-    req = R.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, previous)
+    req = R.parse(
+        body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, previous
+    )
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
     rid, created = R.new_id("resp"), R.now()
 
@@ -78,8 +84,14 @@ async def create(request: Request):
             store.put(obj, req.history + R.history_of(obj["output"]))
         return obj
 
-    return await answer(request, req.job, stream=req.stream, headers=headers, result=whole,
-                        events=lambda flow: _events(flow, req, rid, created, store))  # fmt: skip
+    return await answer(
+        request,
+        req.job,
+        stream=req.stream,
+        headers=headers,
+        result=whole,
+        events=lambda flow: _events(flow, req, rid, created, store),
+    )
 
 
 async def _events(flow: Flow, req: R.ResponsesRequest, rid: str, created: int, store: ResponseStore):

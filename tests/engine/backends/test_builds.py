@@ -45,7 +45,9 @@ def test_cpu_build_smoke_select_and_load_from_its_folder():
         assert out.strip() == str(b.lib_dir)
         listing = json.loads(mtp_studio("backend", "list", "--json", check=True).stdout)
         assert listing["selected"] == "cpu-test"
-        assert json.loads(mtp_studio("backend", "detect", "--json", check=True).stdout)["in_use"]["lib_dir"] == str(b.lib_dir)
+        assert json.loads(mtp_studio("backend", "detect", "--json", check=True).stdout)["in_use"]["lib_dir"] == str(
+            b.lib_dir
+        )
     finally:
         mtp_studio("backend", "use", "installed", check=True)
     assert builds.selected_lib_dir() is None

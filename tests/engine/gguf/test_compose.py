@@ -47,7 +47,12 @@ def _rounds(path, source, k):
         out = []
         for prompt in PROMPTS:
             rounds = []
-            g = generate(lm.session, lm.model.tokenize(prompt), DecodeParams(max_tokens=40, depth=FixedDepth(k) if k else None), on_round=rounds.append)
+            g = generate(
+                lm.session,
+                lm.model.tokenize(prompt),
+                DecodeParams(max_tokens=40, depth=FixedDepth(k) if k else None),
+                on_round=rounds.append,
+            )
             out.append((g.tokens, [r.drafts for r in rounds]))
         return out
     finally:
@@ -94,7 +99,9 @@ def test_composite_of_split_parts_is_byte_identical_to_the_original(composites):
 
 def test_compose_cli_json(fixtures, tmp_path):
     fx = fixtures["full"]
-    out = mtp_studio("compose", "--target", str(fx.trunk), "--head", str(fx.head), "--out", str(tmp_path / "c.gguf"), "--json")
+    out = mtp_studio(
+        "compose", "--target", str(fx.trunk), "--head", str(fx.head), "--out", str(tmp_path / "c.gguf"), "--json"
+    )
     body = json.loads(out.stdout)
     assert out.returncode == 0 and body["ok"] and body["tensors_added"] == 15 and body["validation"]["valid"]
     again = mtp_studio("compose", "--target", str(fx.trunk), "--head", str(fx.head), "--out", str(tmp_path / "c.gguf"))
@@ -139,12 +146,20 @@ def bad(fixtures, tmp_path):
 def test_mismatches(fixtures, tmp_path, bad):
     fx = fixtures["partial"]
     h = read_header(fx.head)
-    renamed = {k.key: codec.encode_string(k.key.replace("qwen35.", "qwen3next.")) + k.raw_value for k in h.kv_list if k.key.startswith("qwen35.")}
+    renamed = {
+        k.key: codec.encode_string(k.key.replace("qwen35.", "qwen3next.")) + k.raw_value
+        for k in h.kv_list
+        if k.key.startswith("qwen35.")
+    }
     renamed["general.architecture"] = kv("general.architecture", V.STRING, "qwen3next")
     arch = edit(fx.head, tmp_path / "arch.gguf", set_kvs=renamed)
     assert "is for architecture 'qwen3next'" in bad(fx.trunk, arch, "architecture_mismatch")
-    build_model(replace(RECIPES["partial"], n_embd=64, head_dim=16), tmp_path / "h.gguf", head_path=tmp_path / "mtp-h.gguf")
-    assert "Hidden size differs: the target has 128, the head 64" in bad(fx.trunk, tmp_path / "mtp-h.gguf", "hidden_size_mismatch")
+    build_model(
+        replace(RECIPES["partial"], n_embd=64, head_dim=16), tmp_path / "h.gguf", head_path=tmp_path / "mtp-h.gguf"
+    )
+    assert "Hidden size differs: the target has 128, the head 64" in bad(
+        fx.trunk, tmp_path / "mtp-h.gguf", "hidden_size_mismatch"
+    )
     build_model(replace(RECIPES["partial"], n_merges=170), tmp_path / "v.gguf", head_path=tmp_path / "mtp-v.gguf")
     assert "vocabulary differs" in bad(fx.trunk, tmp_path / "mtp-v.gguf", "vocab_mismatch")
     merges = read_header(fx.head).get("tokenizer.ggml.merges")
@@ -189,7 +204,9 @@ def test_bad_shard_sets(fixtures, tmp_path, bad):
     shards[2].unlink()
     bad(shards[0], fx.head, "missing_shard", out_name="out-00001-of-00003.gguf")
     shards = split_model(fx.trunk, 3, tmp_path / "u")
-    edit(shards[0], tmp_path / "x.gguf", set_kvs={"split.tensors.count": kv("split.tensors.count", V.INT32, 3)}).replace(shards[0])
+    edit(
+        shards[0], tmp_path / "x.gguf", set_kvs={"split.tensors.count": kv("split.tensors.count", V.INT32, 3)}
+    ).replace(shards[0])
     bad(shards[0], fx.head, "bad_split_tensor_count", out_name="out-00001-of-00003.gguf")
     shards = split_model(fx.trunk, 3, tmp_path / "w")
     assert "out-00001-of-00003.gguf" in bad(shards[0], fx.head, "bad_out", out_name="out.gguf")
@@ -207,7 +224,9 @@ def test_malformed_inputs_are_rejected_before_writing(fixtures, tmp_path, bad):
 
 def test_set_kv_rules(fixtures, bad):
     fx = fixtures["partial"]
-    assert "existing key is u32, not str" in bad(fx.trunk, fx.head, "set_kv_type_mismatch", set_kv=["qwen35.context_length=str:8k"])
+    assert "existing key is u32, not str" in bad(
+        fx.trunk, fx.head, "set_kv_type_mismatch", set_kv=["qwen35.context_length=str:8k"]
+    )
     bad(fx.trunk, fx.head, "set_kv_forbidden", set_kv=["general.alignment=u32:64"])
     bad(fx.trunk, fx.head, "set_kv_forbidden", set_kv=["split.count=u16:2"])
     bad(fx.trunk, fx.head, "bad_set_kv", set_kv=["general.name"])

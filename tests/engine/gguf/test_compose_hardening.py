@@ -26,8 +26,18 @@ def test_sigterm_mid_compose_removes_the_temp_file(tmp_path):
     target, head = make_models(tmp_path / "in", 1536 << 20, vocab=1000, merges=100)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    cmd = [sys.executable, "-m", "app.launcher", "compose", "--target", str(target), "--head", str(head),
-           "--out", str(out_dir / "c.gguf")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.launcher",
+        "compose",
+        "--target",
+        str(target),
+        "--head",
+        str(head),
+        "--out",
+        str(out_dir / "c.gguf"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not _partials(out_dir) and proc.poll() is None and time.monotonic() < deadline:
@@ -60,8 +70,16 @@ def test_stale_partials_of_dead_processes_are_swept_and_live_ones_kept(fixtures,
 def test_out_onto_an_existing_folder_is_a_clear_error(fixtures, tmp_path):
     (tmp_path / "dir.gguf").mkdir()
     for force in ([], ["--force"]):
-        r = mtp_studio("compose", "--target", str(fixtures["partial"].trunk), "--head", str(fixtures["partial"].head),
-                       "--out", str(tmp_path / "dir.gguf"), *force)  # fmt: skip
+        r = mtp_studio(
+            "compose",
+            "--target",
+            str(fixtures["partial"].trunk),
+            "--head",
+            str(fixtures["partial"].head),
+            "--out",
+            str(tmp_path / "dir.gguf"),
+            *force,
+        )
         assert r.returncode == 1 and "is a folder" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -79,8 +97,15 @@ def test_out_into_a_read_only_folder_is_a_clear_error(fixtures, tmp_path):
     if not _make_read_only(ro):
         pytest.skip("cannot make a read-only folder here (root, and no immutable attribute on this filesystem)")
     try:
-        r = mtp_studio("compose", "--target", str(fixtures["partial"].trunk), "--head", str(fixtures["partial"].head),
-                       "--out", str(ro / "c.gguf"))  # fmt: skip
+        r = mtp_studio(
+            "compose",
+            "--target",
+            str(fixtures["partial"].trunk),
+            "--head",
+            str(fixtures["partial"].head),
+            "--out",
+            str(ro / "c.gguf"),
+        )
         assert r.returncode == 1 and "Traceback" not in r.stderr
         assert "not writable" in r.stderr or "Nothing was written" in r.stderr, r.stderr
         with pytest.raises(ComposeError):

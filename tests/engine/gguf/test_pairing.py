@@ -37,11 +37,17 @@ def _verdicts(target, head) -> dict[str, str]:
     def remote(p):  # what read_remote_header summarizes from the first bytes of the file
         h = read_header(p)
         arch = h.architecture
-        return Summary.of_remote(p.name, {
-            "architecture": arch, "embedding_length": h.get(f"{arch}.embedding_length"),
-            "vocab_size": h.kvs["tokenizer.ggml.tokens"].count, "block_count": h.get(f"{arch}.block_count"),
-            "nextn_layers": h.get(f"{arch}.nextn_predict_layers") or 0, "tensor_names": [t.name for t in h.tensors],
-        })  # fmt: skip
+        return Summary.of_remote(
+            p.name,
+            {
+                "architecture": arch,
+                "embedding_length": h.get(f"{arch}.embedding_length"),
+                "vocab_size": h.kvs["tokenizer.ggml.tokens"].count,
+                "block_count": h.get(f"{arch}.block_count"),
+                "nextn_layers": h.get(f"{arch}.nextn_predict_layers") or 0,
+                "tensor_names": [t.name for t in h.tensors],
+            },
+        )
 
     try:
         check_pair(remote(target), remote(head))
@@ -59,7 +65,11 @@ def test_a_head_that_fits_passes_every_caller(fixtures):
 def test_a_stray_tensor_in_the_nextn_block_is_rejected_by_name_everywhere(fixtures, tmp_path):
     fx = fixtures["partial"]
     stray = edit(fx.head, tmp_path / "mtp-stray.gguf", add_tensor=("blk.4.ffn_norm.weight", (128,)))
-    assert _verdicts(fx.trunk, stray) == {"compose": "unknown_tensor", "loader": "unknown_tensor", "pull": "unknown_tensor"}
+    assert _verdicts(fx.trunk, stray) == {
+        "compose": "unknown_tensor",
+        "loader": "unknown_tensor",
+        "pull": "unknown_tensor",
+    }
     with pytest.raises(PairingError, match=r"blk\.4\.ffn_norm\.weight"):
         check_pair(Summary.of_set(open_set(fx.trunk)), Summary.of_set(open_set(stray)))
 
@@ -89,7 +99,11 @@ def test_same_size_other_tokens_is_caught_where_tokens_are_known(fixtures, tmp_p
     fx = fixtures["partial"]
     tokens = list(read_header(fx.head).get("tokenizer.ggml.tokens"))
     tokens[300], tokens[301] = tokens[301], tokens[300]
-    other = edit(fx.head, tmp_path / "mtp-tok.gguf", set_kvs={"tokenizer.ggml.tokens": kv("tokenizer.ggml.tokens", V.ARRAY, tokens, V.STRING)})
+    other = edit(
+        fx.head,
+        tmp_path / "mtp-tok.gguf",
+        set_kvs={"tokenizer.ggml.tokens": kv("tokenizer.ggml.tokens", V.ARRAY, tokens, V.STRING)},
+    )
     with pytest.raises(PairingError) as e:
         check_pair(Summary.of_set(open_set(fx.trunk)), Summary.of_set(open_set(other)))
     assert e.value.code == "tokenizer_mismatch"

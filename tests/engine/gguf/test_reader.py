@@ -77,9 +77,9 @@ def test_agrees_with_gguf_py(every_type, fixtures):
         ours = read_header(path)
         theirs = GGUFReader(path)
         assert [f.name for f in theirs.fields.values()][3:] == [kv.key for kv in ours.kv_list]
-        assert [(t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), int(t.data_offset)) for t in theirs.tensors] == [
-            (t.name, t.dims, t.type, ours.data_offset + t.offset) for t in ours.tensors
-        ]
+        assert [
+            (t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), int(t.data_offset)) for t in theirs.tensors
+        ] == [(t.name, t.dims, t.type, ours.data_offset + t.offset) for t in ours.tensors]
         for f in theirs.fields.values():
             if f.name in ours.kvs and f.types and f.types[0] != 9:
                 assert f.contents() == pytest.approx(ours.kvs[f.name].value)

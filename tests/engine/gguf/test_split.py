@@ -98,8 +98,11 @@ def test_split_refuses_what_it_must_not_do(fixtures, tmp_path):
     assert shard.returncode == 1 and "already a shard" in shard.stderr
     many = mtp_studio("split", str(src), "--out", str(tmp_path / "z"), "--shards", "1000", "--json")
     assert many.returncode == 1 and json.loads(many.stdout)["error"]["code"] == "bad_split"
-    for usage in (["--out", str(tmp_path / "u")], ["--out", str(tmp_path / "u"), "--max-size", "lots"],
-                  ["--out", str(tmp_path / "u"), "--shards", "2", "--max-tensors", "3"]):  # fmt: skip
+    for usage in (
+        ["--out", str(tmp_path / "u")],
+        ["--out", str(tmp_path / "u"), "--max-size", "lots"],
+        ["--out", str(tmp_path / "u"), "--shards", "2", "--max-tensors", "3"],
+    ):
         assert mtp_studio("split", str(src), *usage).returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x-00001-of-00002.gguf", "x-00002-of-00002.gguf"]
 

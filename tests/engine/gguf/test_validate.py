@@ -76,7 +76,11 @@ def test_strict_key_types_and_per_layer_arrays(fixtures, tmp_path):
     p = edit(src, tmp_path / "b.gguf", set_kvs={"qwen35.block_count": kv("qwen35.block_count", V.UINT32, 6)})
     assert "bad_array_length" in codes(p)  # recurrent_layers still has 5 entries
     # two NextN layers declared, one block of NextN tensors: block 3 is a trunk block without them
-    p = edit(src, tmp_path / "c.gguf", set_kvs={"qwen35.nextn_predict_layers": kv("qwen35.nextn_predict_layers", V.UINT32, 2)})
+    p = edit(
+        src,
+        tmp_path / "c.gguf",
+        set_kvs={"qwen35.nextn_predict_layers": kv("qwen35.nextn_predict_layers", V.UINT32, 2)},
+    )
     assert "missing_nextn_tensors" in codes(p)
 
 
@@ -129,7 +133,9 @@ def test_validate_probe_reports_acceptance(fixtures):
     out = mtp_studio("validate", str(fixtures["full"].path), "--probe", "--json")
     body = json.loads(out.stdout)
     assert out.returncode == 0 and body["mtp"]["probe"]["ok"] and body["mtp"]["probe"]["acceptance"] == 1.0
-    out = mtp_studio("validate", str(fixtures["partial"].trunk), "--head", str(fixtures["partial"].head), "--probe", "--json")
+    out = mtp_studio(
+        "validate", str(fixtures["partial"].trunk), "--head", str(fixtures["partial"].head), "--probe", "--json"
+    )
     body = json.loads(out.stdout)
     assert out.returncode == 0 and 0 < body["mtp"]["probe"]["acceptance"] < 1
 

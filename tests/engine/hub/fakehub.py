@@ -98,7 +98,15 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # --------------------------------------------------------------- helpers
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, *, head: bool = False, file: str | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict | None = None,
+        *,
+        head: bool = False,
+        file: str | None = None,
+    ) -> None:
         self.send_response(status)
         h = {"Content-Length": str(len(body)), **(headers or {})}
         for k, v in h.items():
@@ -107,7 +115,15 @@ class _Handler(BaseHTTPRequestHandler):
         if not head and body:
             self.wfile.write(body)
         self.hub.log.append(
-            Logged(self.command, self.path, self.headers.get("Range"), status, 0 if head else len(body), time.monotonic(), file)
+            Logged(
+                self.command,
+                self.path,
+                self.headers.get("Range"),
+                status,
+                0 if head else len(body),
+                time.monotonic(),
+                file,
+            )
         )
 
     def _json(self, obj, status: int = 200) -> None:
@@ -115,7 +131,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, code: str, message: str, *, head: bool = False) -> None:
         body = json.dumps({"error": message}).encode()
-        self._send(status, body, {"Content-Type": "application/json", "X-Error-Code": code, "X-Error-Message": message}, head=head)
+        self._send(
+            status,
+            body,
+            {"Content-Type": "application/json", "X-Error-Code": code, "X-Error-Message": message},
+            head=head,
+        )
 
     def _repo(self, repo_id: str) -> Repo | None:
         return self.hub.repos.get(repo_id)
@@ -159,8 +180,15 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return self._json(
                 [
-                    {"id": rid, "modelId": rid, "downloads": r.downloads, "likes": 3, "tags": ["gguf"], "private": False,
-                     "lastModified": "2026-11-01T00:00:00.000Z"}  # fmt: skip
+                    {
+                        "id": rid,
+                        "modelId": rid,
+                        "downloads": r.downloads,
+                        "likes": 3,
+                        "tags": ["gguf"],
+                        "private": False,
+                        "lastModified": "2026-11-01T00:00:00.000Z",
+                    }
                     for rid, r in hits[:limit]
                 ]
             )
@@ -169,8 +197,15 @@ class _Handler(BaseHTTPRequestHandler):
             repo = self._repo(m.group(1))
             if repo is None:
                 return self._error(404, "RepoNotFound", "Repository not found", head=head)
-            return self._json({"id": m.group(1), "modelId": m.group(1), "sha": repo.sha, "private": False,
-                               "siblings": [{"rfilename": p} for p in repo.files]})  # fmt: skip
+            return self._json(
+                {
+                    "id": m.group(1),
+                    "modelId": m.group(1),
+                    "sha": repo.sha,
+                    "private": False,
+                    "siblings": [{"rfilename": p} for p in repo.files],
+                }
+            )
         m = re.fullmatch(r"/api/models/(.+)/tree/([^/]+)(/.*)?", path)
         if m:
             repo = self._repo(m.group(1))
@@ -238,7 +273,12 @@ class _Handler(BaseHTTPRequestHandler):
         if start > end and len(data):
             return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"}, head=head)
         body = data[start : end + 1]
-        hdrs = {**headers, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream", "Content-Length": str(len(body))}
+        hdrs = {
+            **headers,
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(len(body)),
+        }
         if status == 206:
             hdrs["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
         self.send_response(status)

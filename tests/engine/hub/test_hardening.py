@@ -16,9 +16,20 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 @pytest.mark.parametrize(
     "path",
-    ["../victim.gguf", "../../victim.gguf", "/tmp/victim.gguf", "a/../../victim.gguf", "a\\..\\victim.gguf",
-     "C:/victim.gguf", "a//victim.gguf", ".", "a/./b.gguf", "x\x00.gguf", ""],
-)  # fmt: skip
+    [
+        "../victim.gguf",
+        "../../victim.gguf",
+        "/tmp/victim.gguf",
+        "a/../../victim.gguf",
+        "a\\..\\victim.gguf",
+        "C:/victim.gguf",
+        "a//victim.gguf",
+        ".",
+        "a/./b.gguf",
+        "x\x00.gguf",
+        "",
+    ],
+)
 def test_unsafe_remote_paths_are_refused_before_anything_is_written(cfg, tmp_path, path):
     partial = tmp_path / "lib" / ".downloads"
     partial.mkdir(parents=True)
@@ -88,7 +99,12 @@ def test_an_unreadable_entry_record_is_kept_aside(fixtures, library):
 
 @pytest.mark.parametrize(
     "index",
-    [{"version": 1, "entries": [{"id": 5}]}, {"version": 1, "entries": "x"}, [], {"version": 1, "entries": [{"size": "1"}]}],
+    [
+        {"version": 1, "entries": [{"id": 5}]},
+        {"version": 1, "entries": "x"},
+        [],
+        {"version": 1, "entries": [{"size": "1"}]},
+    ],
 )
 def test_a_wrong_type_in_the_index_rebuilds_it(fixtures, library, index):
     e = library.import_file(fixtures["partial"].path)

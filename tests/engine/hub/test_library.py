@@ -74,7 +74,11 @@ def test_cli_search_pull_models_rm(hub, tmp_path, monkeypatch):
     text = mtp_studio("search", "tiny", "--files", check=True).stdout
     assert "[does not fit]" in text
     monkeypatch.delenv("MTP_STUDIO_HOST_MEMORY")
-    res = json.loads(mtp_studio("pull", "acme/Sharded-GGUF", "--head", "acme/Sharded-GGUF:mtp-tiny.gguf", "--json", check=True).stdout)
+    res = json.loads(
+        mtp_studio(
+            "pull", "acme/Sharded-GGUF", "--head", "acme/Sharded-GGUF:mtp-tiny.gguf", "--json", check=True
+        ).stdout
+    )
     assert len(res["model"]["files"]) == 3 and res["head"]["pair"] == res["model"]["id"]
     models = json.loads(mtp_studio("models", "--json", check=True).stdout)
     assert {m["id"] for m in models["models"]} == {res["model"]["id"], res["head"]["id"]}

@@ -29,8 +29,13 @@ REPO = "acme/gemma-4-tiny-it-GGUF"
 def files(tmp_path_factory):
     out = tmp_path_factory.mktemp("gemma4hub")
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    done = subprocess.run([sys.executable, "-m", "engine.synth.families", str(out), "gemma4", "qwen35moe"],
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.synth.families", str(out), "gemma4", "qwen35moe"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     index = json.loads(done.stdout.strip().splitlines()[-1])
     read = lambda key, name: Path(index[key][name]).read_bytes()  # noqa: E731
@@ -47,7 +52,9 @@ def files(tmp_path_factory):
 def cfg(files, monkeypatch):
     h = FakeHub()
     h.add_repo(REPO, files, downloads=3)
-    h.add_repo("acme/other-assistant-GGUF", {"gemma-4-tiny-it-assistant-F32.gguf": files["MTP/gemma-4-tiny-it-MTP-F32.gguf"]})
+    h.add_repo(
+        "acme/other-assistant-GGUF", {"gemma-4-tiny-it-assistant-F32.gguf": files["MTP/gemma-4-tiny-it-MTP-F32.gguf"]}
+    )
     with FakeHubServer(h):
         monkeypatch.setenv("HF_ENDPOINT", h.url)
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -58,8 +65,11 @@ def cfg(files, monkeypatch):
 def test_drafters_are_listed_as_heads_beside_their_target(cfg):
     _, groups = list_gguf(cfg, REPO)
     kinds = {g.name: g.head for g in groups}
-    assert kinds == {"gemma-4-tiny-it-Q8_0.gguf": False, "MTP/gemma-4-tiny-it-MTP-F32.gguf": True,
-                     "MTP/qwen-tiny-MTP-F32.gguf": True}  # fmt: skip
+    assert kinds == {
+        "gemma-4-tiny-it-Q8_0.gguf": False,
+        "MTP/gemma-4-tiny-it-MTP-F32.gguf": True,
+        "MTP/qwen-tiny-MTP-F32.gguf": True,
+    }
     target = next(g for g in groups if not g.head)
     assert head_for(groups, target).name == "MTP/gemma-4-tiny-it-MTP-F32.gguf"
     rev = list_gguf(cfg, REPO)[0]
@@ -75,8 +85,16 @@ def test_pull_takes_the_drafter_made_for_the_target_and_it_drafts(cfg, tmp_path)
     r = pull(cfg, library, REPO, head=REPO)  # several heads: the one whose header pairs
     assert r.head is not None and r.head.files[0].endswith("gemma-4-tiny-it-MTP-F32.gguf")
     assert library.get(r.model.id).pair == r.head.id
-    lm = load(LoadSpec(r.model.path(library.root), head=r.head.path(library.root), mtp=MtpSource.AUTO, n_ctx=256,
-                       probe=False, fit="off"))  # fmt: skip
+    lm = load(
+        LoadSpec(
+            r.model.path(library.root),
+            head=r.head.path(library.root),
+            mtp=MtpSource.AUTO,
+            n_ctx=256,
+            probe=False,
+            fit="off",
+        )
+    )
     try:
         assert lm.info["drafting"] == "shared"
         prompt = lm.model.prompt_tokens("Hello! Tell me a story.")

@@ -20,8 +20,11 @@ def _serve(*args: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.launcher", "rpc", "serve", "--port", str(port), "--threads", "1", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, GGML_NO_BACKTRACE="1"),
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, GGML_NO_BACKTRACE="1"),
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -103,8 +106,9 @@ def test_backend_plan_shows_rpc():
 
 def test_bench_runs_in_the_worker_over_rpc(two_servers):
     rpc = ",".join(f"127.0.0.1:{p}" for p in two_servers)
-    body = mtp_json("bench", "--model", str(demo_model_path()), "--rpc", rpc, "--depths", "0,2", "--runs", "1",
-                    "--max-tokens", "24")  # fmt: skip
+    body = mtp_json(
+        "bench", "--model", str(demo_model_path()), "--rpc", rpc, "--depths", "0,2", "--runs", "1", "--max-tokens", "24"
+    )
     arms = {a["depth"]: a for a in body["arms"]}
     assert arms["2"]["tokens_per_second_median"] > 0 and arms["2"]["acceptance"] > 0
     assert body["identical"] is not False

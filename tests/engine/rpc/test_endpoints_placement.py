@@ -31,7 +31,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_endpoints_parse_and_bad_ones_say_what_is_wrong():
-    assert parse_endpoints("127.0.0.1:50052, 10.0.0.2:6000") == (Endpoint("127.0.0.1", 50052), Endpoint("10.0.0.2", 6000))
+    assert parse_endpoints("127.0.0.1:50052, 10.0.0.2:6000") == (
+        Endpoint("127.0.0.1", 50052),
+        Endpoint("10.0.0.2", 6000),
+    )
     assert parse_endpoints("[::1]:50052")[0] == Endpoint("::1", 50052) and str(Endpoint("::1", 5)) == "[::1]:5"
     assert parse_endpoints(["a:1", "b:2"]) == (Endpoint("a", 1), Endpoint("b", 2))
     assert parse_endpoints("") == () and parse_endpoints(None) == ()
@@ -96,8 +99,12 @@ def test_llama_cpp_puts_every_layer_where_the_plan_says(rpc_pair, layer_counts):
     cases = [{"model": str(m), "weights": w} for m in layer_counts for w in WEIGHTS]
     proc = subprocess.run(
         [sys.executable, "-m", __name__, endpoints, json.dumps(cases)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=child_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=child_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(results) == len(cases)
@@ -112,8 +119,13 @@ def test_llama_cpp_puts_every_layer_where_the_plan_says(rpc_pair, layer_counts):
         # the NextN block and the output layer (index trunk + nextn): this machine's device
         assert got[trunk:] == [names[-1]] * (nextn + 1), where
         # and every tensor of those layers is pinned to this machine's buffers, nothing else
-        local = {t.name for t in read_header(case["model"]).tensors
-                 if t.name.startswith(tuple(f"blk.{il}." for il in range(trunk, trunk + nextn)) + ("output.", "output_norm."))}  # fmt: skip
+        local = {
+            t.name
+            for t in read_header(case["model"]).tensors
+            if t.name.startswith(
+                tuple(f"blk.{il}." for il in range(trunk, trunk + nextn)) + ("output.", "output_norm.")
+            )
+        }
         assert set(r["overridden"]) == local and len(set(r["overridden"].values())) == 1, where
         seen_splits.add((trunk, tuple(layers)))
     assert {n for _, layers in seen_splits for n in layers} >= {0, 1, 2, 3}  # the cases do split differently
@@ -150,16 +162,34 @@ def _assignments(endpoints: str, cases: list[dict]) -> None:
         model.close()
         assigned = {int(m[1]): m[2] for line in log if (m := _ASSIGNED.search(line))}
         overridden = {m[1]: m[2] for line in log if (m := _OVERRIDDEN.search(line))}
-        print(json.dumps({"trunk": trunk, "nextn": nextn, "devices": [d.name for d in p.devices], "layers": p.layers,
-                          "assigned": assigned, "overridden": overridden}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "trunk": trunk,
+                    "nextn": nextn,
+                    "devices": [d.name for d in p.devices],
+                    "layers": p.layers,
+                    "assigned": assigned,
+                    "overridden": overridden,
+                }
+            ),
+            flush=True,
+        )
 
 
 def test_placement_by_free_memory_and_wrong_weight_counts():
-    p = plan_placement([_dev("RPC0", 10), _dev("RPC1", 30)], [_dev("CPU", 20, "cpu", None)], n_layer_trunk=12, n_nextn=1)
+    p = plan_placement(
+        [_dev("RPC0", 10), _dev("RPC1", 30)], [_dev("CPU", 20, "cpu", None)], n_layer_trunk=12, n_nextn=1
+    )
     assert p.layers == [2, 6, 4]
     with pytest.raises(InvalidSettingError, match="3 devices"):
-        plan_placement([_dev("RPC0", 1), _dev("RPC1", 1)], [_dev("CPU", 1, "cpu", None)], n_layer_trunk=4, n_nextn=1,
-                       weights=[1, 1])  # fmt: skip
+        plan_placement(
+            [_dev("RPC0", 1), _dev("RPC1", 1)],
+            [_dev("CPU", 1, "cpu", None)],
+            n_layer_trunk=4,
+            n_nextn=1,
+            weights=[1, 1],
+        )
 
 
 def test_plan_and_build_name_carry_rpc():

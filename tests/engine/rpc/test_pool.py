@@ -14,7 +14,15 @@ import threading
 
 import pytest
 
-from engine.errors import InvalidRequestError, InvalidSettingError, NativeCrashError, RpcBusyError, RpcConnectionLostError, RpcUnreachableError, RpcVersionError
+from engine.errors import (
+    InvalidRequestError,
+    InvalidSettingError,
+    NativeCrashError,
+    RpcBusyError,
+    RpcConnectionLostError,
+    RpcUnreachableError,
+    RpcVersionError,
+)
 from engine.rpc.endpoints import hello
 from engine.rpc.proxy import CountingProxy
 from engine.runtime import jobs as J
@@ -237,7 +245,11 @@ class _FakeServer:
                 return
             with conn:
                 conn.recv(64)
-                body = self.payload if self.payload.startswith(b"HTTP") else struct.pack("<Q", len(self.payload)) + self.payload
+                body = (
+                    self.payload
+                    if self.payload.startswith(b"HTTP")
+                    else struct.pack("<Q", len(self.payload)) + self.payload
+                )
                 conn.sendall(body)
 
     def __str__(self):

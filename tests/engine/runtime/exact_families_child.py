@@ -29,15 +29,20 @@ def main(index: str, out: str) -> None:
             head = Path(out) / f"{name}-head.Q8_0.gguf"
             quantize(f["head"], head, "Q8_0")
         try:
-            lm = load(LoadSpec(q, head=head, mtp=MtpSource.AUTO, n_ctx=256, probe=False, fit="off",
-                               max_draft_depth=3, exact=True))  # fmt: skip
+            lm = load(
+                LoadSpec(
+                    q, head=head, mtp=MtpSource.AUTO, n_ctx=256, probe=False, fit="off", max_draft_depth=3, exact=True
+                )
+            )
         except MtpStudioError as e:
             print(json.dumps({"family": name, "refused": str(e)}), flush=True)
             continue
         try:
             prompt = lm.model.prompt_tokens("Hello! How are you today? Tell me a story about a cat.")
             r = measure(lm, prompt, tokens=24, max_width=4, depths=[1, 2, 3] if lm.source != MtpSource.OFF else [])
-            body = dict(r.to_json(), family=name, mtp=lm.source.value, identity=lm.info["identity"], runs=r.to_json()["mtp"])
+            body = dict(
+                r.to_json(), family=name, mtp=lm.source.value, identity=lm.info["identity"], runs=r.to_json()["mtp"]
+            )
         finally:
             lm.close()
         print(json.dumps(body), flush=True)

@@ -23,8 +23,12 @@ from engine.runtime.llama.batch import LOGITS_ALL  # noqa: E402
 from engine.runtime.llama.quantize import quantize  # noqa: E402
 from engine.runtime.load.loader import LoadSpec, MtpSource, load  # noqa: E402
 
-PROMPTS = ["Hello there, how are you today?", "The quick brown fox jumps over", "Once upon a time in a land far away",
-           "Numbers: one two three four five"]  # fmt: skip
+PROMPTS = [
+    "Hello there, how are you today?",
+    "The quick brown fox jumps over",
+    "Once upon a time in a land far away",
+    "Numbers: one two three four five",
+]
 
 
 def main(src: str, out: str) -> None:
@@ -44,8 +48,9 @@ def main(src: str, out: str) -> None:
     identity = solo.info["identity"]
     solo.close()
 
-    lm = load(LoadSpec(q, mtp=MtpSource.INTEGRATED, n_ctx=256, probe=False, fit="off", exact=True, parallel=4,
-                       logit_rows=8))  # fmt: skip
+    lm = load(
+        LoadSpec(q, mtp=MtpSource.INTEGRATED, n_ctx=256, probe=False, fit="off", exact=True, parallel=4, logit_rows=8)
+    )
     got: list = [None] * 4
     rows: list = [None] * 4
 
@@ -69,7 +74,9 @@ def main(src: str, out: str) -> None:
         lm.slots.batcher.step_once(0.005)
     lm.close()
     diff = max(float(np.abs(a - b).max()) for a, b in zip(rows, rows_alone))
-    print(json.dumps({"identity": identity, "same_tokens": [g == w for g, w in zip(got, want)], "max_logit_diff": diff}))
+    print(
+        json.dumps({"identity": identity, "same_tokens": [g == w for g, w in zip(got, want)], "max_logit_diff": diff})
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,16 @@ def main(src: str, out: str) -> None:
 
         plain = run().tokens
         both = run(depth=FixedDepth(2), suffix_drafts=True)
-        print(json.dumps({"identity": lm.info["identity"], "same": both.tokens == plain,
-                          "suffix_drafted": both.stats.suffix_drafted, "suffix_accepted": both.stats.suffix_accepted}))
+        print(
+            json.dumps(
+                {
+                    "identity": lm.info["identity"],
+                    "same": both.tokens == plain,
+                    "suffix_drafted": both.stats.suffix_drafted,
+                    "suffix_accepted": both.stats.suffix_accepted,
+                }
+            )
+        )
     finally:
         lm.close()
 

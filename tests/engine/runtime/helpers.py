@@ -19,7 +19,9 @@ PROMPTS = (
 
 def load_fixture(fx, source: str, *, max_depth: int = 4, n_ctx: int = 1024, **kw) -> LoadedModel:
     if source == "external":
-        return load(LoadSpec(fx.trunk, head=fx.head, mtp=MtpSource.EXTERNAL, n_ctx=n_ctx, max_draft_depth=max_depth, **kw))
+        return load(
+            LoadSpec(fx.trunk, head=fx.head, mtp=MtpSource.EXTERNAL, n_ctx=n_ctx, max_draft_depth=max_depth, **kw)
+        )
     if source == "trunk":
         return load(LoadSpec(fx.trunk, mtp=MtpSource.OFF, n_ctx=n_ctx, **kw))
     return load(LoadSpec(fx.path, mtp=MtpSource(source), n_ctx=n_ctx, max_draft_depth=max_depth, **kw))

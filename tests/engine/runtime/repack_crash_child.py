@@ -42,7 +42,10 @@ def main(path: str) -> int:
     out["weight_buffers"] = sorted({buft for part, buft, _ in buffers.lines if part == "weights"})
     with Engine() as eng:
         info = eng.submit(J.LoadModel(LoadSpec(path, n_ctx=256, parallel=2))).result(120)
-        out["engine"] = {"extra_bufts": info["extra_bufts"], "tokens": len(eng.submit(J.Generate(prompt="Hi", max_tokens=6)).result(60).tokens)}
+        out["engine"] = {
+            "extra_bufts": info["extra_bufts"],
+            "tokens": len(eng.submit(J.Generate(prompt="Hi", max_tokens=6)).result(60).tokens),
+        }
     print(json.dumps(out))
     return 0
 

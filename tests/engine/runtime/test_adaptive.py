@@ -74,7 +74,9 @@ def test_policy_drafts_deep_at_full_acceptance(deep_full):
 
 
 # ------------------------------------------------------- with simulated rounds
-def _simulate(policy: AdaptiveDepth, rounds: int, accept, verify_ms, step_ms=0.5, sync_ms=0.5, python_ms=0.0) -> list[int]:
+def _simulate(
+    policy: AdaptiveDepth, rounds: int, accept, verify_ms, step_ms=0.5, sync_ms=0.5, python_ms=0.0
+) -> list[int]:
     """Drive the policy with rounds whose costs and acceptance follow the given model
     (one generation: consecutive rounds, each ending ``python_ms`` after its parts)."""
     picked = []
@@ -88,9 +90,20 @@ def _simulate(policy: AdaptiveDepth, rounds: int, accept, verify_ms, step_ms=0.5
         draft = 0.0 if k == 0 else sync_ms + (k - 1) * step_ms
         verify = verify_ms(k + 1)
         t += (draft + verify + python_ms) / 1000
-        policy.observe(RoundStats(index=i, depth=k, drafted=k, accepted=a, emitted=a + 1, draft_ms=draft,
-                                  verify_ms=verify, t=t, sync_rows=1 if k else 0,
-                                  sync_ms=sync_ms if k else 0.0))  # fmt: skip
+        policy.observe(
+            RoundStats(
+                index=i,
+                depth=k,
+                drafted=k,
+                accepted=a,
+                emitted=a + 1,
+                draft_ms=draft,
+                verify_ms=verify,
+                t=t,
+                sync_rows=1 if k else 0,
+                sync_ms=sync_ms if k else 0.0,
+            )
+        )
     return picked
 
 
@@ -177,13 +190,25 @@ def test_plain_decoding_far_behind_is_not_tried_again_once_measured():
     tries of it stop (each cost a few rounds of a fresh session's first tokens). Where it
     is close, or its window is not full, it is still tried: the safety net."""
     rng = random.Random(3)
-    far = _simulate(AdaptiveDepth(2), 1500, lambda i, a: a == 0 and rng.random() < 0.9, lambda n: 10 + 0.5 * (n - 1),
-                    step_ms=8.0, sync_ms=0.5)  # fmt: skip
+    far = _simulate(
+        AdaptiveDepth(2),
+        1500,
+        lambda i, a: a == 0 and rng.random() < 0.9,
+        lambda n: 10 + 0.5 * (n - 1),
+        step_ms=8.0,
+        sync_ms=0.5,
+    )
     assert far[:300].count(0) >= 10  # the first timing and tries
     assert far[300:].count(0) == 0, far[300:].count(0)
     rng = random.Random(3)
-    close = _simulate(AdaptiveDepth(2), 1500, lambda i, a: a == 0 and rng.random() < 0.3, lambda n: 10 + 0.5 * (n - 1),
-                      step_ms=8.0, sync_ms=0.5)  # fmt: skip
+    close = _simulate(
+        AdaptiveDepth(2),
+        1500,
+        lambda i, a: a == 0 and rng.random() < 0.3,
+        lambda n: 10 + 0.5 * (n - 1),
+        step_ms=8.0,
+        sync_ms=0.5,
+    )
     assert close[300:].count(0) > 0
 
 
@@ -237,6 +262,7 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
 def test_a_restored_policy_does_not_learn_again_that_drafting_does_not_pay():
     """A policy restored from what it learned (0% acceptance, drafts dear) drafts far less
     over the next request than a fresh one, which must find it out again."""
+
     def verify(n):
         return 1.0 + 0.3 * (n - 1)
 
@@ -265,9 +291,15 @@ def test_a_restored_policy_times_again_the_depths_it_ruled_out_at_another_speed(
 
 @pytest.mark.parametrize(
     "state",
-    [None, [], {"max_depth": 3}, {"max_depth": 4, "reach": [1, 2]}, {"max_depth": 4, "reach": ["x"] * 4},
-     {"max_depth": 4, "reach": [float("nan")] * 4, "acc": [0] * 4, "prior_n": [1] * 4}],
-)  # fmt: skip
+    [
+        None,
+        [],
+        {"max_depth": 3},
+        {"max_depth": 4, "reach": [1, 2]},
+        {"max_depth": 4, "reach": ["x"] * 4},
+        {"max_depth": 4, "reach": [float("nan")] * 4, "acc": [0] * 4, "prior_n": [1] * 4},
+    ],
+)
 def test_a_saved_policy_that_does_not_fit_gives_a_fresh_one(state):
     fresh = AdaptiveDepth(4)
     got = AdaptiveDepth.from_state(4, state)

@@ -62,8 +62,20 @@ def simulate(policy, rounds: int, seed: int, *, acceptance=None, noisy: bool = F
         prev = k
         t += wall
         tokens += a + 1
-        policy.observe(RoundStats(index=i, depth=k, drafted=k, accepted=a, emitted=a + 1, draft_ms=draft,
-                                  verify_ms=verify, t=t / 1000, sync_rows=a + 1 if k else 0, sync_ms=sync))  # fmt: skip
+        policy.observe(
+            RoundStats(
+                index=i,
+                depth=k,
+                drafted=k,
+                accepted=a,
+                emitted=a + 1,
+                draft_ms=draft,
+                verify_ms=verify,
+                t=t / 1000,
+                sync_rows=a + 1 if k else 0,
+                sync_ms=sync,
+            )
+        )
     return tokens / t, picks
 
 
@@ -130,8 +142,20 @@ def test_one_descheduled_round_does_not_move_the_choice():
     before = policy.costs.round_ms(1)
     t = policy._prev[1]
     i = policy._prev[0] + 1
-    policy.observe(RoundStats(index=i, depth=1, drafted=1, accepted=1, emitted=2, draft_ms=0.05, verify_ms=12.0,
-                              t=t + 0.0125, sync_rows=2, sync_ms=0.05))  # fmt: skip
+    policy.observe(
+        RoundStats(
+            index=i,
+            depth=1,
+            drafted=1,
+            accepted=1,
+            emitted=2,
+            draft_ms=0.05,
+            verify_ms=12.0,
+            t=t + 0.0125,
+            sync_rows=2,
+            sync_ms=0.05,
+        )
+    )
     assert policy.costs.round_ms(1) == pytest.approx(before, rel=0.05)
     assert policy.next_depth() == 1 or policy._trying is not None
 

@@ -83,9 +83,20 @@ def test_bench_cli_json_and_plot(fixtures, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Hello there\nThe quick brown fox\n")
     body = mtp_json(
-        "bench", "--model", str(fixtures["full"].path), "--depths", "0,2,auto", "--runs", "1", "--max-tokens", "16",
-        "--prompts", str(prompts), "--plot", str(png),
-    )  # fmt: skip
+        "bench",
+        "--model",
+        str(fixtures["full"].path),
+        "--depths",
+        "0,2,auto",
+        "--runs",
+        "1",
+        "--max-tokens",
+        "16",
+        "--prompts",
+        str(prompts),
+        "--plot",
+        str(png),
+    )
     assert [a["depth"] for a in body["arms"]] == ["0", "2", "auto"] and body["identical"]
     assert body["arms"][1]["acceptance"] == 1.0
     data = png.read_bytes()
@@ -119,8 +130,19 @@ def test_bench_at_a_temperature_checks_seeded_identity_and_prints_one_json(fixtu
     prompt and run); sampled drafts are equal in distribution only, and say so."""
     from tests.engine.cli_helpers import mtp_json
 
-    common = ["bench", "--model", str(fixtures["partial"].path), "--depths", "0,2", "--runs", "1", "--max-tokens", "24",
-              "--temperature", "0.8"]  # fmt: skip
+    common = [
+        "bench",
+        "--model",
+        str(fixtures["partial"].path),
+        "--depths",
+        "0,2",
+        "--runs",
+        "1",
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0.8",
+    ]
     body = mtp_json(*common)
     assert body["temperature"] == 0.8 and body["sampled_draft"] is False and body["identical"] is True
     assert {a["depth"]: a["identical"] for a in body["arms"]} == {"0": True, "2": True}
@@ -139,7 +161,9 @@ def test_a_model_where_mtp_cannot_pay_is_told_in_words(fixtures):
     assert all(a["speedup"] < 1.0 for a in body["arms"][1:])
     v = body["verdict"]
     assert v.startswith("MTP does not pay on this model here") and "ms per token against" in v and "acceptance 0.0" in v
-    r = mtp_studio("bench", "--model", str(fixtures["random"].path), "--depths", "1", "--runs", "3", "--max-tokens", "32")
+    r = mtp_studio(
+        "bench", "--model", str(fixtures["random"].path), "--depths", "1", "--runs", "3", "--max-tokens", "32"
+    )
     assert r.returncode == 0 and "MTP does not pay" in r.stdout
 
 
@@ -148,7 +172,9 @@ def test_no_verdict_where_mtp_pays():
     from engine.runtime.measure.bench import ArmResult, BenchResult
 
     def arm(depth, tps):
-        return ArmResult(depth, [tps, tps], GenerationStats(generated=100, generation_ms=10.0, draft_ms=3.0, verify_ms=6.0))
+        return ArmResult(
+            depth, [tps, tps], GenerationStats(generated=100, generation_ms=10.0, draft_ms=3.0, verify_ms=6.0)
+        )
 
     assert BenchResult("m", [arm("0", 100.0), arm("1", 104.0)], 2, 32, 1).verdict() is None
     told = BenchResult("m", [arm("0", 100.0), arm("1", 102.0)], 2, 32, 1).verdict()  # within the noise: no gain

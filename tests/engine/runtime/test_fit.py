@@ -111,9 +111,23 @@ def test_logit_rows_are_what_a_decode_reads(gemma, buffers):
 
 
 def _shape(**kw) -> ModelShape:
-    base = dict(architecture="llama", n_vocab=32000, n_embd=4096, n_ff=14336, n_ctx_train=131072, n_layer_all=32,
-                n_nextn=0, kv_per_cell=(8 * 256,) * 32, recurrent_layers=0, recurrent_floats=0, n_masks=1,
-                layer_bytes=(200 << 20,) * 32, embd_bytes=250 << 20, output_bytes=250 << 20, other_bytes=0)  # fmt: skip
+    base = dict(
+        architecture="llama",
+        n_vocab=32000,
+        n_embd=4096,
+        n_ff=14336,
+        n_ctx_train=131072,
+        n_layer_all=32,
+        n_nextn=0,
+        kv_per_cell=(8 * 256,) * 32,
+        recurrent_layers=0,
+        recurrent_floats=0,
+        n_masks=1,
+        layer_bytes=(200 << 20,) * 32,
+        embd_bytes=250 << 20,
+        output_bytes=250 << 20,
+        other_bytes=0,
+    )
     base.update(kw)
     return ModelShape(**base)
 
@@ -128,8 +142,13 @@ def test_verdicts_gpu_partial_cpu_none():
     assert small.label() == f"partly on the GPU ({small.estimate.gpu_layers} of 33 layers)"
     assert small.needs["GPU0"] <= 5 * GiB - MARGIN_BYTES
     # one more layer would not have fitted
-    more = assess(shape, 8192, [host, DeviceFree("GPU0", "gpu", 6 * GiB, 5 * GiB)], mtp=False,
-                  n_gpu_layers=small.estimate.gpu_layers + 1)  # fmt: skip
+    more = assess(
+        shape,
+        8192,
+        [host, DeviceFree("GPU0", "gpu", 6 * GiB, 5 * GiB)],
+        mtp=False,
+        n_gpu_layers=small.estimate.gpu_layers + 1,
+    )
     assert more.verdict == "none"
     cpu = assess(shape, 8192, [host], mtp=False)
     assert cpu.verdict == "cpu" and cpu.estimate.offloaded_bytes == 0
@@ -187,7 +206,9 @@ def test_cli_refuses_with_exit_status_1_and_inspect_reports_memory(dense, monkey
     mem = out["memory"]
     parts = ("weights_bytes", "kv_bytes", "recurrent_bytes", "mtp_bytes", "compute_bytes")
     assert mem["total_bytes"] == sum(mem[k] for k in parts) and mem["kv_bytes"] == 4 * 8192 * 2 * 128 * 2
-    assert out["fit"]["devices"][0]["name"] == "host memory" and out["fit"]["devices"][0]["free_bytes"] == int(1.1 * (1 << 30))
+    assert out["fit"]["devices"][0]["name"] == "host memory" and out["fit"]["devices"][0]["free_bytes"] == int(
+        1.1 * (1 << 30)
+    )
     assert "memory " in mtp_studio("inspect", str(dense), check=True).stdout
 
 

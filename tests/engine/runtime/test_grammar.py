@@ -27,7 +27,10 @@ PROMPT = "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>as
 SCHEMAS = {
     "enum and range": {
         "type": "object",
-        "properties": {"colour": {"enum": ["red", "green", "blue"]}, "size": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "properties": {
+            "colour": {"enum": ["red", "green", "blue"]},
+            "size": {"type": "integer", "minimum": 1, "maximum": 9},
+        },
         "required": ["colour", "size"],
         "additionalProperties": False,
     },
@@ -37,7 +40,10 @@ SCHEMAS = {
             "name": {"type": "string", "maxLength": 10},
             "address": {
                 "type": "object",
-                "properties": {"city": {"type": "string", "maxLength": 8}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                "properties": {
+                    "city": {"type": "string", "maxLength": 8},
+                    "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                },
                 "required": ["city", "zip"],
                 "additionalProperties": False,
             },
@@ -47,20 +53,32 @@ SCHEMAS = {
     },
     "bounded array": {
         "type": "object",
-        "properties": {"scores": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1},
-                                  "minItems": 2, "maxItems": 4}},  # fmt: skip
+        "properties": {
+            "scores": {
+                "type": "array",
+                "items": {"type": "number", "minimum": 0, "maximum": 1},
+                "minItems": 2,
+                "maxItems": 4,
+            }
+        },
         "required": ["scores"],
         "additionalProperties": False,
     },
     "booleans and null": {
         "type": "object",
-        "properties": {"ok": {"type": "boolean"}, "note": {"type": "null"}, "id": {"type": "string", "pattern": "^[a-f]{4}$"}},
+        "properties": {
+            "ok": {"type": "boolean"},
+            "note": {"type": "null"},
+            "id": {"type": "string", "pattern": "^[a-f]{4}$"},
+        },
         "required": ["ok", "note", "id"],
         "additionalProperties": False,
     },
     "key heavy": {
         "type": "object",
-        "properties": {f"the_field_named_{w}": {"type": "boolean"} for w in ("alpha", "bravo", "charlie", "delta", "echo")},
+        "properties": {
+            f"the_field_named_{w}": {"type": "boolean"} for w in ("alpha", "bravo", "charlie", "delta", "echo")
+        },
         "required": [f"the_field_named_{w}" for w in ("alpha", "bravo", "charlie", "delta", "echo")],
         "additionalProperties": False,
     },
@@ -103,8 +121,12 @@ def test_output_follows_the_schema_with_and_without_mtp(demo, name):
 def test_forced_tokens_ride_free_with_mtp_off_and_skip_the_head_with_it(demo, monkeypatch):
     spec = GrammarSpec.json_schema(SCHEMAS["key heavy"])
     rounds = []
-    plain = generate(demo.session, demo.model.prompt_tokens(PROMPT),
-                     DecodeParams(max_tokens=160, constraint=_constraint(demo, spec)), on_round=rounds.append)  # fmt: skip
+    plain = generate(
+        demo.session,
+        demo.model.prompt_tokens(PROMPT),
+        DecodeParams(max_tokens=160, constraint=_constraint(demo, spec)),
+        on_round=rounds.append,
+    )
     assert plain.stats.forced > plain.stats.generated / 2
     assert plain.stats.target_forwards < 0.5 * plain.stats.generated  # forwards per token below 1
     assert 0 <= plain.stats.forced - sum(r.forced for r in rounds) <= 1  # the rounds' plus the prompt's first token
@@ -112,9 +134,12 @@ def test_forced_tokens_ride_free_with_mtp_off_and_skip_the_head_with_it(demo, mo
     real_draft = MtpDraft.draft
     monkeypatch.setattr(MtpDraft, "draft", lambda self, *a: calls.append(a) or real_draft(self, *a))
     spec_rounds = []
-    g = generate(demo.session, demo.model.prompt_tokens(PROMPT),
-                 DecodeParams(max_tokens=160, depth=FixedDepth(3), constraint=_constraint(demo, spec)),
-                 on_round=spec_rounds.append)  # fmt: skip
+    g = generate(
+        demo.session,
+        demo.model.prompt_tokens(PROMPT),
+        DecodeParams(max_tokens=160, depth=FixedDepth(3), constraint=_constraint(demo, spec)),
+        on_round=spec_rounds.append,
+    )
     forced_rounds = [r for r in spec_rounds if r.forced]
     assert forced_rounds and all(r.drafted == 0 for r in forced_rounds)
     assert len(calls) == len(spec_rounds) - len(forced_rounds)  # the head was asked in the other rounds only
@@ -124,9 +149,12 @@ def test_forced_tokens_ride_free_with_mtp_off_and_skip_the_head_with_it(demo, mo
 def test_drafts_are_cut_to_what_the_grammar_allows(demo):
     spec = GrammarSpec("regex", "[0-9]{40}")
     rounds = []
-    g = generate(demo.session, demo.model.prompt_tokens(PROMPT),
-                 DecodeParams(max_tokens=40, depth=FixedDepth(3), constraint=_constraint(demo, spec)),
-                 on_round=rounds.append)  # fmt: skip
+    g = generate(
+        demo.session,
+        demo.model.prompt_tokens(PROMPT),
+        DecodeParams(max_tokens=40, depth=FixedDepth(3), constraint=_constraint(demo, spec)),
+        on_round=rounds.append,
+    )
     assert g.text.isdigit() and len(g.text) == 40
     c = _constraint(demo, spec)
     for r in rounds:  # every verified draft was a digit string the grammar accepts
@@ -157,8 +185,10 @@ def test_sampling_under_a_grammar_stays_inside_it(demo):
         (GrammarSpec("regex", "(unclosed"), "regex"),
         (GrammarSpec("lark", "start: ???"), "lark"),
         (GrammarSpec("json_schema", json.dumps({"enum": ["x" * 50] * (MAX_GRAMMAR_CHARS // 50)})), "characters"),
-        (GrammarSpec.json_schema({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}),
-         "Unimplemented keys"),  # an unsupported feature is named, never silently ignored
+        (
+            GrammarSpec.json_schema({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}),
+            "Unimplemented keys",
+        ),  # an unsupported feature is named, never silently ignored
         (GrammarSpec.json_schema({"$ref": "https://example.com/remote.json"}), "example.com"),  # no fetching
     ],
 )
@@ -174,8 +204,18 @@ def test_exact_mode_constrained_mtp_output_is_bit_identical(tmp_path, monkeypatc
     from tests.engine.cli_helpers import mtp_json
 
     (tmp_path / "s.json").write_text(json.dumps(SCHEMAS["nested"]))
-    common = ["generate", "--model", str(demo_model_path()), "--prompt", PROMPT, "--max-tokens", "96", "--exact",
-              "--json-schema", str(tmp_path / "s.json")]  # fmt: skip
+    common = [
+        "generate",
+        "--model",
+        str(demo_model_path()),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "96",
+        "--exact",
+        "--json-schema",
+        str(tmp_path / "s.json"),
+    ]
     plain = mtp_json(*common, "--mtp", "off")
     spec = mtp_json(*common, "--draft-depth", depth)
     assert spec["tokens"] == plain["tokens"] and spec["stats"]["drafted"] > 0

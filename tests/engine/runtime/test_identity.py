@@ -96,7 +96,9 @@ def _run_rounds(lm, prompt, k, sink):
     from engine.runtime.decode.params import DecodeParams
     from engine.runtime.decode.policy.base import FixedDepth
 
-    return generate(lm.session, lm.model.tokenize(prompt), DecodeParams(max_tokens=48, depth=FixedDepth(k)), on_round=sink.append)
+    return generate(
+        lm.session, lm.model.tokenize(prompt), DecodeParams(max_tokens=48, depth=FixedDepth(k)), on_round=sink.append
+    )
 
 
 @pytest.mark.parametrize("k", DEPTHS)

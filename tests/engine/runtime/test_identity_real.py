@@ -73,8 +73,21 @@ def test_exact_mode_makes_gemma_bit_exact_at_every_verify_width(gemma):
 def test_exact_mode_holds_past_512_positions(gemma):
     """One-token decodes over 512+ cached positions take llama.cpp's split-KV attention
     path; exact mode's Q8_0 KV cache keeps them on the batch path."""
-    out = mtp_json("bench", "identity", "--model", str(gemma), "--tokens", "12", "--max-width", "4", "--exact",
-                   "--prompt", "Item one is on the shelf and item two is on the floor.", "--prompt-repeat", "40")  # fmt: skip
+    out = mtp_json(
+        "bench",
+        "identity",
+        "--model",
+        str(gemma),
+        "--tokens",
+        "12",
+        "--max-width",
+        "4",
+        "--exact",
+        "--prompt",
+        "Item one is on the shelf and item two is on the floor.",
+        "--prompt-repeat",
+        "40",
+    )
     assert out["prompt_tokens"] > 512 and out["noise"] == 0.0
     # a prompt decoded whole or as a reused prefix plus the rest: the same last row
     assert out["prefill_split_diff"] == 0.0
@@ -83,8 +96,19 @@ def test_exact_mode_holds_past_512_positions(gemma):
 @pytest.mark.parametrize("quant", ["Q8_0", "Q4_K_M"])
 def test_exact_mode_mtp_is_bit_identical_on_quantized_models(quantized, quant):
     fx = quantized("partial", quant)
-    out = mtp_json("bench", "identity", "--model", str(fx.path), "--tokens", "48", "--max-width", "5", "--depths", "1,2,4",
-                   "--exact")  # fmt: skip
+    out = mtp_json(
+        "bench",
+        "identity",
+        "--model",
+        str(fx.path),
+        "--tokens",
+        "48",
+        "--max-width",
+        "5",
+        "--depths",
+        "1,2,4",
+        "--exact",
+    )
     assert out["noise"] == 0.0 and [m["identical"] for m in out["mtp"]] == [True, True, True]
     assert out["identity"] == "bit-exact: identical to one-token-at-a-time greedy decoding"
 
@@ -95,7 +119,9 @@ def test_exact_mode_says_when_the_build_cannot_make_float_weights_exact(fixtures
     from engine.runtime.llama.exact import build_uses_llamafile
     from engine.runtime.llama.lib import system_info
 
-    out = mtp_json("generate", "--model", str(fixtures["partial"].path), "--prompt", "hi", "--max-tokens", "4", "--exact")
+    out = mtp_json(
+        "generate", "--model", str(fixtures["partial"].path), "--prompt", "hi", "--max-tokens", "4", "--exact"
+    )
     claim = out["model"]["identity"]
     if build_uses_llamafile(system_info()):
         assert "llamafile" in claim and "backend build --exact" in claim

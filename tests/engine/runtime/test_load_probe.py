@@ -104,7 +104,9 @@ def test_two_loads_of_the_same_file_run_one_child_probe_and_another_cpu_probes_a
 def test_the_probe_child_survives_being_killed_as_a_plain_signal(fresh_copy):
     """What the parent sees of a crash: the stage the child reached is on stdout."""
     cmd = [sys.executable, "-m", "engine.runtime.load.loadcheck_child", str(fresh_copy), "--mtp", "integrated"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **{CRASH_ENV: "always"}), timeout=120)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=dict(os.environ, **{CRASH_ENV: "always"}), timeout=120
+    )
     assert proc.returncode == -signal.SIGSEGV
     assert '"stage": "decode"' in proc.stdout.strip().splitlines()[-1]
 

@@ -28,8 +28,20 @@ from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.runtime.load.source import nextn_load_failure
 
 #: families whose MTP layers ship inside the model file (and draft)
-INTEGRATED = ("qwen35moe", "qwen3next", "glm4moe", "deepseek2", "deepseek32", "glm-dsa", "bailingmoe3",
-              "cohere2moe", "nemotron_h_moe", "step35", "mimo2", "hy_v3")  # fmt: skip
+INTEGRATED = (
+    "qwen35moe",
+    "qwen3next",
+    "glm4moe",
+    "deepseek2",
+    "deepseek32",
+    "glm-dsa",
+    "bailingmoe3",
+    "cohere2moe",
+    "nemotron_h_moe",
+    "step35",
+    "mimo2",
+    "hy_v3",
+)
 PROMPT = "Hello! How are you today? Tell me a story about a cat."
 
 
@@ -38,8 +50,9 @@ def families(tmp_path_factory):
     """Written in a child process: laying out a model from metadata runs llama.cpp."""
     out = tmp_path_factory.mktemp("families")
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    done = subprocess.run([sys.executable, "-m", "engine.synth.families", str(out)], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.synth.families", str(out)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -247,7 +260,10 @@ def test_refusals_are_typed_errors_in_words(families):
         _load(glm5, MtpSource.INTEGRATED)
     with _loaded(glm5, MtpSource.AUTO) as lm:  # auto never picks what cannot draft, and says why
         assert lm.source == MtpSource.OFF
-        assert "MTP is off for this model" in lm.info["mtp_off_reason"] and "GLM5-Next NextN graph" in lm.info["mtp_off_reason"]
+        assert (
+            "MTP is off for this model" in lm.info["mtp_off_reason"]
+            and "GLM5-Next NextN graph" in lm.info["mtp_off_reason"]
+        )
     # where this build cannot load such a file's NextN tensors, the refusal says so (not "damaged")
     why = nextn_load_failure(validate_path(glm5)[1])
     assert why is not None and "not damaged" in why and "NextN" in why
@@ -288,8 +304,13 @@ def test_exact_mode_is_bit_exact_on_every_family(families, tmp_path):
     index = tmp_path / "index.json"
     index.write_text(json.dumps({k: v for k, v in families.items() if k not in ("refusals", "glm5-next")}))
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.exact_families_child", str(index), str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.engine.runtime.exact_families_child", str(index), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     results = {r["family"]: r for r in map(json.loads, done.stdout.strip().splitlines())}
     assert set(results) == set(json.loads(index.read_text()))
@@ -320,8 +341,9 @@ def test_two_sequences_together_on_chained_heads_and_a_shared_memory_assistant(f
         for p in prompts:
             solo.session.reset()
             want.append(generate(solo.session, solo.model.prompt_tokens(p), params).tokens)
-    lm = load(LoadSpec(f["target"], head=head, mtp=mtp, n_ctx=256, probe=False, fit="off", max_draft_depth=3,
-                       parallel=2))  # fmt: skip
+    lm = load(
+        LoadSpec(f["target"], head=head, mtp=mtp, n_ctx=256, probe=False, fit="off", max_draft_depth=3, parallel=2)
+    )
     try:
         got: list = [None, None]
         slots = [lm.slots.acquire(i) for i in range(2)]

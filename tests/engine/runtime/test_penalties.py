@@ -18,10 +18,16 @@ from tests.engine.cli_helpers import mtp_json
 CODE = 'import os\n\n\ndef list_files(path):\n    """Return the names of the files in path."""\n'
 
 
-
-@pytest.mark.parametrize("flags", [["--presence-penalty", "1.5"], ["--frequency-penalty", "0.8"], ["--repeat-penalty", "1.8"],
-                                   ["--presence-penalty", "0.5", "--frequency-penalty", "0.5", "--repeat-penalty", "1.3"]],
-                         ids=["presence", "frequency", "repeat", "all"])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--presence-penalty", "1.5"],
+        ["--frequency-penalty", "0.8"],
+        ["--repeat-penalty", "1.8"],
+        ["--presence-penalty", "0.5", "--frequency-penalty", "0.5", "--repeat-penalty", "1.3"],
+    ],
+    ids=["presence", "frequency", "repeat", "all"],
+)
 def test_penalties_are_identical_with_and_without_mtp(flags, tmp_path, monkeypatch):
     """On the trained demo (which repeats itself in code) in exact mode: the penalised
     output differs from the unpenalised one and is the same with MTP at depths 1, 3 and
@@ -35,7 +41,10 @@ def test_penalties_are_identical_with_and_without_mtp(flags, tmp_path, monkeypat
         g = mtp_json(*common, "--draft-depth", depth, *flags)
         assert g["tokens"] == plain["tokens"] and g["stats"]["drafted"] > 0, depth
     sampled = mtp_json(*common, "--mtp", "off", "--temperature", "0.9", "--seed", "7", *flags)
-    assert mtp_json(*common, "--draft-depth", "2", "--temperature", "0.9", "--seed", "7", *flags)["tokens"] == sampled["tokens"]
+    assert (
+        mtp_json(*common, "--draft-depth", "2", "--temperature", "0.9", "--seed", "7", *flags)["tokens"]
+        == sampled["tokens"]
+    )
 
 
 def test_the_rule_is_llama_cpps_and_openais():

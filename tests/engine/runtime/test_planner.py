@@ -40,8 +40,20 @@ def _trained(verify_scale: float) -> tuple[AdaptiveDepth, SuffixLearned]:
         while a < k and rng.random() < TRACE["acceptance"][a]:
             a += 1
         t += wall
-        auto.observe(RoundStats(index=i, depth=k, drafted=k, accepted=a, emitted=a + 1, draft_ms=draft,
-                                verify_ms=verify, t=t / 1000, sync_rows=a + 1 if k else 0, sync_ms=sync))  # fmt: skip
+        auto.observe(
+            RoundStats(
+                index=i,
+                depth=k,
+                drafted=k,
+                accepted=a,
+                emitted=a + 1,
+                draft_ms=draft,
+                verify_ms=verify,
+                t=t / 1000,
+                sync_rows=a + 1 if k else 0,
+                sync_ms=sync,
+            )
+        )
     learned = SuffixLearned()
     for k, rounds in DEPTHS.items():
         for verify, draft, _sync, _wall in rounds[:9]:

@@ -20,8 +20,17 @@ from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 
 SYSTEM = {"role": "system", "content": " ".join(f"Rule {i}: answer briefly and cite rule {i}." for i in range(60))}
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
-    "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}}, "required": ["city"]}}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]}},
+            "required": ["city"],
+        },
+    },
+}
 
 
 def _engine(model, mb: int) -> Engine:
@@ -56,9 +65,10 @@ def _assistant(r: J.GenerateResult) -> dict:
     assert rep is not None
     msg = {"role": "assistant", "content": rep.content, "reasoning_content": rep.reasoning}
     if rep.calls:
-        msg["tool_calls"] = [{"id": f"call_{i}", "type": "function",
-                              "function": {"name": c.name, "arguments": c.arguments}}
-                             for i, c in enumerate(rep.calls)]  # fmt: skip
+        msg["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for i, c in enumerate(rep.calls)
+        ]
     return msg
 
 
@@ -88,7 +98,8 @@ def test_a_thinking_chat_decodes_only_each_new_turn(engines):
         assert s.prompt_tokens_restored >= prev.stats.prompt_tokens - 12
         assert s.prompt_tokens - s.prompt_tokens_reused < s.prompt_tokens - prev.stats.prompt_tokens + 12 + 40
     assert sum(r.stats.prompt_tokens - r.stats.prompt_tokens_reused for r in cached[1:]) * 3 < sum(
-        r.stats.prompt_tokens for r in cached[1:])
+        r.stats.prompt_tokens for r in cached[1:]
+    )
 
 
 def test_two_conversations_alternating_each_resume_and_share_the_system_prompt(engines):
@@ -132,7 +143,9 @@ def test_an_agent_loop_with_tool_results_resumes_every_step(engines):
             msg = _assistant(r)
             msgs.append(msg)
             for c in msg.get("tool_calls", []):
-                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": f'{{"forecast": "sunny", "step": {step}}}'})
+                msgs.append(
+                    {"role": "tool", "tool_call_id": c["id"], "content": f'{{"forecast": "sunny", "step": {step}}}'}
+                )
             if not msg.get("tool_calls"):
                 msgs.append({"role": "user", "content": "Check another city."})
         runs[key] = steps
@@ -243,8 +256,12 @@ def test_a_snapshot_restores_bit_for_bit(engines):
         s.reset()
         s.restore(snap)
         again = s.snapshot()
-        return (bytes(again.target) == bytes(snap.target) and bytes(again.draft) == bytes(snap.draft)
-                and again.draft_tokens == snap.draft_tokens and s.target_tokens == snap.tokens.tolist())  # fmt: skip
+        return (
+            bytes(again.target) == bytes(snap.target)
+            and bytes(again.draft) == bytes(snap.draft)
+            and again.draft_tokens == snap.draft_tokens
+            and s.target_tokens == snap.tokens.tolist()
+        )
 
     assert on.submit(J.Call(roundtrip)).result(10)
 
@@ -268,7 +285,9 @@ def test_an_attention_model_restores_a_conversation_another_one_pushed_out(gemma
     """Real Gemma 3 270M (attention only: llama.cpp can cut its KV back, so no snapshots are
     taken during prefill): when a second conversation takes the context, the first one's
     state is saved, and its next turn restores it instead of decoding it again."""
-    engines = {mb: Engine(EngineDefaults(request=Defaults(max_tokens=12), prompt_cache_mb=mb)).start() for mb in (64, 0)}
+    engines = {
+        mb: Engine(EngineDefaults(request=Defaults(max_tokens=12), prompt_cache_mb=mb)).start() for mb in (64, 0)
+    }
     try:
         out = {}
         for mb, eng in engines.items():

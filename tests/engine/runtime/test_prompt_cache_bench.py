@@ -18,8 +18,24 @@ def template_file(tmp_path_factory, qwen35_template):
 
 
 def test_demo_with_qwen35_template_resumes_every_turn_bit_identically_in_exact_mode(template_file):
-    out = mtp_json("bench", "prompt-cache", "--template", str(template_file), "--turns", "3", "--agent-steps", "3",
-                   "--system-words", "300", "--max-tokens", "32", "--ctx", "4096", "--exact", timeout=600)  # fmt: skip
+    out = mtp_json(
+        "bench",
+        "prompt-cache",
+        "--template",
+        str(template_file),
+        "--turns",
+        "3",
+        "--agent-steps",
+        "3",
+        "--system-words",
+        "300",
+        "--max-tokens",
+        "32",
+        "--ctx",
+        "4096",
+        "--exact",
+        timeout=600,
+    )
     assert out["exact"] is True
     assert set(out["scenarios"]) == {"chat", "two", "agent"}
     for name, s in out["scenarios"].items():

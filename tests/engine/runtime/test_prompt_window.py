@@ -17,8 +17,10 @@ from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
 @pytest.fixture(scope="module")
 def lms(fixtures):
-    out = {name: load(LoadSpec(fixtures[name].path, mtp=MtpSource.INTEGRATED, n_ctx=1024, probe=False, fit="off"))
-           for name in ("full", "partial")}  # fmt: skip
+    out = {
+        name: load(LoadSpec(fixtures[name].path, mtp=MtpSource.INTEGRATED, n_ctx=1024, probe=False, fit="off"))
+        for name in ("full", "partial")
+    }
     yield out
     for lm in out.values():
         lm.close()
@@ -30,7 +32,9 @@ def _gen(lm, prompt, window, depth=2, n=48, reset=True):
         s.reset()
     s.prompt_window = window
     try:
-        return generate(s, prompt, DecodeParams(max_tokens=n, ignore_eog=True, depth=FixedDepth(depth) if depth else None))
+        return generate(
+            s, prompt, DecodeParams(max_tokens=n, ignore_eog=True, depth=FixedDepth(depth) if depth else None)
+        )
     finally:
         s.prompt_window = MTP_PROMPT_WINDOW
 

@@ -14,18 +14,35 @@ from engine.runtime.prompt import reasoning, toolturns
 from engine.runtime.prompt.chat import render
 from engine.runtime.prompt.tools import normalize_messages, parse_tools
 
-TOOLS = parse_tools([{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                   "required": ["city"]}}}])  # fmt: skip
+TOOLS = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather in a city",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+)
 ARGS = {"city": "Paris", "days": 3}
 CONVERSATION = [
     {"role": "system", "content": "You are helpful."},
     {"role": "user", "content": "What is the weather in Paris?"},
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(ARGS)}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(ARGS)}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": '{"temp": 21}'},
-]  # fmt: skip
+]
 
 #: families of the templates the issue names (the rest are detected too; see docs/endpoint.md)
 EXPECTED = {
@@ -134,7 +151,7 @@ def test_every_tool_template_renders_a_tool_conversation_and_its_calls_parse_bac
         assert calls is not None and [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", ARGS)], name
         # and the template's own rendering of the assistant's call is that format
         history = _render(source, _conversation(source, CONVERSATION[:3])[0], add_generation_prompt=False, tools=tools)
-        after = history[history.index("What is the weather in Paris?"):]
+        after = history[history.index("What is the weather in Paris?") :]
         at = fmt.find(after) if fmt.trigger else after.find('{"')
         own = fmt.scan(after[at:], TOOLS)[0] if at >= 0 else []
         report[name] = (fmt.name, [(c.name, json.loads(c.arguments)) for c in own])
@@ -142,9 +159,11 @@ def test_every_tool_template_renders_a_tool_conversation_and_its_calls_parse_bac
         assert _conversation(templates[name], CONVERSATION)[2].name == family, name
     native = {n for n, (f, _) in report.items() if f != "generic"}
     parsed_own = {n for n in native if report[n][1] == [("get_weather", ARGS)]}
-    print(f"\n{len(report) + len(UNRENDERABLE)} templates mention tools; {len(UNRENDERABLE)} cannot render a tool "
-          f"conversation; {len(native)} write calls in a family parsed natively, of which {len(parsed_own)} render "
-          f"a call that parses back; {len(report) - len(native)} get the generic format")  # fmt: skip
+    print(
+        f"\n{len(report) + len(UNRENDERABLE)} templates mention tools; {len(UNRENDERABLE)} cannot render a tool "
+        f"conversation; {len(native)} write calls in a family parsed natively, of which {len(parsed_own)} render "
+        f"a call that parses back; {len(report) - len(native)} get the generic format"
+    )
     assert native - parsed_own == CALLS_NOT_RENDERED, {n: report[n] for n in native - parsed_own}
 
 
@@ -164,5 +183,7 @@ def test_thinking_templates_are_recognised_from_their_generation_prompt(template
     # thinking on opens the block; enable_thinking false closes it in the prompt itself
     assert {"Qwen3.5-4B.jinja", "StepFun3.5-Flash.jinja", "llama-cpp-deepseek-r1.jinja"} <= set(opened)
     assert "Qwen3.5-4B.jinja" in toggled
-    print(f"\nthinking templates: {len(opened)} open a think block in the prompt; enable_thinking false closes "
-          f"it in {len(toggled)}")  # fmt: skip
+    print(
+        f"\nthinking templates: {len(opened)} open a think block in the prompt; enable_thinking false closes "
+        f"it in {len(toggled)}"
+    )

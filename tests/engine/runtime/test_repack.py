@@ -117,8 +117,11 @@ def test_on_a_crashing_cpu_every_load_runs_without_repacking(q4, crashing_cpu):
     before the verdict, a load without the probe repacked and died."""
     proc = subprocess.run(
         [sys.executable, "-m", "tests.engine.runtime.repack_crash_child", str(q4.path)],
-        capture_output=True, text=True, env=_env(crashing_cpu), timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=_env(crashing_cpu),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     v = out["verdict"]
@@ -135,8 +138,18 @@ def test_on_a_crashing_cpu_the_commands_run(q4, crashing_cpu):
     """``generate``, a build's smoke test, ``backend detect``, the memory measurement (fit's
     figures) and the self-test as a user types them; the verdict is found by the first and
     read by the rest."""
-    gen = mtp_json("generate", "--model", str(q4.path), "--prompt", "def add(a, b):", "--max-tokens", "12",
-                   "--draft-depth", "2", env=crashing_cpu)  # fmt: skip
+    gen = mtp_json(
+        "generate",
+        "--model",
+        str(q4.path),
+        "--prompt",
+        "def add(a, b):",
+        "--max-tokens",
+        "12",
+        "--draft-depth",
+        "2",
+        env=crashing_cpu,
+    )
     assert gen["model"]["extra_bufts"] is False and gen["model"]["fallbacks"] == [] and gen["stats"]["drafted"] > 0
     smoke = mtp_studio("backend", "smoke", "--json", env=crashing_cpu)
     assert smoke.returncode == 0, smoke.stderr
@@ -170,8 +183,18 @@ def test_on_a_crashing_cpu_rpc_serve_and_generate_rpc_run(crashing_cpu):
     try:
         from engine.synth.demo import demo_model_path
 
-        out = mtp_json("generate", "--model", str(demo_model_path()), "--prompt", "def read_lines(path):",
-                       "--max-tokens", "16", "--rpc", f"127.0.0.1:{port}", env=crashing_cpu)  # fmt: skip
+        out = mtp_json(
+            "generate",
+            "--model",
+            str(demo_model_path()),
+            "--prompt",
+            "def read_lines(path):",
+            "--max-tokens",
+            "16",
+            "--rpc",
+            f"127.0.0.1:{port}",
+            env=crashing_cpu,
+        )
         assert out["model"]["rpc"] == [f"127.0.0.1:{port}"] and out["model"]["extra_bufts"] is False
         assert out["tokens"] and proc.poll() is None
     finally:
@@ -184,7 +207,12 @@ def test_a_crashing_probe_leaves_no_files_behind(crashing_cpu, tmp_path):
     work = tmp_path / "tmp"
     work.mkdir()
     code = "from engine.runtime.llama import repack; v = repack.probe(); print(v.status)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env=_env({**crashing_cpu, "TMPDIR": str(work)}))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env({**crashing_cpu, "TMPDIR": str(work)}),
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "crashed", proc.stderr[-2000:]
     assert list(work.iterdir()) == []

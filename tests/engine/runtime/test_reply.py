@@ -14,39 +14,56 @@ from engine.runtime.prompt.reasoning import Thinking
 from engine.runtime.prompt.reply import CALL, CONTENT, REASONING, ReplyParser, split
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
 
-TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer"}, "tags": {"type": "array"}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
-        "a": {"type": "number"}, "b": {"type": "number"}}}}},
-])  # fmt: skip
+TOOLS = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "tags": {"type": "array"}},
+                    "required": ["city"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "add",
+                "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+            },
+        },
+    ]
+)
 
 #: replies as the model families write them (shapes from their templates and model cards)
 RECORDED = {
     TF.QWEN_XML: "I will check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n"
-                 "<parameter=days>\n3\n</parameter>\n<parameter=tags>\n[\"sun\", \"wind\"]\n</parameter>\n</function>\n"
-                 "</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n1.5\n</parameter>\n<parameter=b>\n2\n"
-                 "</parameter>\n</function>\n</tool_call>",
+    '<parameter=days>\n3\n</parameter>\n<parameter=tags>\n["sun", "wind"]\n</parameter>\n</function>\n'
+    "</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n1.5\n</parameter>\n<parameter=b>\n2\n"
+    "</parameter>\n</function>\n</tool_call>",
     TF.HERMES: 'I will check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, '
-               '"tags": ["sun", "wind"]}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": "{\\"a\\": 1.5, '
-               '\\"b\\": 2}"}\n</tool_call>',
+    '"tags": ["sun", "wind"]}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": "{\\"a\\": 1.5, '
+    '\\"b\\": 2}"}\n</tool_call>',
     TF.LLAMA3: '<|python_tag|>{"name": "get_weather", "parameters": {"city": "San Francisco", "days": 3, "tags": '
-               '["sun", "wind"]}}; {"name": "add", "parameters": {"a": 1.5, "b": 2}}',
+    '["sun", "wind"]}}; {"name": "add", "parameters": {"a": 1.5, "b": 2}}',
     TF.MISTRAL: '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, "tags": '
-                '["sun", "wind"]}, "id": "abcdefghi"}, {"name": "add", "arguments": {"a": 1.5, "b": 2}}]',
+    '["sun", "wind"]}, "id": "abcdefghi"}, {"name": "add", "arguments": {"a": 1.5, "b": 2}}]',
     TF.MISTRAL_ARGS: '[TOOL_CALLS]get_weather[CALL_ID]abc123def[ARGS]{"city": "San Francisco", "days": 3, "tags": '
-                     '["sun", "wind"]}[TOOL_CALLS]add[ARGS]{"a": 1.5, "b": 2}',
+    '["sun", "wind"]}[TOOL_CALLS]add[ARGS]{"a": 1.5, "b": 2}',
     TF.DEEPSEEK: 'I will check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "San '
-                 'Francisco", "days": 3, "tags": ["sun", "wind"]}<｜tool▁call▁end｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>'
-                 '{"a": 1.5, "b": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-    TF.DEEPSEEK_R1: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "San '
-                    'Francisco", "days": 3, "tags": ["sun", "wind"]}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>'
-                    'function<｜tool▁sep｜>add\n```json\n{"a": 1.5, "b": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    'Francisco", "days": 3, "tags": ["sun", "wind"]}<｜tool▁call▁end｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>'
+    '{"a": 1.5, "b": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    TF.DEEPSEEK_R1: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": '
+    '"San '
+    'Francisco", "days": 3, "tags": ["sun", "wind"]}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>'
+    'function<｜tool▁sep｜>add\n```json\n{"a": 1.5, "b": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
     TF.FUNCTION_TAG: '<function=get_weather>{"city": "San Francisco", "days": 3, "tags": ["sun", "wind"]}</function>'
-                     '<function=add>{"a": 1.5, "b": 2}</function>',
+    '<function=add>{"a": 1.5, "b": 2}</function>',
     TF.GENERIC: '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, "tags": '
-                '["sun", "wind"]}}, {"name": "add", "arguments": {"a": 1.5, "b": 2}}]}',
-}  # fmt: skip
+    '["sun", "wind"]}}, {"name": "add", "arguments": {"a": 1.5, "b": 2}}]}',
+}
 WANT = [("get_weather", {"city": "San Francisco", "days": 3, "tags": ["sun", "wind"]}), ("add", {"a": 1.5, "b": 2})]
 
 
@@ -170,8 +187,21 @@ def _drive(demo_vocab, spec, prefix: str, steps: int, seed: int = 0) -> str:
 def test_auto_tools_are_lazy_until_the_call_opens_then_the_call_is_forced_valid(demo_vocab):
     from engine.runtime.prompt.replygrammar import reply_grammar
 
-    bounded = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object",
-        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]}}}])  # fmt: skip
+    bounded = parse_tools(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "pick",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+                        "required": ["n"],
+                    },
+                },
+            }
+        ]
+    )
     spec = reply_grammar(lit=demo_vocab[2], fmt=TF.QWEN_XML, tools=bounded, choice=ToolChoice("auto"))
     free = _drive(demo_vocab, spec, "", 40)
     assert "<tool_call>" not in free  # free text: the model was not pushed into a call
@@ -224,8 +254,10 @@ def test_json_arguments_are_spaced_as_json_dumps_spaces_them_as_they_come():
         seen = got
 
 
-@pytest.mark.parametrize("markers", [("<think>", "</think>"), ("<|channel>thought", "<channel|>"),
-                                     ("<|channel|>analysis<|message|>", "<|end|>")])  # fmt: skip
+@pytest.mark.parametrize(
+    "markers",
+    [("<think>", "</think>"), ("<|channel>thought", "<channel|>"), ("<|channel|>analysis<|message|>", "<|end|>")],
+)
 def test_a_budget_bounds_a_think_block_the_model_opens_itself(demo_vocab, markers):
     """Qwen3, Gemma 4 and harmony models open their thinking themselves (the prompt does
     not): once opened, the budget holds and the family's own end marker closes it."""
@@ -246,10 +278,24 @@ def test_a_forced_call_still_lets_a_model_that_opens_its_thinking_think_first(de
     (within the budget) before the call, which then follows in full."""
     from engine.runtime.prompt.replygrammar import reply_grammar
 
-    pick = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object",
-        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]}}}])  # fmt: skip
-    spec = reply_grammar(lit=demo_vocab[2], fmt=TF.HERMES, tools=pick, choice=ToolChoice("required"),
-                         may_open=Thinking(), budget=6)  # fmt: skip
+    pick = parse_tools(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "pick",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+                        "required": ["n"],
+                    },
+                },
+            }
+        ]
+    )
+    spec = reply_grammar(
+        lit=demo_vocab[2], fmt=TF.HERMES, tools=pick, choice=ToolChoice("required"), may_open=Thinking(), budget=6
+    )
     text = _drive(demo_vocab, spec, "<think>", 300)
     r = split(text, Thinking(), False, TF.HERMES, pick)
     assert r.reasoning and r.calls and all(c.name == "pick" and 0 <= json.loads(c.arguments)["n"] <= 9 for c in r.calls)

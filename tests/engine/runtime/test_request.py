@@ -41,9 +41,18 @@ def test_resolving_is_idempotent_and_parses_each_value_once(monkeypatch):
 
 @pytest.mark.parametrize(
     "field,value",
-    [("max_tokens", -1), ("temperature", 2.5), ("top_p", 0.0), ("top_k", -3), ("seed", 2**64), ("stop", ["x"] * 5),
-     ("draft_depth", 0), ("mtp", "sometimes"), ("temperature", float("nan"))],
-)  # fmt: skip
+    [
+        ("max_tokens", -1),
+        ("temperature", 2.5),
+        ("top_p", 0.0),
+        ("top_k", -3),
+        ("seed", 2**64),
+        ("stop", ["x"] * 5),
+        ("draft_depth", 0),
+        ("mtp", "sometimes"),
+        ("temperature", float("nan")),
+    ],
+)
 def test_a_bad_value_is_refused_naming_its_field_in_the_same_words_from_any_layer(field, value):
     with pytest.raises(InvalidRequestError) as err:
         resolve(J.Generate(prompt="x", **{field: value}))
@@ -51,12 +60,17 @@ def test_a_bad_value_is_refused_naming_its_field_in_the_same_words_from_any_laye
     # one place: the value set in the submitter's or the engine's defaults instead is
     # refused by the same check, in the same words
     if field in {f.name for f in dataclasses.fields(J.Defaults)}:
-        for job, engine_defaults in ((J.Generate(prompt="x", defaults=J.Defaults(**{field: value})), None),
-                                     (J.Generate(prompt="x"), J.Defaults(**{field: value}))):  # fmt: skip
+        for job, engine_defaults in (
+            (J.Generate(prompt="x", defaults=J.Defaults(**{field: value})), None),
+            (J.Generate(prompt="x"), J.Defaults(**{field: value})),
+        ):
             with pytest.raises(InvalidRequestError) as layered:
                 resolve(job, engine_defaults)
-            assert (type(layered.value), layered.value.param, str(layered.value)) == \
-                (type(err.value), field, str(err.value))  # fmt: skip
+            assert (type(layered.value), layered.value.param, str(layered.value)) == (
+                type(err.value),
+                field,
+                str(err.value),
+            )
 
 
 def test_an_out_of_range_default_layer_is_refused_too():

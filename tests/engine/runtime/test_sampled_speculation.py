@@ -36,8 +36,17 @@ def lm(fixtures):
     m.close()
 
 
-def _run(lm, seed: int, depth: int | None, *, sampled_draft: bool = False, temperature=1.0, top_k=8, top_p=1.0,
-         grammar: GrammarSpec | None = None):  # fmt: skip
+def _run(
+    lm,
+    seed: int,
+    depth: int | None,
+    *,
+    sampled_draft: bool = False,
+    temperature=1.0,
+    top_k=8,
+    top_p=1.0,
+    grammar: GrammarSpec | None = None,
+):
     constraint = None
     if grammar is not None:
         constraint = Constraint(grammar_tokenizer(lm.model), compile_grammar(grammar), lm.model.n_vocab)
@@ -108,11 +117,19 @@ def test_speculative_sampling_has_the_plain_distribution(lm, plain_samples, dept
 def test_a_wrong_acceptance_rule_is_caught(lm, plain_samples, monkeypatch):
     """Accept every sampled draft (ignore p/q): the output follows the MTP head instead of
     the target, and the same test rejects it."""
-    monkeypatch.setattr(A, "_rejection", lambda rows, drafts, sampler, pos0, q: (
-        len(drafts), sampler.sample(rows.logits(len(drafts)), pos0 + 1 + len(drafts))))  # fmt: skip
+    monkeypatch.setattr(
+        A,
+        "_rejection",
+        lambda rows, drafts, sampler, pos0, q: (
+            len(drafts),
+            sampler.sample(rows.logits(len(drafts)), pos0 + 1 + len(drafts)),
+        ),
+    )
     spec, _ = _samples(lm, 3, range(10**6, 10**6 + SEEDS), sampled_draft=True)
-    worst = max(two_sample_chi2(plain_samples[i], spec[i])[0] / chi2_critical(two_sample_chi2(plain_samples[i], spec[i])[1])
-                for i in range(1, N_TOKENS))  # fmt: skip
+    worst = max(
+        two_sample_chi2(plain_samples[i], spec[i])[0] / chi2_critical(two_sample_chi2(plain_samples[i], spec[i])[1])
+        for i in range(1, N_TOKENS)
+    )
     assert worst > 1.0
 
 
@@ -157,8 +174,22 @@ def test_same_seed_same_text_in_exact_mode_with_truncation(quantized, top_k, top
     from tests.engine.cli_helpers import mtp_json
 
     fx = quantized("partial", "Q8_0")
-    common = ["generate", "--model", str(fx.path), "--prompt", PROMPTS[1], "--max-tokens", "40", "--exact",
-              "--temperature", "1.0", "--top-k", str(top_k), "--top-p", str(top_p)]  # fmt: skip
+    common = [
+        "generate",
+        "--model",
+        str(fx.path),
+        "--prompt",
+        PROMPTS[1],
+        "--max-tokens",
+        "40",
+        "--exact",
+        "--temperature",
+        "1.0",
+        "--top-k",
+        str(top_k),
+        "--top-p",
+        str(top_p),
+    ]
     for seed in (1, 2, 3):
         plain = mtp_json(*common, "--seed", str(seed), "--mtp", "off")
         for depth in ("1", "4"):
@@ -167,8 +198,12 @@ def test_same_seed_same_text_in_exact_mode_with_truncation(quantized, top_k, top
 
 
 def _run_n(lm, seed, depth, n, **kw):
-    params = DecodeParams(max_tokens=n, sampling=SamplingParams(kw["temperature"], kw["top_p"], kw["top_k"], seed),
-                          depth=FixedDepth(depth) if depth else None, ignore_eog=True)  # fmt: skip
+    params = DecodeParams(
+        max_tokens=n,
+        sampling=SamplingParams(kw["temperature"], kw["top_p"], kw["top_k"], seed),
+        depth=FixedDepth(depth) if depth else None,
+        ignore_eog=True,
+    )
     return generate(lm.session, lm.model.prompt_tokens(PROMPTS[1]), params)
 
 

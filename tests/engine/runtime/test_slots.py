@@ -21,8 +21,14 @@ from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.load.loader import LoadSpec
 
-PROMPTS = ["Hello there, how are you today?", "The quick brown fox jumps over", "Once upon a time in a land far away",
-           "Numbers: one two three four five", "A list of colours: red, green,", "Dear friend, I write to you"]  # fmt: skip
+PROMPTS = [
+    "Hello there, how are you today?",
+    "The quick brown fox jumps over",
+    "Once upon a time in a land far away",
+    "Numbers: one two three four five",
+    "A list of colours: red, green,",
+    "Dear friend, I write to you",
+]
 
 #: what each of several concurrent requests asks for: MTP auto, off, a fixed depth,
 #: seeded sampling, penalties and a grammar
@@ -41,8 +47,13 @@ def attention_only(tmp_path_factory) -> Path:
     """glm4moe: attention-only, its MTP layer inside (written in a child process)."""
     out = tmp_path_factory.mktemp("slotfam")
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    done = subprocess.run([sys.executable, "-m", "engine.synth.families", str(out), "glm4moe"], capture_output=True,
-                          text=True, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.synth.families", str(out), "glm4moe"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return Path(json.loads(done.stdout.strip().splitlines()[-1])["glm4moe"]["target"])
 
@@ -140,10 +151,12 @@ def test_cancelling_one_sequence_leaves_the_other_untouched(fixtures):
 def test_prompt_cache_restores_into_a_busy_engine(fixtures):
     path = fixtures["partial"].path
     system = {"role": "system", "content": "You are a careful assistant. " * 6}
-    first = J.Generate(messages=[system, {"role": "user", "content": "Tell me about cats."}], max_tokens=16,
-                       ignore_eog=True)  # fmt: skip
-    second = J.Generate(messages=[system, {"role": "user", "content": "Tell me about dogs."}], max_tokens=16,
-                        ignore_eog=True)  # fmt: skip
+    first = J.Generate(
+        messages=[system, {"role": "user", "content": "Tell me about cats."}], max_tokens=16, ignore_eog=True
+    )
+    second = J.Generate(
+        messages=[system, {"role": "user", "content": "Tell me about dogs."}], max_tokens=16, ignore_eog=True
+    )
     busy = _job(0, max_tokens=160)
     want = _alone(path, [first, second])
     with _engine(path, 2) as e:
@@ -183,8 +196,13 @@ def test_exact_mode_is_bit_exact_with_four_sequences(fixtures, tmp_path):
     fixture quantized to Q8_0: four sequences decoded together give the tokens each gives
     alone, bit for bit, and every logit row of a batched step equals the row alone."""
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.exact_slots_child", str(fixtures["partial"].path),
-                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.engine.runtime.exact_slots_child", str(fixtures["partial"].path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(done.stdout.strip().splitlines()[-1])
     assert r["identity"].startswith("bit-exact")
@@ -224,8 +242,9 @@ def test_a_joining_prompt_goes_in_bounded_chunks_beside_a_running_stream(fixture
 
         def run(i: int) -> None:  # on this thread, one of the batcher's sequences
             try:
-                got[i] = generate(slots[i].session, prompts[i], params,
-                                  on_emit=(lambda *a: streaming.set()) if i == 0 else None)  # fmt: skip
+                got[i] = generate(
+                    slots[i].session, prompts[i], params, on_emit=(lambda *a: streaming.set()) if i == 0 else None
+                )
             finally:
                 lm.slots.release(slots[i])
 
@@ -254,9 +273,12 @@ def test_suffix_drafts_in_slots_equal_each_output_alone(fixtures):
         start = "Once upon a time there was a small village"
         earlier = e.submit(J.Generate(prompt=start, max_tokens=120, ignore_eog=True, mtp=J.Mtp.OFF)).result().text
     copy = start + earlier + start
-    jobs = [J.Generate(prompt=copy, max_tokens=64, ignore_eog=True, draft_depth="auto"),
-            J.Generate(prompt=copy, max_tokens=64, ignore_eog=True, mtp=J.Mtp.OFF),
-            _job(2, max_tokens=48), _job(3, max_tokens=48)]  # fmt: skip
+    jobs = [
+        J.Generate(prompt=copy, max_tokens=64, ignore_eog=True, draft_depth="auto"),
+        J.Generate(prompt=copy, max_tokens=64, ignore_eog=True, mtp=J.Mtp.OFF),
+        _job(2, max_tokens=48),
+        _job(3, max_tokens=48),
+    ]
     want = _alone(path, jobs)
     with _engine(path, 4) as e:
         got = [h.result() for h in [e.submit(replace(j, suffix_drafts=True)) for j in jobs]]
@@ -420,10 +442,15 @@ def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_o
     shutil.copyfile(fixtures["full"].path, other)  # a file never seen: its load probe runs in a child
     emitted: list[float] = []
     with Engine().start() as e:
-        e.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=4096, probe=False, fit="off", parallel=2,
-                                      name="partial"))).result()  # fmt: skip
-        stream = e.submit(_job(0, max_tokens=4000),
-                          on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()))  # fmt: skip
+        e.submit(
+            J.LoadModel(
+                LoadSpec(fixtures["partial"].path, n_ctx=4096, probe=False, fit="off", parallel=2, name="partial")
+            )
+        ).result()
+        stream = e.submit(
+            _job(0, max_tokens=4000),
+            on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()),
+        )
         while not emitted:
             time.sleep(0.001)
         t0 = time.perf_counter()
@@ -432,7 +459,9 @@ def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_o
         still = not stream.done.is_set()
         assert info["name"] == "other" and set(e.models()) == {"partial", "other"}
         during = [t for t in emitted if t0 < t < t1]
-        assert still and len(during) >= 10, f"the stream emitted {len(during)} times in a {t1 - t0:.2f} s load; running after: {still}"
+        assert still and len(during) >= 10, (
+            f"the stream emitted {len(during)} times in a {t1 - t0:.2f} s load; running after: {still}"
+        )
         beside = e.submit(_job(1, max_tokens=8, model="other"))
         assert len(beside.result(60).tokens) == 8
         e.submit(J.UnloadModel("other")).result(60)
@@ -452,11 +481,17 @@ def test_a_bench_on_one_model_runs_beside_the_streams_of_another(fixtures):
     emitted: list[float] = []
     with Engine().start() as e:
         for name, fx in (("a", "partial"), ("b", "full")):
-            e.submit(J.LoadModel(LoadSpec(fixtures[fx].path, n_ctx=4096, probe=False, fit="off", parallel=2, name=name),
-                                 replace=False)).result()  # fmt: skip
+            e.submit(
+                J.LoadModel(
+                    LoadSpec(fixtures[fx].path, n_ctx=4096, probe=False, fit="off", parallel=2, name=name),
+                    replace=False,
+                )
+            ).result()
         own = e.submit(_job(1, max_tokens=24, model="b"))  # b's own stream: the bench waits for it, never ends it
-        stream = e.submit(_job(0, max_tokens=4000, model="a"),
-                          on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()))  # fmt: skip
+        stream = e.submit(
+            _job(0, max_tokens=4000, model="a"),
+            on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()),
+        )
         while not emitted:
             time.sleep(0.001)
         t0 = time.perf_counter()
@@ -485,13 +520,16 @@ def test_requests_for_loaded_models_start_while_another_model_loads(fixtures, tm
     shutil.copyfile(fixtures["full"].path, other)  # never probed: its load takes a child process
     ends: dict[str, float] = {}
     with Engine().start() as e:
-        e.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=1024, probe=False, fit="off", parallel=2,
-                                      name="a"))).result()  # fmt: skip
+        e.submit(
+            J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=1024, probe=False, fit="off", parallel=2, name="a"))
+        ).result()
 
         def note(key):
             return lambda ev: isinstance(ev, (J.Done, J.Failed)) and ends.setdefault(key, time.perf_counter())
 
-        load = e.submit(J.LoadModel(LoadSpec(other, n_ctx=256, parallel=2, name="late"), replace=False), on_event=note("load"))
+        load = e.submit(
+            J.LoadModel(LoadSpec(other, n_ctx=256, parallel=2, name="late"), replace=False), on_event=note("load")
+        )
         first = e.submit(_job(0, max_tokens=8, model="a"), on_event=note("a"))
         count = e.submit(J.Call(lambda st, c, emit: len(st.models), access="read"), on_event=note("count"))
         assert len(first.result(60).tokens) == 8 and count.result(60) == 1
@@ -500,7 +538,9 @@ def test_requests_for_loaded_models_start_while_another_model_loads(fixtures, tm
         # a request for the model being loaded waits for it; one behind it waits its turn
         other2 = tmp_path / "late2.gguf"
         shutil.copyfile(fixtures["full"].path, other2)
-        load2 = e.submit(J.LoadModel(LoadSpec(other2, n_ctx=256, parallel=2, name="late2"), replace=False), on_event=note("load2"))
+        load2 = e.submit(
+            J.LoadModel(LoadSpec(other2, n_ctx=256, parallel=2, name="late2"), replace=False), on_event=note("load2")
+        )
         on_new = e.submit(_job(1, max_tokens=4, model="late2"), on_event=note("late2"))
         behind = e.submit(_job(0, max_tokens=4, model="a"), on_event=note("behind"))
         load2.result(120)
@@ -517,8 +557,9 @@ def test_stopping_the_engine_while_a_load_runs_beside_a_stream_ends_it(fixtures,
     other = tmp_path / "slow.gguf"
     shutil.copyfile(fixtures["full"].path, other)  # never probed: the load takes a while
     e = Engine().start()
-    e.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=1024, probe=False, fit="off", parallel=2,
-                                  name="a"))).result()  # fmt: skip
+    e.submit(
+        J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=1024, probe=False, fit="off", parallel=2, name="a"))
+    ).result()
     emitted: list[float] = []
     e.submit(_job(0, max_tokens=2000, model="a"), on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(1))
     while not emitted:

@@ -50,9 +50,14 @@ def _steps(policies: list, clock: Clock, steps: int, accept, seed: int = 1, targ
     if callable(accept):  # by step and sequence
         rate = accept
     elif isinstance(accept, list):
-        def rate(i, j): return accept[j]  # noqa: E704
+
+        def rate(i, j):
+            return accept[j]  # noqa: E704
     else:
-        def rate(i, j): return accept  # noqa: E704
+
+        def rate(i, j):
+            return accept  # noqa: E704
+
     out = []
     depths = [p.next_depth() for p in policies]
     for i in range(steps):
@@ -68,9 +73,21 @@ def _steps(policies: list, clock: Clock, steps: int, accept, seed: int = 1, targ
             while a < k and rng.random() < q:
                 a += 1
             clock.tokens += a + 1
-            p.observe(RoundStats(index=i, depth=k, drafted=k, accepted=a, emitted=a + 1, draft_ms=draft,
-                                 verify_ms=verify, t=clock.step_t, sync_rows=1 if k else 0,
-                                 sync_ms=DRAFT_MS if k else 0.0, step_rows=rows))  # fmt: skip
+            p.observe(
+                RoundStats(
+                    index=i,
+                    depth=k,
+                    drafted=k,
+                    accepted=a,
+                    emitted=a + 1,
+                    draft_ms=draft,
+                    verify_ms=verify,
+                    t=clock.step_t,
+                    sync_rows=1 if k else 0,
+                    sync_ms=DRAFT_MS if k else 0.0,
+                    step_rows=rows,
+                )
+            )
             after.append(p.next_depth())
         depths = after
     return out
@@ -113,9 +130,23 @@ def test_a_steps_time_is_taken_once_and_its_acceptance_from_every_sequence():
         prompt = 128 if step == 6 else 0
         t += 0.02 + prompt * 0.001
         for seq in range(2):
-            s.observe(RoundStats(index=step, depth=k, drafted=k, accepted=k, emitted=k + 1, draft_ms=1.0,
-                                 verify_ms=15.0, t=t + seq * 0.001, sync_rows=1 if k else 0,
-                                 step_rows=2 * (k + 1) + prompt), choice, step + 1, t)  # fmt: skip
+            s.observe(
+                RoundStats(
+                    index=step,
+                    depth=k,
+                    drafted=k,
+                    accepted=k,
+                    emitted=k + 1,
+                    draft_ms=1.0,
+                    verify_ms=15.0,
+                    t=t + seq * 0.001,
+                    sync_rows=1 if k else 0,
+                    step_rows=2 * (k + 1) + prompt,
+                ),
+                choice,
+                step + 1,
+                t,
+            )
     timed = [x for ws in (p.costs.wall, p.costs.transition) for w in ws.values() for x in w.xs]
     assert len(timed) == 10  # one per step after the first (steady or a change of depth) but the prompt's ...
     assert all(abs(x - 20.0) < 1e-6 for x in timed)  # ... each the step's period on the batcher's clock
@@ -175,8 +206,9 @@ def test_a_sequence_whose_drafts_do_not_pay_for_their_rows_sits_the_steps_drafti
     def run() -> tuple[list[list[int]], float]:
         model = AdaptiveDepth(4)
         clock, steppers = Clock(3), {}
-        picked = _steps([BatchDepth(model, clock, steppers) for _ in range(3)], clock, 600, accepts, seed=3,
-                        target_ms=target)  # fmt: skip
+        picked = _steps(
+            [BatchDepth(model, clock, steppers) for _ in range(3)], clock, 600, accepts, seed=3, target_ms=target
+        )
         return picked, clock.tokens / clock.step_t
 
     picked, goodput = run()

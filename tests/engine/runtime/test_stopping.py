@@ -85,7 +85,14 @@ def test_context_full_stops_at_the_same_token(fixtures, k):
 
 
 def test_stop_checker_holds_back_partial_stop_strings_and_utf8():
-    pieces = {1: "Hel".encode(), 2: "lo".encode(), 3: " wor".encode(), 4: "ld".encode(), 5: "é".encode()[:1], 6: "é".encode()[1:]}
+    pieces = {
+        1: "Hel".encode(),
+        2: "lo".encode(),
+        3: " wor".encode(),
+        4: "ld".encode(),
+        5: "é".encode()[:1],
+        6: "é".encode()[1:],
+    }
     c = StopChecker(pieces.__getitem__, lambda t: False, max_tokens=10, stop=("o wo",))
     out = [c.push(t).text for t in (1, 2)]
     assert "".join(out) == "Hell"  # the final "o" could start "o wo": held back

@@ -185,8 +185,20 @@ def test_without_a_cost_model_the_choice_uses_its_own_verify_times():
     src = _source(NO_HEAD)
     for rows, ms in ((1, 1.0), (5, 1.4), (17, 6.0)):  # verifies cost more past some width
         for _ in range(3):
-            src.observe(RoundStats(index=0, depth=rows - 1, drafted=rows - 1, accepted=0, emitted=1, draft_ms=0.0,
-                                   verify_ms=ms, t=0.0, source="suffix"), constrained=False)  # fmt: skip
+            src.observe(
+                RoundStats(
+                    index=0,
+                    depth=rows - 1,
+                    drafted=rows - 1,
+                    accepted=0,
+                    emitted=1,
+                    draft_ms=0.0,
+                    verify_ms=ms,
+                    t=0.0,
+                    source="suffix",
+                ),
+                constrained=False,
+            )
     src.learned.acc[2], src.learned.reach[2] = 9.0, 10.0  # p = 0.88
     w = src.suffix_width(16, 2, 0)
     assert 1 <= w < 16  # worth drafting, but not the widest verify
@@ -217,8 +229,9 @@ def test_a_later_request_drafts_from_an_earlier_output(copying):
     store = OutputStore()
     first = _gen(lm, prompt, depth=FixedDepth(2))
     store.add(first.tokens)
-    again = _gen(lm, lm.model.prompt_tokens("Twice upon a time"), depth=FixedDepth(2), suffix_drafts=True,
-                 outputs=store)  # fmt: skip
+    again = _gen(
+        lm, lm.model.prompt_tokens("Twice upon a time"), depth=FixedDepth(2), suffix_drafts=True, outputs=store
+    )
     alone = _gen(lm, lm.model.prompt_tokens("Twice upon a time"), depth=FixedDepth(2), suffix_drafts=True)
     assert again.tokens == alone.tokens == _gen(lm, lm.model.prompt_tokens("Twice upon a time")).tokens
     assert again.stats.suffix_accepted > alone.stats.suffix_accepted
@@ -244,7 +257,9 @@ def test_the_endpoint_field_reaches_the_decoder(fixtures):
         earlier = e.submit(J.Generate(prompt=start, max_tokens=120, ignore_eog=True, mtp=J.Mtp.OFF)).result().text
         prompt = start + earlier + start
         off = e.submit(J.Generate(prompt=prompt, max_tokens=64, ignore_eog=True, draft_depth=2)).result()
-        on = e.submit(J.Generate(prompt=prompt, max_tokens=64, ignore_eog=True, draft_depth=2, suffix_drafts=True)).result()
+        on = e.submit(
+            J.Generate(prompt=prompt, max_tokens=64, ignore_eog=True, draft_depth=2, suffix_drafts=True)
+        ).result()
     assert on.tokens == off.tokens
     assert on.stats.suffix_rounds > 0 and off.stats.suffix_rounds == 0
 
@@ -256,8 +271,13 @@ def test_suffix_drafts_are_bit_exact_in_exact_mode(fixtures, tmp_path):
     import sys
 
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
-    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.exact_suffix_child", str(fixtures["full"].path),
-                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.engine.runtime.exact_suffix_child", str(fixtures["full"].path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(done.stdout.strip().splitlines()[-1])
     assert r["identity"].startswith("bit-exact") and r["same"]
@@ -299,8 +319,12 @@ def test_an_mtp_chain_that_runs_into_an_earlier_match_is_extended_by_it(copying)
     plain = _gen(lm, edit).tokens
     rounds = []
     lm.session.reset()
-    g = generate(lm.session, edit, DecodeParams(max_tokens=100, ignore_eog=True, depth=FixedDepth(3), suffix_drafts=True),
-                 on_round=rounds.append)  # fmt: skip
+    g = generate(
+        lm.session,
+        edit,
+        DecodeParams(max_tokens=100, ignore_eog=True, depth=FixedDepth(3), suffix_drafts=True),
+        on_round=rounds.append,
+    )
     assert g.tokens == plain
     ext = [r for r in rounds if r.source == "mtp+suffix"]
     assert ext and all(0 < r.extended < r.drafted for r in ext)
@@ -316,6 +340,7 @@ def test_the_head_goes_on_after_a_suffix_draft_only_where_that_pays():
         src.learned.acc[0], src.learned.reach[0] = 50.0, 50.0  # the suffix draft is always kept
         p = src.acceptance(0)
         for width, room in ((2, 13), (8, 7)):
+
             def rate(i):
                 e = sum(p**j for j in range(width + 1)) + sum(p**width * p_mtp**j for j in range(1, i + 1))
                 return e / (1.0 + 0.1 * (width + 1 + i) + (0.05 * (width + i) if i else 0.0))
@@ -355,8 +380,13 @@ def test_a_suffix_draft_whose_match_ends_is_extended_by_the_head(copying):
     plain = _gen(lm, other).tokens
     rounds = []
     lm.session.reset()
-    g = generate(lm.session, other, DecodeParams(max_tokens=100, ignore_eog=True, depth=FixedDepth(3), suffix_drafts=True),
-                 outputs=store, on_round=rounds.append)  # fmt: skip
+    g = generate(
+        lm.session,
+        other,
+        DecodeParams(max_tokens=100, ignore_eog=True, depth=FixedDepth(3), suffix_drafts=True),
+        outputs=store,
+        on_round=rounds.append,
+    )
     assert g.tokens == plain
     tail = [r for r in rounds if r.source == "suffix+mtp"]
     assert tail and all(0 < r.extended < r.drafted for r in tail)
@@ -393,12 +423,38 @@ def test_in_slots_a_width_is_priced_as_the_step_it_makes():
 
     src = _source(NO_HEAD)
     for _ in range(3):  # 4 of this sequence's rows in steps of 12 (8 of the others')
-        src.observe(RoundStats(index=0, depth=3, drafted=3, accepted=3, emitted=4, draft_ms=0.0, verify_ms=6.0, t=0.0,
-                               source="suffix", step_rows=12), constrained=False)  # fmt: skip
+        src.observe(
+            RoundStats(
+                index=0,
+                depth=3,
+                drafted=3,
+                accepted=3,
+                emitted=4,
+                draft_ms=0.0,
+                verify_ms=6.0,
+                t=0.0,
+                source="suffix",
+                step_rows=12,
+            ),
+            constrained=False,
+        )
     assert sorted(src.learned.costs.verify) == [12]
     assert src.verify_ms(4) == 6.0  # 4 rows of its own: the step of 12 it was measured in
     assert src.verify_ms(1) < 6.0 < src.verify_ms(20)
     for _ in range(3):  # alone: the round's own rows
-        src.observe(RoundStats(index=0, depth=3, drafted=3, accepted=3, emitted=4, draft_ms=0.0, verify_ms=2.0, t=0.0,
-                               source="suffix", step_rows=4), constrained=False)  # fmt: skip
+        src.observe(
+            RoundStats(
+                index=0,
+                depth=3,
+                drafted=3,
+                accepted=3,
+                emitted=4,
+                draft_ms=0.0,
+                verify_ms=2.0,
+                t=0.0,
+                source="suffix",
+                step_rows=4,
+            ),
+            constrained=False,
+        )
     assert src.verify_ms(4) == 2.0 and src.verify_ms(12) == 6.0  # one table: the rows of a whole decode

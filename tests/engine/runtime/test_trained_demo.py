@@ -39,8 +39,9 @@ def demo():
 
 
 def _run(lm, prompt, depth, n=96, **kw):
-    return generate(lm.session, lm.model.prompt_tokens(prompt),
-                    DecodeParams(max_tokens=n, depth=depth, ignore_eog=True, **kw))  # fmt: skip
+    return generate(
+        lm.session, lm.model.prompt_tokens(prompt), DecodeParams(max_tokens=n, depth=depth, ignore_eog=True, **kw)
+    )
 
 
 def test_mtp_tokens_are_argmaxes_up_to_the_measured_noise(demo):
@@ -96,8 +97,10 @@ def test_same_seed_same_text_with_argmax_drafts(demo):
 
 
 def test_sampled_drafts_are_accepted_at_a_realistic_rate(demo):
-    got = [_run(demo, CODE, FixedDepth(2), n=64, sampling=SamplingParams(0.8, 1.0, 0, s), sampled_draft=True)
-           for s in range(4)]  # fmt: skip
+    got = [
+        _run(demo, CODE, FixedDepth(2), n=64, sampling=SamplingParams(0.8, 1.0, 0, s), sampled_draft=True)
+        for s in range(4)
+    ]
     drafted = sum(g.stats.drafted for g in got)
     accepted = sum(g.stats.accepted for g in got)
     assert 0.2 < accepted / drafted < 0.98

@@ -191,8 +191,9 @@ class SnapshotCache:
         snap, snap_n = self.best(np.asarray(prompt, np.int32), limit, cut=cut)
         restoring = snap is not None and snap_n > live_n
         lost = len(live) - (0 if restoring else live_n)
-        return Resume(snap if restoring else None, snap_n if restoring else 0, live_n,
-                      lost >= MIN_TAIL and self.enabled)  # fmt: skip
+        return Resume(
+            snap if restoring else None, snap_n if restoring else 0, live_n, lost >= MIN_TAIL and self.enabled
+        )
 
     def note_live(self, live_n: int) -> None:
         """A prefill went on from the live contexts (``live_n`` tokens kept; 0: a miss)."""

@@ -218,7 +218,12 @@ class AdaptiveDepth:
 
     @property
     def idle(self) -> bool:
-        return not self._drafting and bool(self.depth_counts) and 1 in self.costs.verify and self.off_tokens < self.probe_gap
+        return (
+            not self._drafting
+            and bool(self.depth_counts)
+            and 1 in self.costs.verify
+            and self.off_tokens < self.probe_gap
+        )
 
     def next_depth(self) -> int:
         self._probing = False
@@ -366,7 +371,6 @@ class AdaptiveDepth:
         else:
             self.off_tokens = 0
             self.probe_gap = PROBE_MIN
-
 
     def for_batch(self, n: int) -> AdaptiveDepth:
         """The policy of steps of ``n`` sequences decoding together (slots:

@@ -214,9 +214,14 @@ class RoundCosts:
         def ws(d: dict[int, Window]) -> dict[str, list[float]]:
             return {str(k): list(w.xs) for k, w in d.items()}
 
-        return {"wall": ws(self.wall), "transition": ws(self.transition), "verify": ws(self.verify),
-                "sync": list(self.sync.xs), "step": list(self.step.xs),
-                "python": [list(w.xs) for w in self.python]}  # fmt: skip
+        return {
+            "wall": ws(self.wall),
+            "transition": ws(self.transition),
+            "verify": ws(self.verify),
+            "sync": list(self.sync.xs),
+            "step": list(self.step.xs),
+            "python": [list(w.xs) for w in self.python],
+        }
 
     @classmethod
     def from_state(cls, max_depth: int, state: dict) -> RoundCosts:

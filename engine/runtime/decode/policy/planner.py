@@ -107,8 +107,15 @@ class RoundPlanner:
     how deep llama.cpp rolls the target back in place (a recurrent model's ``n_rs_seq``;
     None: any depth)."""
 
-    def __init__(self, policy: DepthPolicy, learned: SuffixLearned | None = None, *, head: bool = True,
-                 follows: bool = False, rollback: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        policy: DepthPolicy,
+        learned: SuffixLearned | None = None,
+        *,
+        head: bool = True,
+        follows: bool = False,
+        rollback: int | None = None,
+    ):
         self.policy = policy
         self.learned = learned
         self.head = head

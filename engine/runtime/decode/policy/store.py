@@ -6,7 +6,8 @@ position — belongs to one (model files, head, llama.cpp build,
 threads, offload, exact mode) combination on one machine. The engine keeps one policy per
 loaded model across requests and saves it after each; the first request after a restart
 starts from what this machine measured. With slots, the policies of steps of
-several sequences (engine.runtime.decode.policy.steps) are kept in the same file. A changed file (size or mtime) or build gives
+several sequences (engine.runtime.decode.policy.steps) are kept in the same file. A changed
+file (size or mtime) or build gives
 another key, so stale costs are never used. The key is taken once, when the policy is
 first needed: it names what was loaded.
 """

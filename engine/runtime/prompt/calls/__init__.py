@@ -13,11 +13,13 @@ family             a call as the model writes it
 =================  =====================================================================
 ``qwen-xml``       ``<tool_call>\\n<function=NAME>\\n<parameter=K>\\nV\\n</parameter>\\n</function>\\n</tool_call>``
                    (Qwen3.5/3.6, Qwen3-Coder, Nemotron 3, StepFun; Seed-OSS with ``<seed:tool_call>``)
-``hermes``         ``<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>`` (Qwen2.5/3, QwQ, Hermes, Granite 4 …)
+``hermes``         ``<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>``
+                   (Qwen2.5/3, QwQ, Hermes, Granite 4 …)
 ``llama3``         ``{"name": NAME, "parameters": {...}}``, optionally after ``<|python_tag|>``
 ``mistral``        ``[TOOL_CALLS][{"name": NAME, "arguments": {...}}]`` (Nemo)
 ``mistral-args``   ``[TOOL_CALLS]NAME[ARGS]{...}`` (Small 3.2, Ministral 3, Devstral)
-``deepseek``       ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>`` (V3.1)
+``deepseek``       ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}``
+                   ``<｜tool▁call▁end｜><｜tool▁calls▁end｜>`` (V3.1)
 ``deepseek-r1``    the same with ``function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```\\n`` (R1 and its distills)
 ``function-tag``   ``<function=NAME>{...}</function>`` (Functionary v3.1)
 ``generic``        ``{"tool_call": {"name": NAME, "arguments": {...}}}``: templates with no
@@ -50,16 +52,47 @@ from engine.runtime.prompt.calls.jsoncalls.kimi import KIMI, KIMI_K3, Kimi, Kimi
 from engine.runtime.prompt.calls.jsoncalls.cohere import COHERE, Cohere
 from engine.runtime.prompt.calls.jsoncalls.nemotron import NEMOTRON, Nemotron
 from engine.runtime.prompt.calls.paramcalls.dsml import DSML_V32, DSML_V4, Dsml
-from engine.runtime.prompt.calls.paramcalls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, MiniMax, MiniMaxM1, MiniMaxM3
+from engine.runtime.prompt.calls.paramcalls.minimax import (
+    MINIMAX,
+    MINIMAX_M1,
+    MINIMAX_M3,
+    MiniMax,
+    MiniMaxM1,
+    MiniMaxM3,
+)
 from engine.runtime.prompt.calls.jsoncalls.generic import GENERIC, Generic
 
 #: every format, in the order :func:`detect` asks them: a template can hold more than one
 #: family's markers (Qwen3.5's XML calls sit in ``<tool_call>`` like Hermes', Functionary
 #: v3.1 is a Llama 3.1 template), so the more telling come first and a rule may count on
 #: those before it having said no; GENERIC, which takes any template, is last
-FORMATS: tuple[ToolFormat, ...] = (QWEN_XML, SEED_XML, FUNCTION_TAG, DEEPSEEK, DEEPSEEK_R1, MISTRAL, MISTRAL_ARGS,
-                                   GLM, GLM47, LING, HY3, GEMMA4, HARMONY, KIMI, COHERE, NEMOTRON, DSML_V32, DSML_V4,
-                                   MINIMAX, MINIMAX_M3, MINIMAX_M1, KIMI_K3, HERMES, LLAMA3, GENERIC)  # fmt: skip
+FORMATS: tuple[ToolFormat, ...] = (
+    QWEN_XML,
+    SEED_XML,
+    FUNCTION_TAG,
+    DEEPSEEK,
+    DEEPSEEK_R1,
+    MISTRAL,
+    MISTRAL_ARGS,
+    GLM,
+    GLM47,
+    LING,
+    HY3,
+    GEMMA4,
+    HARMONY,
+    KIMI,
+    COHERE,
+    NEMOTRON,
+    DSML_V32,
+    DSML_V4,
+    MINIMAX,
+    MINIMAX_M3,
+    MINIMAX_M1,
+    KIMI_K3,
+    HERMES,
+    LLAMA3,
+    GENERIC,
+)
 
 
 @dataclass(frozen=True)
@@ -86,10 +119,57 @@ def detect(template: str | None) -> Detected:
 
 
 __all__ = [
-    "DEEPSEEK", "DEEPSEEK_MARKERS", "DEEPSEEK_R1", "FORMATS", "FUNCTION_TAG", "GENERIC", "GLM", "GLM47", "HERMES", "HY3",
-    "LING", "LLAMA3", "MISTRAL", "Glm", "Hy3", "GEMMA4", "HARMONY", "KIMI", "COHERE", "NEMOTRON", "Gemma4", "Harmony",
-    "Kimi", "Cohere", "Nemotron", "DSML_V32", "DSML_V4", "Dsml", "MINIMAX", "MINIMAX_M3", "MiniMax", "MiniMaxM3",
-    "KIMI_K3", "KimiK3", "MINIMAX_M1", "MiniMaxM1",
-    "MISTRAL_ARGS", "QWEN_XML", "SEED_XML", "DeepSeek", "Detected", "FunctionTag", "Generic", "Hermes", "Lit",
-    "Llama3", "Mistral", "MistralArgs", "QwenXml", "ToolFormat", "detect", "renders_tools", "text_lit",
-]  # fmt: skip
+    "DEEPSEEK",
+    "DEEPSEEK_MARKERS",
+    "DEEPSEEK_R1",
+    "FORMATS",
+    "FUNCTION_TAG",
+    "GENERIC",
+    "GLM",
+    "GLM47",
+    "HERMES",
+    "HY3",
+    "LING",
+    "LLAMA3",
+    "MISTRAL",
+    "Glm",
+    "Hy3",
+    "GEMMA4",
+    "HARMONY",
+    "KIMI",
+    "COHERE",
+    "NEMOTRON",
+    "Gemma4",
+    "Harmony",
+    "Kimi",
+    "Cohere",
+    "Nemotron",
+    "DSML_V32",
+    "DSML_V4",
+    "Dsml",
+    "MINIMAX",
+    "MINIMAX_M3",
+    "MiniMax",
+    "MiniMaxM3",
+    "KIMI_K3",
+    "KimiK3",
+    "MINIMAX_M1",
+    "MiniMaxM1",
+    "MISTRAL_ARGS",
+    "QWEN_XML",
+    "SEED_XML",
+    "DeepSeek",
+    "Detected",
+    "FunctionTag",
+    "Generic",
+    "Hermes",
+    "Lit",
+    "Llama3",
+    "Mistral",
+    "MistralArgs",
+    "QwenXml",
+    "ToolFormat",
+    "detect",
+    "renders_tools",
+    "text_lit",
+]

@@ -45,8 +45,12 @@ def _closed(schema: dict) -> dict:
 
 
 def _call_object(tool: Tool, name_key: str, args_key: str) -> dict:
-    return {"type": "object", "properties": {name_key: {"const": tool.name}, args_key: _closed(tool.parameters)},
-            "required": [name_key, args_key], "additionalProperties": False}  # fmt: skip
+    return {
+        "type": "object",
+        "properties": {name_key: {"const": tool.name}, args_key: _closed(tool.parameters)},
+        "required": [name_key, args_key],
+        "additionalProperties": False,
+    }
 
 
 def _args(value) -> dict | None:
@@ -84,7 +88,6 @@ class _Scan:
     @property
     def done(self) -> bool:
         return self.pos >= len(self.text)
-
 
 
 def json_args(text: str, pos: int) -> tuple[str, int | None]:
@@ -149,7 +152,7 @@ def wrapped_call(text: str, pos: int) -> tuple[Partial | None, int | None]:
     except ValueError:
         return None, -1
     args = ""
-    if a is not None and text[_WS.match(text, a.end()).end():].startswith("{"):  # type: ignore[union-attr]
+    if a is not None and text[_WS.match(text, a.end()).end() :].startswith("{"):  # type: ignore[union-attr]
         args, _ = json_prefix(text[:err] if err is not None else text, a.end())
     if err is not None:  # the object breaks off: the call ends there, the rest is content
         return Partial(name, args, stop=err), -1
@@ -189,8 +192,9 @@ def _top_key(text: str, start: int, pattern: re.Pattern, end: int | None = None)
 Reader = Callable[[str, int], "tuple[Partial | None, int | None]"]
 
 
-def calls_between(text: str, opener: str, closer: str, read: Reader, sep: str = "", first: str = "",
-                  last: str = "", start: int = 0) -> tuple[list[Partial], int]:  # fmt: skip
+def calls_between(
+    text: str, opener: str, closer: str, read: Reader, sep: str = "", first: str = "", last: str = "", start: int = 0
+) -> tuple[list[Partial], int]:
     """Calls written ``opener BODY closer`` one after another from ``text[start]``
     (optionally separated by ``sep``, all inside ``first`` … ``last``), each body read by
     ``read``: the calls so far and where the last closed one (or ``last``) ends (0: none
@@ -287,8 +291,9 @@ def params_of(tool: Tool) -> list[tuple[str, dict, bool]]:
     return [(k, sch if isinstance(sch, dict) else {}, k in required) for k, sch in props.items()]
 
 
-def param_rules(rule: str, head: str, schema: dict, end: str, after: str = "", as_text: str = "",
-                as_json: str = "") -> list[str]:  # fmt: skip
+def param_rules(
+    rule: str, head: str, schema: dict, end: str, after: str = "", as_text: str = "", as_json: str = ""
+) -> list[str]:
     """Lark rules defining ``rule``, one parameter written as parameters are (XML, DSML,
     MiniMax): ``head``, its value as its schema says — an enum's alternatives, a string as
     free text up to ``end`` (:func:`upto`), anything else as JSON — then ``end`` and

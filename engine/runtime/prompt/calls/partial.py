@@ -92,7 +92,11 @@ def json_prefix(text: str, start: int = 0) -> tuple[str, int | None]:
                             if j + 12 > n and text[j + 6 : j + 8] in ("", "\\", "\\u"[: n - j - 6]):
                                 break  # the second half may be on its way
                             low = text[j + 8 : j + 12] if text[j + 6 : j + 8] == "\\u" else ""
-                            if len(low) == 4 and all(c in "0123456789abcdefABCDEF" for c in low) and 0xDC00 <= int(low, 16) < 0xE000:
+                            if (
+                                len(low) == 4
+                                and all(c in "0123456789abcdefABCDEF" for c in low)
+                                and 0xDC00 <= int(low, 16) < 0xE000
+                            ):
                                 buf.append(chr(0x10000 + ((code - 0xD800) << 10) + (int(low, 16) - 0xDC00)))
                                 j += 12
                                 continue
@@ -279,8 +283,11 @@ def is_string(schema) -> bool:
     if not isinstance(schema, dict):
         return False
     t = schema.get("type")
-    return t == "string" or (isinstance(t, list) and t == ["string"]) or ("enum" in schema and all(
-        isinstance(v, str) for v in schema["enum"]) and "type" not in schema)  # fmt: skip
+    return (
+        t == "string"
+        or (isinstance(t, list) and t == ["string"])
+        or ("enum" in schema and all(isinstance(v, str) for v in schema["enum"]) and "type" not in schema)
+    )
 
 
 def typed(raw: str, schema) -> object:

@@ -32,11 +32,12 @@ def _call(i: int, name: str, args: dict) -> dict:
 @pytest.mark.parametrize("name", MINE)
 def test_calls_round_trip_through_the_real_template(name):
     messages = [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather, then a trip?"},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather, then a trip?"},
         {"role": "assistant", "content": "", "tool_calls": [_call(0, *WEATHER), _call(1, *TRIP)]},
         {"role": "tool", "tool_call_id": "call_0", "content": "sunny"},
         {"role": "tool", "tool_call_id": "call_1", "content": "booked"},
-    ]  # fmt: skip
+    ]
     text = render(templates()[name], messages, tools=[t.to_template() for t in TOOLS], add_generation_prompt=False)
     turn = text.index("<|CHATBOT_TOKEN|>")  # R7B's system preamble names <|START_ACTION|> too
     i = turn + FMT.find(text[turn:])
@@ -57,12 +58,16 @@ def test_detects_its_templates_and_no_other():
 
 
 # ------------------------------------------------------------------ recorded
-ONE = ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Zürich '
-       '\\"Altstadt\\"\\nNord ☀", "days": 3, "unit": "celsius"}}\n]<|END_ACTION|>')  # fmt: skip
-TWO = ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Zürich '
-       '\\"Altstadt\\"\\nNord ☀", "days": 3, "unit": "celsius"}},\n    {"tool_call_id": "1", "tool_name": '
-       '"plan_trip", "parameters": {"stops": [{"city": "LA", "nights": [1, 2]}, {"city": "Reno"}], "options": '
-       '{"budget": 1200.5}}}\n]<|END_ACTION|>')  # fmt: skip
+ONE = (
+    '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Zürich '
+    '\\"Altstadt\\"\\nNord ☀", "days": 3, "unit": "celsius"}}\n]<|END_ACTION|>'
+)
+TWO = (
+    '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Zürich '
+    '\\"Altstadt\\"\\nNord ☀", "days": 3, "unit": "celsius"}},\n    {"tool_call_id": "1", "tool_name": '
+    '"plan_trip", "parameters": {"stops": [{"city": "LA", "nights": [1, 2]}, {"city": "Reno"}], "options": '
+    '{"budget": 1200.5}}}\n]<|END_ACTION|>'
+)
 ONE_ARGS = {"city": 'Zürich "Altstadt"\nNord ☀', "days": 3, "unit": "celsius"}
 
 
@@ -72,8 +77,9 @@ def test_recorded_replies_parse_and_stream():
         assert (r.content, pairs(r.calls)) == ("", want)
         check_stream(text, FMT, TOOLS)
     # keys in another order, compact: the call is the same
-    other = ('<|START_ACTION|>[{"parameters":{"city":"Paris"},"tool_name":"get_weather","tool_call_id":"0"}]'
-             "<|END_ACTION|>")
+    other = (
+        '<|START_ACTION|>[{"parameters":{"city":"Paris"},"tool_name":"get_weather","tool_call_id":"0"}]<|END_ACTION|>'
+    )
     assert pairs(split(other, fmt=FMT, tools=TOOLS).calls) == [("get_weather", {"city": "Paris"})]
     check_stream(other, FMT, TOOLS, grows=False)  # its arguments come before its name: sent whole
     # the plan as thinking (the template's markers), then the calls
@@ -85,11 +91,13 @@ def test_recorded_replies_parse_and_stream():
 
 
 def test_malformed_replies_lose_nothing_and_never_raise():
-    for text in ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_wea',  # cut inside the name
-                 '<|START_ACTION|>{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {}}<|END_ACTION|>',
-                 '<|START_ACTION|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|END_ACTION|>',
-                 '<|START_ACTION|>[{"tool_name": 7, "parameters": {}}]<|END_ACTION|>',
-                 "Let me see. " + FMT.trigger + " this is not a call"):  # fmt: skip
+    for text in (
+        '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_wea',  # cut inside the name
+        '<|START_ACTION|>{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {}}<|END_ACTION|>',
+        '<|START_ACTION|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|END_ACTION|>',
+        '<|START_ACTION|>[{"tool_name": 7, "parameters": {}}]<|END_ACTION|>',
+        "Let me see. " + FMT.trigger + " this is not a call",
+    ):
         r = split(text, fmt=FMT, tools=TOOLS)
         assert (r.content, r.calls) == (text, []), text
         check_stream(text, FMT, TOOLS)
@@ -125,9 +133,25 @@ def test_malformed_replies_lose_nothing_and_never_raise():
 
 
 # ------------------------------------------------------------------ grammar
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "color": {"type": "string", "enum": ["red", "green", "blue"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
-    "note": {"type": "string", "maxLength": 12}}, "required": ["color", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "color": {"type": "string", "enum": ["red", "green", "blue"]},
+                        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                        "note": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["color", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,10 @@ from tests.callharness import check_stream, demo_vocab, drive, pairs, render, te
 from tests.callharness import TRIP_CALLS as CALLS, TRIP_TOOLS as TOOLS, trip_conversation as _conversation
 
 #: each format and its templates
-FAMILY = {DSML_V32: ["deepseek-ai-DeepSeek-V3.2.jinja"],
-          DSML_V4: ["deepseek-ai-DeepSeek-V4.jinja", "deepseek-ai-DeepSeek-V4-Flash-0731.jinja"]}
+FAMILY = {
+    DSML_V32: ["deepseek-ai-DeepSeek-V3.2.jinja"],
+    DSML_V4: ["deepseek-ai-DeepSeek-V4.jinja", "deepseek-ai-DeepSeek-V4-Flash-0731.jinja"],
+}
 FORMATS = list(FAMILY)
 D = DSML
 
@@ -28,8 +30,9 @@ D = DSML
 def test_calls_round_trip_through_the_real_template(fmt):
     srcs = templates()
     for name in FAMILY[fmt]:
-        text = render(srcs[name], _conversation(CALLS), tools=[t.to_template() for t in TOOLS],
-                      add_generation_prompt=False)  # fmt: skip
+        text = render(
+            srcs[name], _conversation(CALLS), tools=[t.to_template() for t in TOOLS], add_generation_prompt=False
+        )
         turn = text[text.index("plan a trip.") :]  # the tools' description shows the syntax too
         i = fmt.find(turn)
         got, end = fmt.scan(turn[i:], TOOLS)
@@ -48,28 +51,35 @@ def test_each_format_detects_its_own_templates_only():
 RECORDED = {
     # V3.2: a string with quotes, a newline and unicode, an integer, an enum; nested JSON
     "two calls": f'Let me check.\n\n<{D}function_calls>\n<{D}invoke name="get_weather">\n<{D}parameter name="city" '
-                 f'string="true">São Paulo "Centro"\nzona 1 ☀</{D}parameter>\n<{D}parameter name="days" '
-                 f'string="false">3</{D}parameter>\n<{D}parameter name="unit" string="true">celsius</{D}parameter>\n'
-                 f'</{D}invoke>\n<{D}invoke name="plan_trip">\n<{D}parameter name="stops" string="false">[{{"city": '
-                 f'"Rome", "nights": 2}}, {{"city": "Oslo"}}]</{D}parameter>\n<{D}parameter name="options" '
-                 f'string="false">{{"by": "train", "budget": {{"max": 900}}}}</{D}parameter>\n</{D}invoke>\n'
-                 f"</{D}function_calls>",
+    f'string="true">São Paulo "Centro"\nzona 1 ☀</{D}parameter>\n<{D}parameter name="days" '
+    f'string="false">3</{D}parameter>\n<{D}parameter name="unit" string="true">celsius</{D}parameter>\n'
+    f'</{D}invoke>\n<{D}invoke name="plan_trip">\n<{D}parameter name="stops" string="false">[{{"city": '
+    f'"Rome", "nights": 2}}, {{"city": "Oslo"}}]</{D}parameter>\n<{D}parameter name="options" '
+    f'string="false">{{"by": "train", "budget": {{"max": 900}}}}</{D}parameter>\n</{D}invoke>\n'
+    f"</{D}function_calls>",
     # no string attribute: typed by the tool's schema; no whitespace between the tags
     "untyped": f'<{D}function_calls><{D}invoke name="get_weather"><{D}parameter name="city">Zürich</{D}parameter>'
-               f'<{D}parameter name="days">10</{D}parameter></{D}invoke></{D}function_calls>',
+    f'<{D}parameter name="days">10</{D}parameter></{D}invoke></{D}function_calls>',
     # the arguments as one JSON object
     "json": f'<{D}function_calls>\n<{D}invoke name="get_weather">\n{{"city": "Tokyo", "unit": "fahrenheit"}}\n'
-            f"</{D}invoke>\n</{D}function_calls>",
+    f"</{D}invoke>\n</{D}function_calls>",
     "no arguments": f'<{D}function_calls>\n<{D}invoke name="plan_trip">\n\n</{D}invoke>\n</{D}function_calls>',
-}  # fmt: skip
+}
 WANT = {
-    "two calls": [("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
-                  ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
-                                 "options": {"by": "train", "budget": {"max": 900}}})],
+    "two calls": [
+        ("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
+        (
+            "plan_trip",
+            {
+                "stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
+                "options": {"by": "train", "budget": {"max": 900}},
+            },
+        ),
+    ],
     "untyped": [("get_weather", {"city": "Zürich", "days": 10})],
     "json": [("get_weather", {"city": "Tokyo", "unit": "fahrenheit"})],
     "no arguments": [("plan_trip", {})],
-}  # fmt: skip
+}
 
 
 def _as(fmt, text: str) -> str:
@@ -87,8 +97,10 @@ def test_recorded_replies_parse_whole_and_streamed(case):
 
 
 def test_the_string_attribute_says_how_a_value_is_written():
-    text = (f'<{D}function_calls><{D}invoke name="get_weather"><{D}parameter name="city" string="false">42'
-            f'</{D}parameter><{D}parameter name="days" string="true">42</{D}parameter></{D}invoke></{D}function_calls>')
+    text = (
+        f'<{D}function_calls><{D}invoke name="get_weather"><{D}parameter name="city" string="false">42'
+        f'</{D}parameter><{D}parameter name="days" string="true">42</{D}parameter></{D}invoke></{D}function_calls>'
+    )
     (call,) = split(text, fmt=DSML_V32, tools=TOOLS).calls
     assert json.loads(call.arguments) == {"city": 42, "days": "42"}
     # without it, the tool's schema types the value; a tool not offered: JSON where it is JSON
@@ -122,18 +134,37 @@ def test_malformed_replies_lose_nothing():
     assert reply.calls == [] and reply.content == v4
     check_stream(v4, fmt, TOOLS)
     # garbage after the opener, a name with nothing of a call after it, ASCII bars: content
-    for bad in (f"Hmm. <{D}function_calls> this is not a call", f'<{D}function_calls>\n<{D}invoke name="get_weather">'
-                "\nSure, the weather.", "<|DSML|function_calls>\n<|DSML|invoke name=\"get_weather\">\n</|DSML|invoke>",
-                f"<{D}function_calls>\n<{D}invoke>\n</{D}invoke>\n</{D}function_calls>"):  # fmt: skip
+    for bad in (
+        f"Hmm. <{D}function_calls> this is not a call",
+        f'<{D}function_calls>\n<{D}invoke name="get_weather">\nSure, the weather.',
+        '<|DSML|function_calls>\n<|DSML|invoke name="get_weather">\n</|DSML|invoke>',
+        f"<{D}function_calls>\n<{D}invoke>\n</{D}invoke>\n</{D}function_calls>",
+    ):
         reply = split(bad, fmt=fmt, tools=TOOLS)
         assert reply.calls == [] and reply.content.replace(" ", "") == bad.replace(" ", ""), bad
         check_stream(bad, fmt, TOOLS)
 
 
 # ---------------------------------------------------------------- grammar, token by token
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
-    "note": {"type": "string", "maxLength": 12}}, "required": ["mode", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                        "note": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["mode", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")

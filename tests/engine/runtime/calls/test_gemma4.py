@@ -39,26 +39,40 @@ def test_written_calls_parse_back_including_null_and_the_json_dialect():
     assert pairs(FMT.parse(FMT.write(calls), TOOLS)) == calls  # None is written as the template writes it
     # keys and strings written as JSON are read too (a constrained nested value is JSON)
     text = '<|tool_call>call:plan{stops:[{"city":"Oslo","nights":1}],options:{"rail":false}}<tool_call|>'
-    assert pairs(FMT.parse(text, TOOLS)) == [("plan", {"stops": [{"city": "Oslo", "nights": 1}],
-                                                       "options": {"rail": False}})]  # fmt: skip
+    assert pairs(FMT.parse(text, TOOLS)) == [
+        ("plan", {"stops": [{"city": "Oslo", "nights": 1}], "options": {"rail": False}})
+    ]
 
 
 RECORDED = [
-    (f"Let me check.<|tool_call>call:get_weather{{city:{Q}San Francisco{Q},days:3,unit:{Q}celsius{Q}}}"
-     f"<tool_call|><|tool_call>call:note{{text:{Q}He said \"hi\",\nthen left: Zürich — 東京 ☀{Q}}}<tool_call|>"
-     "<|tool_response>",
-     "Let me check.",
-     [("get_weather", {"city": "San Francisco", "days": 3, "unit": "celsius"}),
-      ("note", {"text": 'He said "hi",\nthen left: Zürich — 東京 ☀'})]),
-    (f"<|tool_call>call:plan{{options:{{budget:99.5,rail:true}},stops:[{{city:{Q}Rome{Q},nights:2}},"
-     f"{{city:{Q}Bari{Q}}}]}}<tool_call|>",
-     "",
-     [("plan", {"options": {"budget": 99.5, "rail": True},
-                "stops": [{"city": "Rome", "nights": 2}, {"city": "Bari"}]})]),
+    (
+        f"Let me check.<|tool_call>call:get_weather{{city:{Q}San Francisco{Q},days:3,unit:{Q}celsius{Q}}}"
+        f'<tool_call|><|tool_call>call:note{{text:{Q}He said "hi",\nthen left: Zürich — 東京 ☀{Q}}}<tool_call|>'
+        "<|tool_response>",
+        "Let me check.",
+        [
+            ("get_weather", {"city": "San Francisco", "days": 3, "unit": "celsius"}),
+            ("note", {"text": 'He said "hi",\nthen left: Zürich — 東京 ☀'}),
+        ],
+    ),
+    (
+        f"<|tool_call>call:plan{{options:{{budget:99.5,rail:true}},stops:[{{city:{Q}Rome{Q},nights:2}},"
+        f"{{city:{Q}Bari{Q}}}]}}<tool_call|>",
+        "",
+        [
+            (
+                "plan",
+                {"options": {"budget": 99.5, "rail": True}, "stops": [{"city": "Rome", "nights": 2}, {"city": "Bari"}]},
+            )
+        ],
+    ),
     # a bare value of a string parameter is its text; a number of one is a number
-    ("<|tool_call>call:get_weather{city:Oslo,days: 2 ,unit:fahrenheit}<tool_call|>", "",
-     [("get_weather", {"city": "Oslo", "days": 2, "unit": "fahrenheit"})]),
-]  # fmt: skip
+    (
+        "<|tool_call>call:get_weather{city:Oslo,days: 2 ,unit:fahrenheit}<tool_call|>",
+        "",
+        [("get_weather", {"city": "Oslo", "days": 2, "unit": "fahrenheit"})],
+    ),
+]
 
 
 @pytest.mark.parametrize("text,content,calls", RECORDED)
@@ -78,16 +92,23 @@ def test_a_string_streams_as_written_and_a_quote_is_held_back():
 
 MALFORMED = [
     # another family's markers: content
-    ("I would call <tool_call>call:get_weather{city:Paris}</tool_call>", "I would call <tool_call>call:get_weather"
-     "{city:Paris}</tool_call>", []),
+    (
+        "I would call <tool_call>call:get_weather{city:Paris}</tool_call>",
+        "I would call <tool_call>call:get_weather{city:Paris}</tool_call>",
+        [],
+    ),
     # garbage after the opener: content
     ("Sure <|tool_call>this is not a call", "Sure <|tool_call>this is not a call", []),
     # cut in the name: content
     ("Checking <|tool_call>call:get_wea", "Checking <|tool_call>call:get_wea", []),
     # the wrong closer: the call, closed when the reply ends
     # the wrong closer: the call ends where it stops, and what follows is content
-    (f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}</tool_call>", "</tool_call>", [("get_weather", {"city": "Paris"})]),
-]  # fmt: skip
+    (
+        f"<|tool_call>call:get_weather{{city:{Q}Paris{Q}}}</tool_call>",
+        "</tool_call>",
+        [("get_weather", {"city": "Paris"})],
+    ),
+]
 
 
 @pytest.mark.parametrize("text,content,calls", MALFORMED)
@@ -125,9 +146,25 @@ def test_a_reply_cut_in_the_arguments_keeps_them_as_far_as_written():
 
 
 # ------------------------------------------------------------------- grammar
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 1, "maximum": 5},
-    "why": {"type": "string", "maxLength": 12}}, "required": ["mode", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 1, "maximum": 5},
+                        "why": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["mode", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +200,30 @@ def test_the_grammar_writes_valid_calls(vocab, seed):
 
 
 def test_the_grammar_writes_nested_arguments_in_gemmas_syntax(vocab):
-    stop = {"type": "object", "properties": {"nights": {"type": "integer", "minimum": 1, "maximum": 9},
-                                             "kind": {"enum": ["city", "beach"]}}, "required": ["kind"]}  # fmt: skip
-    tool = parse_tools([{"type": "function", "function": {"name": "plan", "parameters": {"type": "object", "properties": {
-        "stops": {"type": "array", "items": stop}, "rail": {"type": "boolean"},
-        "zone": {"type": "string", "enum": ["eu", "us"]}}, "required": ["zone"]}}}])  # fmt: skip
+    stop = {
+        "type": "object",
+        "properties": {"nights": {"type": "integer", "minimum": 1, "maximum": 9}, "kind": {"enum": ["city", "beach"]}},
+        "required": ["kind"],
+    }
+    tool = parse_tools(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "plan",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "stops": {"type": "array", "items": stop},
+                            "rail": {"type": "boolean"},
+                            "zone": {"type": "string", "enum": ["eu", "us"]},
+                        },
+                        "required": ["zone"],
+                    },
+                },
+            }
+        ]
+    )
     for seed in range(3):
         text = drive(vocab, grammar(vocab, tool, parallel=False), "", 400, seed)
         (c,) = split(text, fmt=FMT, tools=tool).calls

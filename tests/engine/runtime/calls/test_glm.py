@@ -17,9 +17,11 @@ from tests.callharness import TRIP_CALLS as CALLS, TRIP_TOOLS as TOOLS, trip_con
 
 #: each format and its templates
 #: the templates that write each layout (Spark 2.5 and poolside's Laguna write GLM's markers too)
-FAMILY = {GLM: ["GLM-4.6.jinja", "poolside-Laguna-XS-2.1.jinja", "poolside-Laguna-XS.2.jinja"],
-          GLM47: ["GLM-4.7-Flash.jinja", "Spark2.5.jinja", "poolside-Laguna-S-2.1.jinja"],
-          LING: ["inclusionai-ling-3.0-flash.jinja"]}  # fmt: skip
+FAMILY = {
+    GLM: ["GLM-4.6.jinja", "poolside-Laguna-XS-2.1.jinja", "poolside-Laguna-XS.2.jinja"],
+    GLM47: ["GLM-4.7-Flash.jinja", "Spark2.5.jinja", "poolside-Laguna-S-2.1.jinja"],
+    LING: ["inclusionai-ling-3.0-flash.jinja"],
+}
 FORMATS = list(FAMILY)
 
 
@@ -27,8 +29,9 @@ FORMATS = list(FAMILY)
 def test_calls_round_trip_through_the_real_template(fmt):
     srcs = templates()
     for name in FAMILY[fmt]:
-        text = render(srcs[name], _conversation(CALLS), tools=[t.to_template() for t in TOOLS],
-                      add_generation_prompt=False)  # fmt: skip
+        text = render(
+            srcs[name], _conversation(CALLS), tools=[t.to_template() for t in TOOLS], add_generation_prompt=False
+        )
         turn = text[text.index("plan a trip.") :]  # the tools' description shows the syntax too
         i = fmt.find(turn)
         calls, end = fmt.scan(turn[i:], TOOLS)
@@ -46,27 +49,34 @@ def test_each_format_detects_its_own_templates_only():
 RECORDED = {
     # GLM-4.6's whitespace; a string with quotes, a newline and unicode, an integer, an enum
     "two calls": 'Let me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>São Paulo "Centro"\n'
-                 "zona 1 ☀</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>unit</arg_key>\n"
-                 "<arg_value>celsius</arg_value>\n</tool_call>\n<tool_call>plan_trip\n<arg_key>stops</arg_key>\n"
-                 '<arg_value>[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]</arg_value>\n'
-                 '<arg_key>options</arg_key>\n<arg_value>{"by": "train", "budget": {"max": 900}}</arg_value>\n'
-                 "</tool_call>",
+    "zona 1 ☀</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>unit</arg_key>\n"
+    "<arg_value>celsius</arg_value>\n</tool_call>\n<tool_call>plan_trip\n<arg_key>stops</arg_key>\n"
+    '<arg_value>[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]</arg_value>\n'
+    '<arg_key>options</arg_key>\n<arg_value>{"by": "train", "budget": {"max": 900}}</arg_value>\n'
+    "</tool_call>",
     # GLM-4.7's: no whitespace at all
-    "compact": '<tool_call>get_weather<arg_key>city</arg_key><arg_value>Zürich</arg_value><arg_key>days</arg_key>'
-               "<arg_value>10</arg_value></tool_call>",
+    "compact": "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Zürich</arg_value><arg_key>days</arg_key>"
+    "<arg_value>10</arg_value></tool_call>",
     # Ling's: a newline before <arg_value> and </tool_call>, none between arguments
     "ling": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Tokyo</arg_value><arg_key>unit</arg_key>\n"
-            "<arg_value>fahrenheit</arg_value>\n</tool_call>",
+    "<arg_value>fahrenheit</arg_value>\n</tool_call>",
     "no arguments": "<tool_call>plan_trip\n</tool_call>",
-}  # fmt: skip
+}
 WANT = {
-    "two calls": [("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
-                  ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
-                                 "options": {"by": "train", "budget": {"max": 900}}})],
+    "two calls": [
+        ("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
+        (
+            "plan_trip",
+            {
+                "stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
+                "options": {"by": "train", "budget": {"max": 900}},
+            },
+        ),
+    ],
     "compact": [("get_weather", {"city": "Zürich", "days": 10})],
     "ling": [("get_weather", {"city": "Tokyo", "unit": "fahrenheit"})],
     "no arguments": [("plan_trip", {})],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(RECORDED))
@@ -115,17 +125,37 @@ def test_malformed_replies_lose_nothing():
     assert reply.content == "<arg_key>days</arg_key>10</arg_value></tool_call>"
     check_stream(novalue, GLM, TOOLS)
     # garbage after the opener, and Hermes JSON where GLM's arguments belong: content
-    for bad in ("Hmm. <tool_call> this is not a call", "<tool_call>get_weather {\"city\": \"Rome\"}</tool_call>",
-                '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>', "<tool_call>get_weather<b>x</b>"):
+    for bad in (
+        "Hmm. <tool_call> this is not a call",
+        '<tool_call>get_weather {"city": "Rome"}</tool_call>',
+        '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
+        "<tool_call>get_weather<b>x</b>",
+    ):
         reply = split(bad, fmt=GLM, tools=TOOLS)
         assert reply.calls == [] and reply.content.replace(" ", "") == bad.replace(" ", ""), bad
         check_stream(bad, GLM, TOOLS)
 
 
 # ---------------------------------------------------------------- grammar, token by token
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
-    "note": {"type": "string", "maxLength": 12}}, "required": ["mode", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                        "note": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["mode", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")

@@ -55,9 +55,11 @@ def test_calls_round_trip_through_the_real_template():
     assert _all_calls(text) == [WEATHER, TRIP]
     # two calls in one message: the template renders the first only (the engine must
     # give each call its own assistant turn)
-    both = head + [{"role": "assistant", "content": "", "tool_calls": [_call(0, *WEATHER), _call(1, *TRIP)]},
-                   {"role": "tool", "tool_call_id": "call_0", "content": "sunny"},
-                   {"role": "tool", "tool_call_id": "call_1", "content": "booked"}]  # fmt: skip
+    both = head + [
+        {"role": "assistant", "content": "", "tool_calls": [_call(0, *WEATHER), _call(1, *TRIP)]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "booked"},
+    ]
     assert _all_calls(render(source, both, tools=tools, add_generation_prompt=False)) == [WEATHER]
     # the writer writes calls as the template does, and they parse back
     written = FMT.write([WEATHER, TRIP])
@@ -75,10 +77,14 @@ def test_detects_its_template_and_no_other():
 
 # ------------------------------------------------------------------ recorded
 #: replies as gpt-oss writes them after the generation prompt ``<|start|>assistant``
-ONE = ('<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Zürich \\"Altstadt\\"\\n'
-       'Nord ☀","days":3,"unit":"celsius"}<|call|>')  # fmt: skip
-TWO = ONE + ('<|start|>assistant<|channel|>commentary to=functions.plan_trip <|constrain|>json<|message|>'
-             '{"stops": [{"city": "LA", "nights": [1, 2]}, {"city": "Reno"}], "options": {"budget": 1200.5}}<|call|>')
+ONE = (
+    '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Zürich \\"Altstadt\\"\\n'
+    'Nord ☀","days":3,"unit":"celsius"}<|call|>'
+)
+TWO = ONE + (
+    "<|start|>assistant<|channel|>commentary to=functions.plan_trip <|constrain|>json<|message|>"
+    '{"stops": [{"city": "LA", "nights": [1, 2]}, {"city": "Reno"}], "options": {"budget": 1200.5}}<|call|>'
+)
 ONE_ARGS = {"city": 'Zürich "Altstadt"\nNord ☀', "days": 3, "unit": "celsius"}
 
 
@@ -107,16 +113,21 @@ def _grows(text: str) -> list:
     return final
 
 
-@pytest.mark.parametrize("text, content", [
-    # the recipient in the role header, as the template renders calls (at the reply's start)
-    (' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>', ""),
-    # after thinking, the call is a new message; content stops before its role header
-    ('<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary '
-     'to=functions.get_weather<|constrain|>json<|message|>{"city": "Paris"}<|call|>',
-     "<|channel|>analysis<|message|>Need weather.<|end|>"),
-    ('<|channel|>analysis to=functions.get_weather code<|message|>{"city": "Paris"}<|call|>', ""),
-    ('<|start|>assistant to=functions.get_weather<|channel|>commentary<|message|>{"city": "Paris"}<|call|>', ""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, content",
+    [
+        # the recipient in the role header, as the template renders calls (at the reply's start)
+        (' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>', ""),
+        # after thinking, the call is a new message; content stops before its role header
+        (
+            "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+            'to=functions.get_weather<|constrain|>json<|message|>{"city": "Paris"}<|call|>',
+            "<|channel|>analysis<|message|>Need weather.<|end|>",
+        ),
+        ('<|channel|>analysis to=functions.get_weather code<|message|>{"city": "Paris"}<|call|>', ""),
+        ('<|start|>assistant to=functions.get_weather<|channel|>commentary<|message|>{"city": "Paris"}<|call|>', ""),
+    ],
+)
 def test_every_header_form_is_a_call(text, content):
     r = split(text, fmt=FMT, tools=TOOLS)
     assert (r.content, pairs(r.calls)) == (content, [("get_weather", {"city": "Paris"})])
@@ -129,9 +140,13 @@ def test_every_header_form_is_a_call(text, content):
 
 
 def test_the_answer_and_the_thinking_are_not_calls():
-    for text in ("<|channel|>final<|message|>It is sunny.", "<|start|>assistant<|channel|>final<|message|>Sunny.",
-                 "<|channel|>analysis<|message|>to=functions.x is a tool<|end|>",
-                 "<|channel|>commentary<|message|>Checking the weather now.<|end|>", "I wrote to=functions.x here"):
+    for text in (
+        "<|channel|>final<|message|>It is sunny.",
+        "<|start|>assistant<|channel|>final<|message|>Sunny.",
+        "<|channel|>analysis<|message|>to=functions.x is a tool<|end|>",
+        "<|channel|>commentary<|message|>Checking the weather now.<|end|>",
+        "I wrote to=functions.x here",
+    ):
         assert FMT.find(text) == -1, text
         assert FMT.held(text) == 0, text
     assert FINAL_HEADERS == ("<|start|>assistant<|channel|>final<|message|>", "<|channel|>final<|message|>")
@@ -141,10 +156,10 @@ def test_the_answer_and_the_thinking_are_not_calls():
 
 
 def test_malformed_replies_lose_nothing_and_never_raise():
-    name_cut = '<|channel|>commentary to=functions.get_wea'
+    name_cut = "<|channel|>commentary to=functions.get_wea"
     wrong = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|end|>{"city": "Paris"}<|call|>'
     garbage = "Let me see. " + FMT.trigger + " this is not a call"
-    no_args = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>sunny please<|call|>'
+    no_args = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>sunny please<|call|>"
     for text in (name_cut, wrong, garbage, no_args):
         r = split(text, fmt=FMT, tools=TOOLS)
         assert (r.content, r.calls) == (text, []), text
@@ -169,9 +184,25 @@ def test_malformed_replies_lose_nothing_and_never_raise():
 
 
 # ------------------------------------------------------------------ grammar
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "color": {"type": "string", "enum": ["red", "green", "blue"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
-    "note": {"type": "string", "maxLength": 12}}, "required": ["color", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "color": {"type": "string", "enum": ["red", "green", "blue"]},
+                        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                        "note": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["color", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -218,8 +249,10 @@ def test_a_second_analysis_message_is_thinking_too():
     from tests.callharness import check_stream, templates
 
     thinking = reasoning.detect(templates()["openai-gpt-oss-120b.jinja"])
-    text = ("<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>analysis<|message|>more<|end|>"
-            "<|start|>assistant<|channel|>final<|message|>Answer")  # fmt: skip
+    text = (
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>analysis<|message|>more<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Answer"
+    )
     r = split(text, thinking, False, HARMONY, ())
     assert (r.reasoning, r.content) == ("think\n\nmore", "Answer")
     check_stream(text, HARMONY, (), thinking, False)

@@ -35,28 +35,35 @@ def test_detects_its_own_template_only():
 
 
 RECORDED = {
-    "two calls": 'Let me check.<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n'
-                 '<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>São Paulo "Centro"\nzona 1 ☀'
-                 "</arg_value:opensource>\n<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3"
-                 "</arg_value:opensource>\n<arg_key:opensource>unit</arg_key:opensource>\n<arg_value:opensource>"
-                 "celsius</arg_value:opensource>\n</tool_call:opensource>\n<tool_call:opensource>plan_trip"
-                 "<tool_sep:opensource>\n<arg_key:opensource>stops</arg_key:opensource>\n<arg_value:opensource>"
-                 '[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]</arg_value:opensource>\n<arg_key:opensource>'
-                 'options</arg_key:opensource>\n<arg_value:opensource>{"by": "train", "budget": {"max": 900}}'
-                 "</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
+    "two calls": "Let me check.<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n"
+    '<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>São Paulo "Centro"\nzona 1 ☀'
+    "</arg_value:opensource>\n<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3"
+    "</arg_value:opensource>\n<arg_key:opensource>unit</arg_key:opensource>\n<arg_value:opensource>"
+    "celsius</arg_value:opensource>\n</tool_call:opensource>\n<tool_call:opensource>plan_trip"
+    "<tool_sep:opensource>\n<arg_key:opensource>stops</arg_key:opensource>\n<arg_value:opensource>"
+    '[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]</arg_value:opensource>\n<arg_key:opensource>'
+    'options</arg_key:opensource>\n<arg_value:opensource>{"by": "train", "budget": {"max": 900}}'
+    "</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
     "compact": "<tool_calls:opensource><tool_call:opensource>get_weather<tool_sep:opensource><arg_key:opensource>city"
-               "</arg_key:opensource><arg_value:opensource>Zürich</arg_value:opensource></tool_call:opensource>"
-               "</tool_calls:opensource>",
+    "</arg_key:opensource><arg_value:opensource>Zürich</arg_value:opensource></tool_call:opensource>"
+    "</tool_calls:opensource>",
     "no arguments": "<tool_calls:opensource>\n<tool_call:opensource>plan_trip<tool_sep:opensource>\n"
-                    "</tool_call:opensource>\n</tool_calls:opensource>",
-}  # fmt: skip
+    "</tool_call:opensource>\n</tool_calls:opensource>",
+}
 WANT = {
-    "two calls": [("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
-                  ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
-                                 "options": {"by": "train", "budget": {"max": 900}}})],
+    "two calls": [
+        ("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
+        (
+            "plan_trip",
+            {
+                "stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
+                "options": {"by": "train", "budget": {"max": 900}},
+            },
+        ),
+    ],
     "compact": [("get_weather", {"city": "Zürich"})],
     "no arguments": [("plan_trip", {})],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(RECORDED))
@@ -92,20 +99,38 @@ def test_malformed_replies_lose_nothing():
     assert reply.content.startswith("Let me check.</tool_call>\n<tool_call:opensource>plan_trip")
     check_stream(wrong, HY3, TOOLS)
     # a call outside a block, garbage after the opener, JSON arguments: content
-    for bad in ("<tool_call:opensource>get_weather<tool_sep:opensource>\n</tool_call:opensource>",
-                "Hmm. <tool_calls:opensource> this is not a call",
-                '<tool_calls:opensource><tool_call:opensource>get_weather<tool_sep:opensource>{"city": "Rome"}'
-                "</tool_call:opensource></tool_calls:opensource>",
-                "<tool_calls:opensource><tool_call:opensource>get weather<tool_sep:opensource>"):  # fmt: skip
+    for bad in (
+        "<tool_call:opensource>get_weather<tool_sep:opensource>\n</tool_call:opensource>",
+        "Hmm. <tool_calls:opensource> this is not a call",
+        '<tool_calls:opensource><tool_call:opensource>get_weather<tool_sep:opensource>{"city": "Rome"}'
+        "</tool_call:opensource></tool_calls:opensource>",
+        "<tool_calls:opensource><tool_call:opensource>get weather<tool_sep:opensource>",
+    ):
         reply = split(bad, fmt=HY3, tools=TOOLS)
         assert reply.calls == [] and reply.content.replace(" ", "") == bad.replace(" ", ""), bad
         check_stream(bad, HY3, TOOLS)
 
 
 # ---------------------------------------------------------------- grammar, token by token
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
-    "note": {"type": "string", "maxLength": 12}}, "required": ["mode", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                        "note": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["mode", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")

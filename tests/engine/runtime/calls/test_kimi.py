@@ -21,10 +21,21 @@ MINE = ("Kimi-K2-Instruct.jinja", "Kimi-K2-Thinking.jinja", "moonshotai-Kimi-K2.
 B, C, A, E, END = FMT.BEGIN, FMT.CALL, FMT.ARGS, FMT.CALL_END, FMT.END
 
 #: the travel tools with a dotted name (``web.search``) in place of ``note``
-TOOLS = (*TRAVEL_TOOLS[:2], *parse_tools([
-    {"type": "function", "function": {"name": "web.search", "description": "A dotted name.", "parameters": {
-        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}},
-]))  # fmt: skip
+TOOLS = (
+    *TRAVEL_TOOLS[:2],
+    *parse_tools(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "web.search",
+                    "description": "A dotted name.",
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+                },
+            },
+        ]
+    ),
+)
 
 
 @pytest.mark.parametrize("name", MINE)
@@ -44,18 +55,25 @@ def test_only_kimi_k2_templates_are_detected():
 
 
 RECORDED = [
-    (f'Let me check.{B}{C}functions.get_weather:0{A}{{"city": "San Francisco", "days": 3, "unit": "celsius"}}{E}'
-     f'{C}functions.web.search:1{A}{{"q":"He said \\"hi\\",\\nthen: Zürich — 東京 ☀"}}{E}{END}',
-     "Let me check.",
-     [("get_weather", {"city": "San Francisco", "days": 3, "unit": "celsius"}),
-      ("web.search", {"q": 'He said "hi",\nthen: Zürich — 東京 ☀'})]),
+    (
+        f'Let me check.{B}{C}functions.get_weather:0{A}{{"city": "San Francisco", "days": 3, "unit": "celsius"}}{E}'
+        f'{C}functions.web.search:1{A}{{"q":"He said \\"hi\\",\\nthen: Zürich — 東京 ☀"}}{E}{END}',
+        "Let me check.",
+        [
+            ("get_weather", {"city": "San Francisco", "days": 3, "unit": "celsius"}),
+            ("web.search", {"q": 'He said "hi",\nthen: Zürich — 東京 ☀'}),
+        ],
+    ),
     # spaced as K2 is often decoded; the index counts the conversation's calls
-    (f'{B} {C} functions.plan:7 {A} {{"stops": [{{"city": "Rome", "nights": 2}}], "options": {{"rail": false}}}} '
-     f'{E} {END}', "",
-     [("plan", {"stops": [{"city": "Rome", "nights": 2}], "options": {"rail": False}})]),
+    (
+        f'{B} {C} functions.plan:7 {A} {{"stops": [{{"city": "Rome", "nights": 2}}], "options": {{"rail": false}}}} '
+        f"{E} {END}",
+        "",
+        [("plan", {"stops": [{"city": "Rome", "nights": 2}], "options": {"rail": False}})],
+    ),
     # a bare name
     (f'{B}{C}get_weather{A}{{"city": "Oslo"}}{E}{END}', "", [("get_weather", {"city": "Oslo"})]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("text,content,calls", RECORDED)
@@ -67,15 +85,18 @@ def test_recorded_replies_split_and_stream(text, content, calls):
 
 MALFORMED = [
     # another family's markers: content
-    ('I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
-     'I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', []),
+    (
+        'I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+        'I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+        [],
+    ),
     # garbage after the opener: content
     (f"Sure {B}this is not a call", f"Sure {B}this is not a call", []),
     # cut in the name: content
     (f"Checking {B}{C}functions.get_wea", f"Checking {B}{C}functions.get_wea", []),
     # the section left open: the calls
     (f'{B}{C}functions.get_weather:0{A}{{"city": "Paris"}}{E}', "", [("get_weather", {"city": "Paris"})]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("text,content,calls", MALFORMED)
@@ -112,9 +133,25 @@ def test_a_reply_cut_in_the_arguments_keeps_them_as_far_as_written():
 
 
 # ------------------------------------------------------------------- grammar
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 1, "maximum": 5},
-    "why": {"type": "string", "maxLength": 12}}, "required": ["mode", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 1, "maximum": 5},
+                        "why": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["mode", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +208,12 @@ def k3_arg(key: str, kind: str | None, value: str) -> str:
 
 
 def test_k3_the_templates_calls_parse_back_to_the_calls_put_in():
-    text = render(templates()["Kimi-K3.jinja"], conversation(CALLS), tools=[t.to_template() for t in TOOLS],
-                  add_generation_prompt=False)  # fmt: skip
+    text = render(
+        templates()["Kimi-K3.jinja"],
+        conversation(CALLS),
+        tools=[t.to_template() for t in TOOLS],
+        add_generation_prompt=False,
+    )
     turn = text[text.index("plan my trip.") :]
     i = K3.find(turn)
     assert i >= 0 and turn[i:].startswith(RE + TS), turn  # the response block's end is the calls'
@@ -191,27 +232,63 @@ def test_k3_only_the_kimi_k3_template_is_detected():
 K3_RECORDED = [
     # after the response's text (the prompt opened the response block); a string with quotes,
     # newlines and unicode, a number, an enum; the message's end after the tools
-    ("Let me check." + RE + TS
-     + k3_call("get_weather", k3_arg("city", "string", 'São Paulo "Centro"\nzona 1 ☀'), k3_arg("days", "number", "3"),
-               k3_arg("unit", "string", "celsius"))
-     + k3_call("web.search", k3_arg("q", "string", 'He said "hi" & left: <b> 東京'), index=2) + TE + ME,
-     "Let me check.",
-     [("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
-      ("web.search", {"q": 'He said "hi" & left: <b> 東京'})]),
+    (
+        "Let me check."
+        + RE
+        + TS
+        + k3_call(
+            "get_weather",
+            k3_arg("city", "string", 'São Paulo "Centro"\nzona 1 ☀'),
+            k3_arg("days", "number", "3"),
+            k3_arg("unit", "string", "celsius"),
+        )
+        + k3_call("web.search", k3_arg("q", "string", 'He said "hi" & left: <b> 東京'), index=2)
+        + TE
+        + ME,
+        "Let me check.",
+        [
+            ("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
+            ("web.search", {"q": 'He said "hi" & left: <b> 東京'}),
+        ],
+    ),
     # nested values as JSON; no response block; a value with no type, typed by the schema
-    (TS + k3_call("plan", k3_arg("stops", "array", '[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]'),
-                  k3_arg("options", None, '{"budget": 900.5, "rail": false}')) + TE,
-     "",
-     [("plan", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"budget": 900.5, "rail": False}})]),
+    (
+        TS
+        + k3_call(
+            "plan",
+            k3_arg("stops", "array", '[{"city": "Rome", "nights": 2}, {"city": "Oslo"}]'),
+            k3_arg("options", None, '{"budget": 900.5, "rail": false}'),
+        )
+        + TE,
+        "",
+        [
+            (
+                "plan",
+                {
+                    "stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
+                    "options": {"budget": 900.5, "rail": False},
+                },
+            )
+        ],
+    ),
     # the type says how a value is written, whatever the schema says; an escaped attribute
-    (TS + k3_call("get_weather", k3_arg("city", "string", "42"), k3_arg("a&amp;&quot;b", "boolean", "true")) + TE,
-     "", [("get_weather", {"city": "42", 'a&"b': True})]),
+    (
+        TS + k3_call("get_weather", k3_arg("city", "string", "42"), k3_arg("a&amp;&quot;b", "boolean", "true")) + TE,
+        "",
+        [("get_weather", {"city": "42", 'a&"b': True})],
+    ),
     # the arguments as one JSON object (the template's way for arguments given as a string)
-    (RE + TS + k3_call("get_weather", '<|open|>json type="object"<|sep|>{"city":"Oslo","days":2}<|close|>json<|sep|>')
-     + TE, "", [("get_weather", {"city": "Oslo", "days": 2})]),
+    (
+        RE
+        + TS
+        + k3_call("get_weather", '<|open|>json type="object"<|sep|>{"city":"Oslo","days":2}<|close|>json<|sep|>')
+        + TE,
+        "",
+        [("get_weather", {"city": "Oslo", "days": 2})],
+    ),
     # no arguments
     (TS + k3_call("plan") + TE, "", [("plan", {})]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("text,content,calls", K3_RECORDED)
@@ -224,7 +301,11 @@ def test_k3_recorded_replies_split_and_stream(text, content, calls):
 K3_WEATHER = k3_call("get_weather", k3_arg("city", "string", "Paris"), k3_arg("days", "number", "3"))
 K3_MALFORMED = [
     # another family's markers: content
-    (f"I would call {B}{C}functions.get_weather:0{A}{{}}{E}{END}", f"I would call {B}{C}functions.get_weather:0{A}{{}}{E}{END}", []),
+    (
+        f"I would call {B}{C}functions.get_weather:0{A}{{}}{E}{END}",
+        f"I would call {B}{C}functions.get_weather:0{A}{{}}{E}{END}",
+        [],
+    ),
     # garbage after the opener: content, the response block's end too
     (f"Sure{RE}{TS}this is not a call", f"Sure{RE}{TS}this is not a call", []),
     # cut in the name, a head that is no tag's: content
@@ -233,21 +314,40 @@ K3_MALFORMED = [
     # the tools left open: the calls
     (TS + K3_WEATHER, "", [("get_weather", {"city": "Paris", "days": 3})]),
     # a string closed by the call's end: it ends there, the rest is content
-    (TS + k3_call("get_weather", '<|open|>argument key="city" type="string"<|sep|>Paris') + TE,
-     f"<|close|>call<|sep|>{TE}", [("get_weather", {"city": "Paris"})]),
+    (
+        TS + k3_call("get_weather", '<|open|>argument key="city" type="string"<|sep|>Paris') + TE,
+        f"<|close|>call<|sep|>{TE}",
+        [("get_weather", {"city": "Paris"})],
+    ),
     # a number closed by another tag: the call ends with it, the rest is content
-    (TS + '<|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="days" type="number"<|sep|>3'
-     + k3_arg("city", "string", "Rome") + "<|close|>call<|sep|>" + TE,
-     k3_arg("city", "string", "Rome") + "<|close|>call<|sep|>" + TE, [("get_weather", {"days": 3})]),
+    (
+        TS
+        + '<|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="days" type="number"<|sep|>3'
+        + k3_arg("city", "string", "Rome")
+        + "<|close|>call<|sep|>"
+        + TE,
+        k3_arg("city", "string", "Rome") + "<|close|>call<|sep|>" + TE,
+        [("get_weather", {"days": 3})],
+    ),
     # text after a call's head: the call, named, ends there
-    (f'{TS}<|open|>call tool="get_weather" index="1"<|sep|>Sure, the weather.', "Sure, the weather.", [("get_weather", {})]),
+    (
+        f'{TS}<|open|>call tool="get_weather" index="1"<|sep|>Sure, the weather.',
+        "Sure, the weather.",
+        [("get_weather", {})],
+    ),
     # a wrong closing tag after the arguments; the second call is content
-    (TS + K3_WEATHER.replace("<|close|>call<|sep|>", "<|close|>cal<|sep|>") + k3_call("plan", index=2) + TE,
-     "<|close|>cal<|sep|>" + k3_call("plan", index=2) + TE, [("get_weather", {"city": "Paris", "days": 3})]),
+    (
+        TS + K3_WEATHER.replace("<|close|>call<|sep|>", "<|close|>cal<|sep|>") + k3_call("plan", index=2) + TE,
+        "<|close|>cal<|sep|>" + k3_call("plan", index=2) + TE,
+        [("get_weather", {"city": "Paris", "days": 3})],
+    ),
     # a JSON block that is not an object: the call with no arguments, the rest content
-    (TS + k3_call("get_weather", '<|open|>json type="object"<|sep|>[1, 2]<|close|>json<|sep|>') + TE,
-     "[1, 2]<|close|>json<|sep|><|close|>call<|sep|>" + TE, [("get_weather", {})]),
-]  # fmt: skip
+    (
+        TS + k3_call("get_weather", '<|open|>json type="object"<|sep|>[1, 2]<|close|>json<|sep|>') + TE,
+        "[1, 2]<|close|>json<|sep|><|close|>call<|sep|>" + TE,
+        [("get_weather", {})],
+    ),
+]
 
 
 @pytest.mark.parametrize("text,content,calls", K3_MALFORMED)
@@ -305,14 +405,38 @@ def test_k3_auto_calls_are_free_until_the_opener_then_valid(vocab):
 
 
 #: nested values and a dotted name (strings bounded: a random model's text would run on)
-NESTED = parse_tools([
-    {"type": "function", "function": {"name": "trip.plan", "parameters": {"type": "object", "properties": {
-        "stops": {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object", "properties": {
-            "city": {"type": "string", "maxLength": 8}, "nights": {"type": "integer", "minimum": 1, "maximum": 9}},
-            "required": ["city", "nights"], "additionalProperties": False}},
-        "rail": {"type": "boolean"}, "unit": {"type": "string", "enum": ["km", "mi"]}},
-        "required": ["stops", "rail", "unit"]}}},
-])  # fmt: skip
+NESTED = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "trip.plan",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "stops": {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": 3,
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "city": {"type": "string", "maxLength": 8},
+                                    "nights": {"type": "integer", "minimum": 1, "maximum": 9},
+                                },
+                                "required": ["city", "nights"],
+                                "additionalProperties": False,
+                            },
+                        },
+                        "rail": {"type": "boolean"},
+                        "unit": {"type": "string", "enum": ["km", "mi"]},
+                    },
+                    "required": ["stops", "rail", "unit"],
+                },
+            },
+        },
+    ]
+)
 
 
 def test_k3_the_grammar_takes_nested_schemas_and_dotted_names(vocab):

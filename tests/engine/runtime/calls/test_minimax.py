@@ -16,17 +16,49 @@ from engine.runtime.prompt.tools import ToolChoice, parse_tools
 from tests.callharness import check_stream, demo_vocab, drive, pairs, render, streamed, templates
 from tests.callharness import trip_conversation as _conversation
 
-TOOLS = parse_tools([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "plan_trip", "parameters": {"type": "object", "properties": {
-        "stops": {"type": "array", "items": {"type": "object"}}, "options": {"type": "object"}}}}},
-])  # fmt: skip
-CALLS = [("get_weather", {"city": "San Francisco", "days": 3}),
-         ("plan_trip", {"stops": [{"city": "Rome", "nights": 2, "open": True}, {"city": "Oslo"}],
-                        "options": {"by": "train", "avoid": ["tolls", "ferries"]}})]  # fmt: skip
+TOOLS = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "days": {"type": "integer"},
+                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "required": ["city"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "plan_trip",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "stops": {"type": "array", "items": {"type": "object"}},
+                        "options": {"type": "object"},
+                    },
+                },
+            },
+        },
+    ]
+)
+CALLS = [
+    ("get_weather", {"city": "San Francisco", "days": 3}),
+    (
+        "plan_trip",
+        {
+            "stops": [{"city": "Rome", "nights": 2, "open": True}, {"city": "Oslo"}],
+            "options": {"by": "train", "avoid": ["tolls", "ferries"]},
+        },
+    ),
+]
 #: each format and its templates
 FAMILY = {MINIMAX: ["MiniMax-M2.jinja"], MINIMAX_M3: ["MiniMax-M3.jinja"]}
 FORMATS = list(FAMILY)
@@ -36,8 +68,9 @@ FORMATS = list(FAMILY)
 def test_calls_round_trip_through_the_real_template(fmt):
     srcs = templates()
     for name in FAMILY[fmt]:
-        text = render(srcs[name], _conversation(CALLS), tools=[t.to_template() for t in TOOLS],
-                      add_generation_prompt=False)  # fmt: skip
+        text = render(
+            srcs[name], _conversation(CALLS), tools=[t.to_template() for t in TOOLS], add_generation_prompt=False
+        )
         turn = text[text.index("plan a trip.") :]  # the tools' description shows the syntax too
         i = fmt.find(turn)
         got, end = fmt.scan(turn[i:], TOOLS)
@@ -59,37 +92,44 @@ RECORDED = {
     # a string with quotes, a newline and unicode, an integer, an enum; nested JSON
     MINIMAX: {
         "two calls": 'Let me check.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">São '
-                     'Paulo "Centro"\nzona 1 ☀</parameter>\n<parameter name="days">3</parameter>\n<parameter name="unit">'
-                     'celsius</parameter>\n</invoke>\n<invoke name="plan_trip">\n<parameter name="stops">[{"city": '
-                     '"Rome", "nights": 2}, {"city": "Oslo"}]</parameter>\n<parameter name="options">{"by": "train", '
-                     '"budget": {"max": 900}}</parameter>\n</invoke>\n</minimax:tool_call>',
+        'Paulo "Centro"\nzona 1 ☀</parameter>\n<parameter name="days">3</parameter>\n<parameter name="unit">'
+        'celsius</parameter>\n</invoke>\n<invoke name="plan_trip">\n<parameter name="stops">[{"city": '
+        '"Rome", "nights": 2}, {"city": "Oslo"}]</parameter>\n<parameter name="options">{"by": "train", '
+        '"budget": {"max": 900}}</parameter>\n</invoke>\n</minimax:tool_call>',
         # values on lines of their own (trimmed, as MiniMax's parser trims them); no whitespace between tags
         "lines": '<minimax:tool_call><invoke name="get_weather"><parameter name="city">\nZürich\n</parameter>'
-                 '<parameter name="days">\n10\n</parameter><parameter name="tags">["sun", "3"]</parameter></invoke>'
-                 "</minimax:tool_call>",
+        '<parameter name="days">\n10\n</parameter><parameter name="tags">["sun", "3"]</parameter></invoke>'
+        "</minimax:tool_call>",
         "no arguments": '<minimax:tool_call>\n<invoke name="plan_trip">\n</invoke>\n</minimax:tool_call>',
     },
     MINIMAX_M3: {
         "two calls": f'Let me check.{NS}<tool_call>\n{NS}<invoke name="get_weather">{NS}<city>São Paulo "Centro"\n'
-                     f"zona 1 ☀{NS}</city>{NS}<days>3{NS}</days>{NS}<unit>celsius{NS}</unit>{NS}</invoke>\n"
-                     f'{NS}<invoke name="plan_trip">{NS}<stops>{NS}<item>{NS}<city>Rome{NS}</city>{NS}<nights>2'
-                     f"{NS}</nights>{NS}</item>{NS}<item>{NS}<city>Oslo{NS}</city>{NS}</item>{NS}</stops>{NS}<options>"
-                     f"{NS}<by>train{NS}</by>{NS}<budget>{NS}<max>900{NS}</max>{NS}</budget>{NS}</options>"
-                     f"{NS}</invoke>\n{NS}</tool_call>",
+        f"zona 1 ☀{NS}</city>{NS}<days>3{NS}</days>{NS}<unit>celsius{NS}</unit>{NS}</invoke>\n"
+        f'{NS}<invoke name="plan_trip">{NS}<stops>{NS}<item>{NS}<city>Rome{NS}</city>{NS}<nights>2'
+        f"{NS}</nights>{NS}</item>{NS}<item>{NS}<city>Oslo{NS}</city>{NS}</item>{NS}</stops>{NS}<options>"
+        f"{NS}<by>train{NS}</by>{NS}<budget>{NS}<max>900{NS}</max>{NS}</budget>{NS}</options>"
+        f"{NS}</invoke>\n{NS}</tool_call>",
         # a list of strings (typed by the items' schema), newlines between the elements
         "lines": f'{NS}<tool_call>\n{NS}<invoke name="get_weather">\n{NS}<city>Zürich{NS}</city>\n{NS}<days>10'
-                 f"{NS}</days>\n{NS}<tags>\n{NS}<item>sun{NS}</item>\n{NS}<item>3{NS}</item>\n{NS}</tags>\n{NS}</invoke>\n"
-                 f"{NS}</tool_call>",
+        f"{NS}</days>\n{NS}<tags>\n{NS}<item>sun{NS}</item>\n{NS}<item>3{NS}</item>\n{NS}</tags>\n{NS}</invoke>\n"
+        f"{NS}</tool_call>",
         "no arguments": f'{NS}<tool_call>\n{NS}<invoke name="plan_trip">{NS}</invoke>\n{NS}</tool_call>',
     },
-}  # fmt: skip
+}
 WANT = {
-    "two calls": [("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
-                  ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
-                                 "options": {"by": "train", "budget": {"max": 900}}})],
+    "two calls": [
+        ("get_weather", {"city": 'São Paulo "Centro"\nzona 1 ☀', "days": 3, "unit": "celsius"}),
+        (
+            "plan_trip",
+            {
+                "stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}],
+                "options": {"by": "train", "budget": {"max": 900}},
+            },
+        ),
+    ],
     "lines": [("get_weather", {"city": "Zürich", "days": 10, "tags": ["sun", "3"]})],
     "no arguments": [("plan_trip", {})],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
@@ -133,10 +173,12 @@ def test_malformed_m2_replies_lose_nothing():
     assert reply.content.startswith('Let me check.</invok>\n<invoke name="plan_trip">')
     check_stream(wrong, MINIMAX, TOOLS)
     # garbage after the opener, Hermes JSON in the block, a name with nothing of a call after it: content
-    for bad in ("Hmm. <minimax:tool_call> this is not a call",
-                '<minimax:tool_call>\n{"name": "get_weather", "arguments": {}}\n</minimax:tool_call>',
-                '<minimax:tool_call>\n<invoke name="get_weather">Sure, the weather.',
-                '<minimax:tool_call>\n<invoke>\n</invoke>\n</minimax:tool_call>'):  # fmt: skip
+    for bad in (
+        "Hmm. <minimax:tool_call> this is not a call",
+        '<minimax:tool_call>\n{"name": "get_weather", "arguments": {}}\n</minimax:tool_call>',
+        '<minimax:tool_call>\n<invoke name="get_weather">Sure, the weather.',
+        "<minimax:tool_call>\n<invoke>\n</invoke>\n</minimax:tool_call>",
+    ):
         reply = split(bad, fmt=MINIMAX, tools=TOOLS)
         assert reply.calls == [] and reply.content.replace(" ", "") == bad.replace(" ", ""), bad
         check_stream(bad, MINIMAX, TOOLS)
@@ -157,29 +199,73 @@ def test_malformed_m3_replies_lose_nothing():
     assert reply.content.startswith(f"Let me check.{NS}<stops>{NS}<item>")
     check_stream(wrong, MINIMAX_M3, TOOLS)
     # a string followed by a marker that is not its end: the string ends there
-    odd = text.replace(f"Centro\"\nzona 1 ☀{NS}</city>", f"Centro\"{NS}<b>x{NS}</b>{NS}</city>", 1)
+    odd = text.replace(f'Centro"\nzona 1 ☀{NS}</city>', f'Centro"{NS}<b>x{NS}</b>{NS}</city>', 1)
     reply = split(odd, fmt=MINIMAX_M3, tools=TOOLS)
     assert pairs(reply.calls) == [("get_weather", {"city": 'São Paulo "Centro"'})]
     assert reply.content.startswith(f"Let me check.{NS}<b>x")
     check_stream(odd, MINIMAX_M3, TOOLS)
     # garbage after the opener, M2's syntax under M3's opener: content
-    for bad in (f"Hmm. {NS}<tool_call> this is not a call", f'{NS}<tool_call>\n<invoke name="get_weather">\n</invoke>',
-                f'{NS}<tool_call>\n{NS}<invoke name="get_weather">Sure, the weather.'):
+    for bad in (
+        f"Hmm. {NS}<tool_call> this is not a call",
+        f'{NS}<tool_call>\n<invoke name="get_weather">\n</invoke>',
+        f'{NS}<tool_call>\n{NS}<invoke name="get_weather">Sure, the weather.',
+    ):
         reply = split(bad, fmt=MINIMAX_M3, tools=TOOLS)
         assert reply.calls == [] and reply.content.replace(" ", "") == bad.replace(" ", ""), bad
         check_stream(bad, MINIMAX_M3, TOOLS)
 
 
 # ---------------------------------------------------------------- grammar, token by token
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
-    "note": {"type": "string", "maxLength": 12}}, "required": ["mode", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                        "note": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["mode", "n"],
+                },
+            },
+        }
+    ]
+)
 #: M3 spells nested values out: an object with a list of bounded integers
-NESTED = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9},
-    "opts": {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer", "minimum": 0,
-             "maximum": 9}, "minItems": 1}, "on": {"type": "boolean"}}, "required": ["xs", "on"]}},
-    "required": ["mode", "n", "opts"]}}}])  # fmt: skip
+NESTED = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+                        "opts": {
+                            "type": "object",
+                            "properties": {
+                                "xs": {
+                                    "type": "array",
+                                    "items": {"type": "integer", "minimum": 0, "maximum": 9},
+                                    "minItems": 1,
+                                },
+                                "on": {"type": "boolean"},
+                            },
+                            "required": ["xs", "on"],
+                        },
+                    },
+                    "required": ["mode", "n", "opts"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -247,8 +333,12 @@ M1 = MINIMAX_M1
 
 
 def test_m1_calls_round_trip_through_the_real_template():
-    text = render(templates()["MiniMax-M1.jinja"], _conversation(CALLS), tools=[t.to_template() for t in TOOLS],
-                  add_generation_prompt=False)  # fmt: skip
+    text = render(
+        templates()["MiniMax-M1.jinja"],
+        _conversation(CALLS),
+        tools=[t.to_template() for t in TOOLS],
+        add_generation_prompt=False,
+    )
     turn = text[text.index("plan a trip.") :]  # the tools' description shows the syntax too
     i = M1.find(turn)
     got, end = M1.scan(turn[i:], TOOLS)
@@ -267,15 +357,22 @@ def test_m1_detects_its_own_template_only():
 
 M1_RECORDED = [
     # two calls, a line each: a string with quotes, a newline and unicode, an integer, an enum; nested JSON
-    ('Let me check.\n<tool_calls>\n{"name": "get_weather", "arguments": {"city": "São Paulo \\"Centro\\"\\nzona 1 ☀", '
-     '"days": 3, "unit": "celsius"}}\n{"name": "plan_trip", "arguments": {"stops": [{"city": "Rome", "nights": 2}, '
-     '{"city": "Oslo"}], "options": {"by": "train", "budget": {"max": 900}}}}\n</tool_calls>',
-     "Let me check.", WANT["two calls"]),
+    (
+        'Let me check.\n<tool_calls>\n{"name": "get_weather", "arguments": {"city": "São Paulo '
+        '\\"Centro\\"\\nzona 1 ☀", '
+        '"days": 3, "unit": "celsius"}}\n{"name": "plan_trip", "arguments": {"stops": [{"city": "Rome", "nights": 2}, '
+        '{"city": "Oslo"}], "options": {"by": "train", "budget": {"max": 900}}}}\n</tool_calls>',
+        "Let me check.",
+        WANT["two calls"],
+    ),
     # compact, on one line
-    ('<tool_calls>{"name":"get_weather","arguments":{"city":"Zürich","days":10,"tags":["sun","3"]}}</tool_calls>', "",
-     WANT["lines"]),
+    (
+        '<tool_calls>{"name":"get_weather","arguments":{"city":"Zürich","days":10,"tags":["sun","3"]}}</tool_calls>',
+        "",
+        WANT["lines"],
+    ),
     ('<tool_calls>\n{"name": "plan_trip", "arguments": {}}\n</tool_calls>', "", WANT["no arguments"]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("text,content,calls", M1_RECORDED)
@@ -293,21 +390,33 @@ def test_m1_arguments_written_as_a_json_string_are_the_object_it_holds():
 
 M1_MALFORMED = [
     # Hermes' and Apriel's syntax, garbage after the opener, cut in the name: content
-    ('I would call <tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
-     'I would call <tool_call>{"name": "get_weather", "arguments": {}}</tool_call>', []),
-    ('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_calls>',
-     '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_calls>', []),
+    (
+        'I would call <tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
+        'I would call <tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
+        [],
+    ),
+    (
+        '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_calls>',
+        '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Rome"}}]</tool_calls>',
+        [],
+    ),
     ("Hmm. <tool_calls> this is not a call", "Hmm. <tool_calls> this is not a call", []),
     ('Checking <tool_calls>\n{"name": "get_wea', 'Checking <tool_calls>\n{"name": "get_wea', []),
     # the block left open: the calls
     ('<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n', "", [("get_weather", {"city": "Rome"})]),
     # arguments that are no object: the call with none, the rest content
-    ('<tool_calls>\n{"name": "get_weather", "arguments": [1, 2]}\n</tool_calls>', '[1, 2]}\n</tool_calls>',
-     [("get_weather", {})]),
+    (
+        '<tool_calls>\n{"name": "get_weather", "arguments": [1, 2]}\n</tool_calls>',
+        "[1, 2]}\n</tool_calls>",
+        [("get_weather", {})],
+    ),
     # a second line that is no call: the first call, the rest content
-    ('<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\nand then\n</tool_calls>',
-     "and then\n</tool_calls>", [("get_weather", {"city": "Rome"})]),
-]  # fmt: skip
+    (
+        '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\nand then\n</tool_calls>',
+        "and then\n</tool_calls>",
+        [("get_weather", {"city": "Rome"})],
+    ),
+]
 
 
 @pytest.mark.parametrize("text,content,calls", M1_MALFORMED)

@@ -38,16 +38,22 @@ def test_only_nemotron_nano_v2_is_detected():
 
 
 RECORDED = [
-    ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, "unit": "celsius"}}, '
-     '{"name": "note", "arguments": {"text": "He said \\"hi\\",\\nthen: Zürich — 東京 ☀"}}]</TOOLCALL>',
-     "",
-     [("get_weather", {"city": "San Francisco", "days": 3, "unit": "celsius"}),
-      ("note", {"text": 'He said "hi",\nthen: Zürich — 東京 ☀'})]),
-    ('Let me plan.\n<TOOLCALL>[{"name":"plan","arguments":{"stops":[{"city":"Rome","nights":2}],'
-     '"options":{"rail":false,"budget":10}}}]</TOOLCALL>',
-     "Let me plan.",
-     [("plan", {"stops": [{"city": "Rome", "nights": 2}], "options": {"rail": False, "budget": 10}})]),
-]  # fmt: skip
+    (
+        '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3, "unit": "celsius"}}, '
+        '{"name": "note", "arguments": {"text": "He said \\"hi\\",\\nthen: Zürich — 東京 ☀"}}]</TOOLCALL>',
+        "",
+        [
+            ("get_weather", {"city": "San Francisco", "days": 3, "unit": "celsius"}),
+            ("note", {"text": 'He said "hi",\nthen: Zürich — 東京 ☀'}),
+        ],
+    ),
+    (
+        'Let me plan.\n<TOOLCALL>[{"name":"plan","arguments":{"stops":[{"city":"Rome","nights":2}],'
+        '"options":{"rail":false,"budget":10}}}]</TOOLCALL>',
+        "Let me plan.",
+        [("plan", {"stops": [{"city": "Rome", "nights": 2}], "options": {"rail": False, "budget": 10}})],
+    ),
+]
 
 
 @pytest.mark.parametrize("text,content,calls", RECORDED)
@@ -59,8 +65,10 @@ def test_recorded_replies_split_and_stream(text, content, calls):
 
 def test_a_reply_after_thinking_and_arguments_as_a_json_string():
     # the generation prompt opens <think>; the template's instructions show "arguments" as a string
-    text = ('The user wants weather.</think>\n\n<TOOLCALL>[{"name": "get_weather", "arguments": '
-            '"{\\"city\\": \\"Oslo\\"}"}]</TOOLCALL>')  # fmt: skip
+    text = (
+        'The user wants weather.</think>\n\n<TOOLCALL>[{"name": "get_weather", "arguments": '
+        '"{\\"city\\": \\"Oslo\\"}"}]</TOOLCALL>'
+    )
     r = split(text, Thinking(), True, FMT, TOOLS)
     want = ("The user wants weather.", "", [("get_weather", {"city": "Oslo"})])
     assert (r.reasoning, r.content, pairs(r.calls)) == want
@@ -69,8 +77,11 @@ def test_a_reply_after_thinking_and_arguments_as_a_json_string():
 
 MALFORMED = [
     # another family's markers: content
-    ('I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
-     'I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', []),
+    (
+        'I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+        'I would call <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+        [],
+    ),
     # garbage after the opener: content
     ("Sure <TOOLCALL>this is not a call", "Sure <TOOLCALL>this is not a call", []),
     ('<TOOLCALL>{"name": "get_weather"}</TOOLCALL>', '<TOOLCALL>{"name": "get_weather"}</TOOLCALL>', []),
@@ -78,7 +89,7 @@ MALFORMED = [
     ('Checking <TOOLCALL>[{"name": "get_wea', 'Checking <TOOLCALL>[{"name": "get_wea', []),
     # the list left open: the calls
     ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}', "", [("get_weather", {"city": "Paris"})]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("text,content,calls", MALFORMED)
@@ -115,9 +126,25 @@ def test_a_reply_cut_in_the_arguments_keeps_them_as_far_as_written():
 
 
 # ------------------------------------------------------------------- grammar
-PICK = parse_tools([{"type": "function", "function": {"name": "pick", "parameters": {"type": "object", "properties": {
-    "mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer", "minimum": 1, "maximum": 5},
-    "why": {"type": "string", "maxLength": 12}}, "required": ["mode", "n"]}}}])  # fmt: skip
+PICK = parse_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "pick",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "mode": {"type": "string", "enum": ["fast", "slow"]},
+                        "n": {"type": "integer", "minimum": 1, "maximum": 5},
+                        "why": {"type": "string", "maxLength": 12},
+                    },
+                    "required": ["mode", "n"],
+                },
+            },
+        }
+    ]
+)
 
 
 @pytest.fixture(scope="module")

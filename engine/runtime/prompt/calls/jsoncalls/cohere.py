@@ -64,8 +64,10 @@ class Cohere(ToolFormat):
         return out, end
 
     def write(self, calls):
-        items = ",".join(f"\n    {json.dumps({_ID: str(i), _NAME: n, _ARGS: a}, ensure_ascii=False)}"
-                         for i, (n, a) in enumerate(calls))  # fmt: skip
+        items = ",".join(
+            f"\n    {json.dumps({_ID: str(i), _NAME: n, _ARGS: a}, ensure_ascii=False)}"
+            for i, (n, a) in enumerate(calls)
+        )
         return f"{START_ACTION}[{items}\n]{END_ACTION}"
 
     def body(self, tools, parallel, lit):
@@ -76,8 +78,11 @@ class Cohere(ToolFormat):
 
 def _item(tool: Tool) -> dict:
     """The schema of one call to ``tool``, keys in the template's order (ids are small)."""
-    props = {_ID: {"type": "string", "pattern": "^[0-9]{1,3}$"}, _NAME: {"const": tool.name},
-             _ARGS: _closed(tool.parameters)}  # fmt: skip
+    props = {
+        _ID: {"type": "string", "pattern": "^[0-9]{1,3}$"},
+        _NAME: {"const": tool.name},
+        _ARGS: _closed(tool.parameters),
+    }
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 

@@ -6,11 +6,25 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, calls_between, json_args, name_then_json, text_lit
+from engine.runtime.prompt.calls.base import (
+    ToolFormat,
+    _closed,
+    _json_rule,
+    _Scan,
+    calls_between,
+    json_args,
+    name_then_json,
+    text_lit,
+)
 from engine.runtime.prompt.calls.partial import Partial
 
-DEEPSEEK_MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
-                    "<｜tool▁calls▁end｜>")  # fmt: skip
+DEEPSEEK_MARKERS = (
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁calls▁end｜>",
+)
 
 
 class DeepSeek(ToolFormat):
@@ -18,8 +32,9 @@ class DeepSeek(ToolFormat):
     CONTROL_MARKERS = DEEPSEEK_MARKERS
 
     def __init__(self, r1: bool = False):
-        super().__init__("deepseek-r1" if r1 else "deepseek", "DeepSeek R1" if r1 else "DeepSeek V3.1", self.BEGIN,
-                         self.CALL_END)  # fmt: skip
+        super().__init__(
+            "deepseek-r1" if r1 else "deepseek", "DeepSeek R1" if r1 else "DeepSeek V3.1", self.BEGIN, self.CALL_END
+        )
 
     @property
     def r1(self) -> bool:
@@ -63,13 +78,17 @@ class DeepSeek(ToolFormat):
         alts = []
         for t in tools:
             if self.r1:
-                alts.append(f'"function" {lit(self.SEP)} {text_lit(t.name + chr(10) + "```json" + chr(10))} '
-                            f'{_json_rule(_closed(t.parameters))} {text_lit(chr(10) + "```")}')  # fmt: skip
+                alts.append(
+                    f'"function" {lit(self.SEP)} {text_lit(t.name + chr(10) + "```json" + chr(10))} '
+                    f"{_json_rule(_closed(t.parameters))} {text_lit(chr(10) + '```')}"
+                )
             else:
                 alts.append(f"{text_lit(t.name)} {lit(self.SEP)} {_json_rule(_closed(t.parameters))}")
         one = f"{lit(self.CALL)} ({' | '.join(alts)}) {lit(self.CALL_END)}"
         sep = '"\\n"' if self.r1 else ""
-        return f"one_call: {one}\n" + f"call_body: one_call{f' ({sep} one_call)*' if parallel else ''} {lit(self.END)}\n"
+        return (
+            f"one_call: {one}\n" + f"call_body: one_call{f' ({sep} one_call)*' if parallel else ''} {lit(self.END)}\n"
+        )
 
 
 DEEPSEEK = DeepSeek()

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _repeat, calls_between, name_then_json, text_lit
+from engine.runtime.prompt.calls.base import (
+    ToolFormat,
+    _closed,
+    _json_rule,
+    _repeat,
+    calls_between,
+    name_then_json,
+    text_lit,
+)
 
 
 class FunctionTag(ToolFormat):

@@ -30,7 +30,9 @@ class Generic(ToolFormat):
                 return [], 0
             p, e = wrapped_call(text, s.pos)
             if p is None or e is None or e < 0:  # not yet, or not a call (a named one ends where it broke)
-                return ([] if p is None else [p if e is None or p.stop is not None else Partial(p.name, p.args, stop=s.pos)]), 0
+                return (
+                    [] if p is None else [p if e is None or p.stop is not None else Partial(p.name, p.args, stop=s.pos)]
+                ), 0
             calls = [Partial(p.name, p.args)]
             s.pos = e
         elif s.take('"tool_calls"'):
@@ -59,10 +61,19 @@ class Generic(ToolFormat):
 
     def body(self, tools, parallel, lit):
         one = {"anyOf": [_call_object(t, "name", "arguments") for t in tools]}
-        schema = {"type": "object", "properties": {"tool_call": one}, "required": ["tool_call"], "additionalProperties": False}
+        schema = {
+            "type": "object",
+            "properties": {"tool_call": one},
+            "required": ["tool_call"],
+            "additionalProperties": False,
+        }
         if parallel:
-            many = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": one, "minItems": 1}},
-                    "required": ["tool_calls"], "additionalProperties": False}  # fmt: skip
+            many = {
+                "type": "object",
+                "properties": {"tool_calls": {"type": "array", "items": one, "minItems": 1}},
+                "required": ["tool_calls"],
+                "additionalProperties": False,
+            }
             schema = {"anyOf": [schema, many]}
         return f"call_body: {_json_rule(schema)}\n"
 
@@ -70,8 +81,10 @@ class Generic(ToolFormat):
     def system_prompt(tools: tuple[Tool, ...]) -> str:
         """How the generic format tells a model about the tools (llama-server's way)."""
         listing = "\n".join(json.dumps(t.to_template()["function"], ensure_ascii=False) for t in tools)
-        return ("You can call these tools:\n" + listing + "\n\nTo call a tool, reply with only a JSON object: "
-                '{"tool_call": {"name": <tool name>, "arguments": {<arguments>}}}. Otherwise answer normally.')  # fmt: skip
+        return (
+            "You can call these tools:\n" + listing + "\n\nTo call a tool, reply with only a JSON object: "
+            '{"tool_call": {"name": <tool name>, "arguments": {<arguments>}}}. Otherwise answer normally.'
+        )
 
 
 GENERIC = Generic()

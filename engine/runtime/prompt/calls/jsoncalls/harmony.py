@@ -22,8 +22,14 @@ import re
 from engine.runtime.prompt.calls.base import ToolFormat, _closed, _json_rule, _Scan, bad_json_at, json_args, text_lit
 from engine.runtime.prompt.calls.partial import Partial, held
 
-START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
-                                                 "<|call|>")  # fmt: skip
+START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL = (
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|constrain|>",
+    "<|end|>",
+    "<|call|>",
+)
 #: the role header of a message the model writes
 ROLE = START + "assistant"
 RECIPIENT = "to=functions."
@@ -39,8 +45,10 @@ HARMONY_MARKERS = (START, CHANNEL, CONSTRAIN, MESSAGE, END)
 #: only with the role, or at the very start of the reply)
 _HEAD = re.compile(r"(<\|start\|>assistant)?\s*(<\|channel\|>(?:commentary|analysis)\s*)?to=functions\.")
 #: every way a call header begins, for holding back text that may become one
-_HEADS = (*(f"{role}{CHANNEL}{channel} {RECIPIENT}" for role in (ROLE, "") for channel in ("commentary", "analysis")),
-          f"{ROLE} {RECIPIENT}")  # fmt: skip
+_HEADS = (
+    *(f"{role}{CHANNEL}{channel} {RECIPIENT}" for role in (ROLE, "") for channel in ("commentary", "analysis")),
+    f"{ROLE} {RECIPIENT}",
+)
 _NAME_END = re.compile(r"[\s<]")
 _WORD = re.compile(r"\w*")
 
@@ -86,12 +94,16 @@ class Harmony(ToolFormat):
         return out, end
 
     def write(self, calls):
-        return "".join(f"{ROLE} {RECIPIENT}{n}{CHANNEL}commentary json{MESSAGE}{json.dumps(a, ensure_ascii=False)}"
-                       f"{CALL}" for n, a in calls)  # fmt: skip
+        return "".join(
+            f"{ROLE} {RECIPIENT}{n}{CHANNEL}commentary json{MESSAGE}{json.dumps(a, ensure_ascii=False)}{CALL}"
+            for n, a in calls
+        )
 
     def body(self, tools, parallel, lit):
-        alts = " | ".join(f'{text_lit(t.name + " ")} {lit(CONSTRAIN)} "json" {lit(MESSAGE)} '
-                          f"{_json_rule(_closed(t.parameters))}" for t in tools)  # fmt: skip
+        alts = " | ".join(
+            f'{text_lit(t.name + " ")} {lit(CONSTRAIN)} "json" {lit(MESSAGE)} {_json_rule(_closed(t.parameters))}'
+            for t in tools
+        )
         more = f" ({lit(ROLE)} {lit(self.trigger)} one_call)*" if parallel else ""
         return f"one_call: ({alts}) {lit(CALL)}\ncall_body: one_call{more}\n"
 

@@ -15,14 +15,17 @@ class Hermes(ToolFormat):
     def detects(self, template):
         # GLM's <arg_key>, MiniMax's <invoke> and Apriel's <tool_calls> come with <tool_call>
         # and "arguments" too, but are not Hermes JSON
-        return "<tool_call>" in template and "arguments" in template and not any(
-            m in template for m in ("<arg_key>", "<invoke", "<tool_calls>"))  # fmt: skip
+        return (
+            "<tool_call>" in template
+            and "arguments" in template
+            and not any(m in template for m in ("<arg_key>", "<invoke", "<tool_calls>"))
+        )
 
     def partial(self, text, tools=()):
         return calls_between(text, "<tool_call>", "</tool_call>", wrapped_call)
 
     def write(self, calls):
-        return "\n".join(f'<tool_call>\n{json.dumps({"name": n, "arguments": a})}\n</tool_call>' for n, a in calls)
+        return "\n".join(f"<tool_call>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_call>" for n, a in calls)
 
     def body(self, tools, parallel, lit):
         alts = " | ".join(_json_rule(_call_object(t, "name", "arguments")) for t in tools)

@@ -30,8 +30,13 @@ from engine.runtime.prompt.calls.base import json_args, name_then_json, text_lit
 from engine.runtime.prompt.calls.paramcalls.dsml import attrs
 from engine.runtime.prompt.calls.partial import Partial, held, is_string, params_json, types_of
 
-KIMI_MARKERS = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
-                "<|tool_call_end|>", "<|tool_calls_section_end|>")  # fmt: skip
+KIMI_MARKERS = (
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "<|tool_calls_section_end|>",
+)
 
 
 def _name(call_id: str) -> str:
@@ -53,16 +58,25 @@ class Kimi(ToolFormat):
         return self.BEGIN in template and self.ARGS in template
 
     def partial(self, text, tools=()):
-        return calls_between(text, self.CALL, self.CALL_END, name_then_json(self.ARGS, _name), first=self.BEGIN,
-                             last=self.END)  # fmt: skip
+        return calls_between(
+            text, self.CALL, self.CALL_END, name_then_json(self.ARGS, _name), first=self.BEGIN, last=self.END
+        )
 
     def write(self, calls):
-        return self.BEGIN + "".join(f"{self.CALL}functions.{n}:{i}{self.ARGS}{json.dumps(a, ensure_ascii=False)}"
-                                    f"{self.CALL_END}" for i, (n, a) in enumerate(calls)) + self.END  # fmt: skip
+        return (
+            self.BEGIN
+            + "".join(
+                f"{self.CALL}functions.{n}:{i}{self.ARGS}{json.dumps(a, ensure_ascii=False)}{self.CALL_END}"
+                for i, (n, a) in enumerate(calls)
+            )
+            + self.END
+        )
 
     def body(self, tools, parallel, lit):
-        alts = " | ".join(f"{text_lit(f'functions.{t.name}:')} /[0-9]{{1,3}}/ {lit(self.ARGS)} "
-                          f"{_json_rule(_closed(t.parameters))}" for t in tools)  # fmt: skip
+        alts = " | ".join(
+            f"{text_lit(f'functions.{t.name}:')} /[0-9]{{1,3}}/ {lit(self.ARGS)} {_json_rule(_closed(t.parameters))}"
+            for t in tools
+        )
         one = f"{lit(self.CALL)} ({alts}) {lit(self.CALL_END)}"
         return f"one_call: {one}\n" + f"call_body: one_call{' one_call*' if parallel else ''} {lit(self.END)}\n"
 
@@ -83,8 +97,14 @@ _JSON_TYPES = ("number", "boolean", "null", "object", "array")
 _HEAD = re.compile(r'(?:\s+[\w-]+="[^"]*")*\s*')
 _HEAD_SO_FAR = re.compile(r'(?:\s+[\w-]+="[^"]*")*(?:\s+(?:[\w-]+(?:=(?:"[^"]*)?)?)?)?')
 #: a JSON schema type's ``type`` (a string's is ``string``, and is not JSON)
-_K3_TYPE = {"integer": "number", "number": "number", "boolean": "boolean", "null": "null", "object": "object",
-            "array": "array"}  # fmt: skip
+_K3_TYPE = {
+    "integer": "number",
+    "number": "number",
+    "boolean": "boolean",
+    "null": "null",
+    "object": "object",
+    "array": "array",
+}
 
 
 def _attr(value: str) -> str:
@@ -214,8 +234,19 @@ class KimiK3(ToolFormat):
     """K3: ``<|close|>response<|sep|><|open|>tools<|sep|>``, ``<|open|>call tool=…<|sep|>``,
     ``<|open|>argument key=… type=…<|sep|>V<|close|>argument<|sep|>`` … ``<|close|>tools<|sep|>``."""
 
-    CONTROL_MARKERS = (K3_TOOLS, K3_TOOLS_END, K3_CALL, K3_CALL_END, K3_ARG, K3_ARG_END, K3_JSON, K3_JSON_END, K3_RESPONSE,
-                       K3_RESPONSE_END, K3_MESSAGE_END)  # fmt: skip
+    CONTROL_MARKERS = (
+        K3_TOOLS,
+        K3_TOOLS_END,
+        K3_CALL,
+        K3_CALL_END,
+        K3_ARG,
+        K3_ARG_END,
+        K3_JSON,
+        K3_JSON_END,
+        K3_RESPONSE,
+        K3_RESPONSE_END,
+        K3_MESSAGE_END,
+    )
 
     def __init__(self):
         # the calls open as the template writes them, past the response block's end (which
@@ -252,9 +283,11 @@ class KimiK3(ToolFormat):
     def write(self, calls):
         out = []
         for i, (name, args) in enumerate(calls):
-            params = "".join(f"{K3_ARG} key={_attr(k)} type={_attr(_k3_type(v))}{SEP}"
-                             f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{K3_ARG_END}"
-                             for k, v in args.items())  # fmt: skip
+            params = "".join(
+                f"{K3_ARG} key={_attr(k)} type={_attr(_k3_type(v))}{SEP}"
+                f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{K3_ARG_END}"
+                for k, v in args.items()
+            )
             out.append(f"{K3_CALL} tool={_attr(name)} index={_attr(str(i + 1))}{SEP}{params}{K3_CALL_END}")
         return self.trigger + "".join(out) + K3_TOOLS_END
 
@@ -267,8 +300,10 @@ class KimiK3(ToolFormat):
             for j, (k, sch) in enumerate(props.items()):
                 rule, string = f"p{i}_{j}", is_string(sch)
                 kinds = ["string"] if string else _k3_json_types(sch)
-                head = (f"{lit(K3_ARG)} {text_lit(f' key={_attr(k)} type=')} "
-                        f"({' | '.join(text_lit(_attr(x)) for x in kinds)}) {lit(SEP)}")  # fmt: skip
+                head = (
+                    f"{lit(K3_ARG)} {text_lit(f' key={_attr(k)} type=')} "
+                    f"({' | '.join(text_lit(_attr(x)) for x in kinds)}) {lit(SEP)}"
+                )
                 if string and "enum" in sch:
                     rules.append(f"{rule}: {head} ({' | '.join(text_lit(v) for v in sch['enum'])}) {lit(K3_ARG_END)}")
                 elif string:
@@ -278,8 +313,9 @@ class KimiK3(ToolFormat):
                     rules.append(f"{rule}: {head} {_json_rule(sch if isinstance(sch, dict) else {})} {lit(K3_ARG_END)}")
                 parts.append(rule if k in required else f"{rule}?")
             call = text_lit(f" tool={_attr(t.name)} index=")
-            rules.append(f'f{i}: {lit(K3_CALL)} {call} /"[1-9][0-9]{{0,2}}"/ {lit(SEP)} {" ".join(parts)} '
-                         f"{lit(K3_CALL_END)}")  # fmt: skip
+            rules.append(
+                f'f{i}: {lit(K3_CALL)} {call} /"[1-9][0-9]{{0,2}}"/ {lit(SEP)} {" ".join(parts)} {lit(K3_CALL_END)}'
+            )
             fns.append(f"f{i}")
         rules.append(f"one_call: {' | '.join(fns)}")
         many = " one_call*" if parallel else ""

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import json
 
-from engine.runtime.prompt.calls.base import ToolFormat, _call_object, _json_rule, _repeat, _Scan, calls_between, wrapped_call
+from engine.runtime.prompt.calls.base import (
+    ToolFormat,
+    _call_object,
+    _json_rule,
+    _repeat,
+    _Scan,
+    calls_between,
+    wrapped_call,
+)
 
 
 class Llama3(ToolFormat):

@@ -40,7 +40,9 @@ class Mistral(ToolFormat):
         return calls, end if closed else 0
 
     def write(self, calls):
-        return "[TOOL_CALLS]" + json.dumps([{"name": n, "arguments": a, "id": f"{i:09d}"} for i, (n, a) in enumerate(calls)])
+        return "[TOOL_CALLS]" + json.dumps(
+            [{"name": n, "arguments": a, "id": f"{i:09d}"} for i, (n, a) in enumerate(calls)]
+        )
 
     def body(self, tools, parallel, lit):
         items = {"anyOf": [_call_object(t, "name", "arguments") for t in tools]}
@@ -61,7 +63,9 @@ class MistralArgs(ToolFormat):
 
     def partial(self, text, tools=()):
         # Small 3.2 writes an id between the name and the arguments
-        return calls_between(text, "[TOOL_CALLS]", "", name_then_json("[ARGS]", lambda name: name.split("[CALL_ID]")[0]))
+        return calls_between(
+            text, "[TOOL_CALLS]", "", name_then_json("[ARGS]", lambda name: name.split("[CALL_ID]")[0])
+        )
 
     def write(self, calls):
         return "".join(f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a)}" for n, a in calls)

@@ -37,8 +37,13 @@ class Nemotron(ToolFormat):
 
     def write(self, calls):
         # the template writes the arguments as they are given: an object, JSON as tojson writes it
-        return self.OPEN + "[" + ", ".join(f'{{"name": "{n}", "arguments": {json.dumps(a, ensure_ascii=False)}}}'
-                                           for n, a in calls) + "]" + self.CLOSE  # fmt: skip
+        return (
+            self.OPEN
+            + "["
+            + ", ".join(f'{{"name": "{n}", "arguments": {json.dumps(a, ensure_ascii=False)}}}' for n, a in calls)
+            + "]"
+            + self.CLOSE
+        )
 
     def body(self, tools, parallel, lit):
         items = {"anyOf": [_call_object(t, "name", "arguments") for t in tools]}

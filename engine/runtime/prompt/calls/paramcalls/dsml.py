@@ -19,7 +19,15 @@ from __future__ import annotations
 import json
 import re
 
-from engine.runtime.prompt.calls.base import ToolFormat, _Scan, calls_between, json_args, param_rules, params_of, text_lit
+from engine.runtime.prompt.calls.base import (
+    ToolFormat,
+    _Scan,
+    calls_between,
+    json_args,
+    param_rules,
+    params_of,
+    text_lit,
+)
 from engine.runtime.prompt.calls.partial import Partial, held, params_json, types_of
 
 DSML = "｜DSML｜"
@@ -37,13 +45,20 @@ def attrs(head: str) -> dict[str, str]:
 
 
 class Dsml(ToolFormat):
-    CONTROL_MARKERS = (INVOKE, INVOKE_END, PARAM, PARAM_END,
-                       *(f"<{DSML}{b}>" for b in BLOCKS), *(f"</{DSML}{b}>" for b in BLOCKS))  # fmt: skip
+    CONTROL_MARKERS = (
+        INVOKE,
+        INVOKE_END,
+        PARAM,
+        PARAM_END,
+        *(f"<{DSML}{b}>" for b in BLOCKS),
+        *(f"</{DSML}{b}>" for b in BLOCKS),
+    )
 
     def __init__(self, block: str = "function_calls"):
         v4 = block == "tool_calls"
-        super().__init__("dsml-v4" if v4 else "dsml", f"DeepSeek {'V4' if v4 else 'V3.2'} DSML", f"<{DSML}{block}>",
-                         INVOKE_END)  # fmt: skip
+        super().__init__(
+            "dsml-v4" if v4 else "dsml", f"DeepSeek {'V4' if v4 else 'V3.2'} DSML", f"<{DSML}{block}>", INVOKE_END
+        )
 
     @property
     def block(self) -> str:
@@ -65,9 +80,11 @@ class Dsml(ToolFormat):
         out = []
         for name, args in calls:
             params = "".join(
-                f'{PARAM} name="{k}" string="true">{v}{PARAM_END}\n' if isinstance(v, str)
+                f'{PARAM} name="{k}" string="true">{v}{PARAM_END}\n'
+                if isinstance(v, str)
                 else f'{PARAM} name="{k}" string="false">{json.dumps(v, ensure_ascii=False)}{PARAM_END}\n'
-                for k, v in args.items())  # fmt: skip
+                for k, v in args.items()
+            )
             empty = "\n" if not args and self.block == "tool_calls" else ""  # V4 writes an empty line
             out.append(f'{INVOKE} name="{name}">\n{params}{empty}{INVOKE_END}\n')
         return f"{self.trigger}\n{''.join(out)}{self.end}"
@@ -79,8 +96,11 @@ class Dsml(ToolFormat):
             for j, (k, sch, required) in enumerate(params_of(t)):
                 rule = f"p{i}_{j}"
                 head = f"{lit(PARAM)} {text_lit(f' name={json.dumps(k, ensure_ascii=False)} string=')}"
-                rules.extend(param_rules(rule, head, sch, lit(PARAM_END), '"\\n"', as_text='"\\"true\\">"',
-                                         as_json='"\\"false\\">"'))  # fmt: skip
+                rules.extend(
+                    param_rules(
+                        rule, head, sch, lit(PARAM_END), '"\\n"', as_text='"\\"true\\">"', as_json='"\\"false\\">"'
+                    )
+                )
                 parts.append(rule if required else f"{rule}?")
             name = text_lit(f" name={json.dumps(t.name, ensure_ascii=False)}>\n")
             rules.append(f"f{i}: {lit(INVOKE)} {name} {' '.join(parts)} {lit(INVOKE_END)}")
@@ -90,8 +110,9 @@ class Dsml(ToolFormat):
         return f'call_body: "\\n" one_call{many} "\\n" {lit(self.end)}\n' + "\n".join(rules) + "\n"
 
 
-def read_invoke(text: str, pos: int, tools, param: str, param_end: str, close: str, strip: bool = False,
-                json_ok: bool = False) -> tuple[Partial | None, int | None]:  # fmt: skip
+def read_invoke(
+    text: str, pos: int, tools, param: str, param_end: str, close: str, strip: bool = False, json_ok: bool = False
+) -> tuple[Partial | None, int | None]:
     """One call's body after its opener, `` name="NAME">`` then ``{param} name="K" …>V{param_end}``
     … up to and with ``close`` (``strip``: values trimmed of surrounding whitespace;
     ``json_ok``: the arguments may be one JSON object instead). The call is reported once

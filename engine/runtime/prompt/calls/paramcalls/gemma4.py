@@ -250,11 +250,17 @@ class _Rules:
                 return '"{}"'
             if props and isinstance(s.get("properties"), dict):
                 required = set(s.get("required", []) or [])
-                members = [(k, f"{self._key(k)} {self.value(f'{name}_{j}', v)}", k in required)
-                           for j, (k, v) in enumerate(props)]  # fmt: skip
+                members = [
+                    (k, f"{self._key(k)} {self.value(f'{name}_{j}', v)}", k in required)
+                    for j, (k, v) in enumerate(props)
+                ]
                 return f'"{{" {_Members(name, members, self.rules).first()} "}}"'
-        if s.get("type") == "array" and isinstance(s.get("items"), dict) and not _combined(s) and not (
-                {"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"} & s.keys()):  # fmt: skip
+        if (
+            s.get("type") == "array"
+            and isinstance(s.get("items"), dict)
+            and not _combined(s)
+            and not ({"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"} & s.keys())
+        ):
             item = f"{name}_i"
             self.rules.append(f"{item}: {self.value(item, s['items'])}")
             return f'"[" ({item} ("," {item})*)? "]"'

@@ -183,8 +183,11 @@ class Glm(ToolFormat):
     def write(self, calls):
         lay = _LAYOUTS[self.name]
         return lay.sep.join(
-            f"{self.trigger}{n}{lay.head}" + "".join(lay.arg.format(k=k, v=value_text(v)) for k, v in a.items())
-            + f"{lay.tail}{self.call_end}" for n, a in calls)  # fmt: skip
+            f"{self.trigger}{n}{lay.head}"
+            + "".join(lay.arg.format(k=k, v=value_text(v)) for k, v in a.items())
+            + f"{lay.tail}{self.call_end}"
+            for n, a in calls
+        )
 
     def body(self, tools, parallel, lit):
         rules, fns = arg_rules(tools, lit, self.SYNTAX)

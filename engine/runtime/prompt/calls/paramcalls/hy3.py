@@ -18,8 +18,15 @@ import re
 from engine.runtime.prompt.calls.base import ToolFormat, calls_between
 from engine.runtime.prompt.calls.paramcalls.glm import ArgSyntax, arg_rules, read_arg_call, value_text
 
-HY3_MARKERS = ("<tool_call:opensource>", "<tool_sep:opensource>", "<arg_key:opensource>", "</arg_key:opensource>",
-               "<arg_value:opensource>", "</arg_value:opensource>", "</tool_calls:opensource>")  # fmt: skip
+HY3_MARKERS = (
+    "<tool_call:opensource>",
+    "<tool_sep:opensource>",
+    "<arg_key:opensource>",
+    "</arg_key:opensource>",
+    "<arg_value:opensource>",
+    "</arg_value:opensource>",
+    "</tool_calls:opensource>",
+)
 
 #: the template builds its markers as ``'<arg_key{}>'.format(':opensource')``
 _RULE = re.compile(r"<arg_key(\{\}|:opensource)>")
@@ -37,14 +44,21 @@ class Hy3(ToolFormat):
         return ":opensource" in template and _RULE.search(template) is not None
 
     def partial(self, text, tools=()):
-        return calls_between(text, self.CALL, "", lambda t, pos: read_arg_call(t, pos, tools, self.SYNTAX),
-                             first=self.trigger, last=self.END)  # fmt: skip
+        return calls_between(
+            text,
+            self.CALL,
+            "",
+            lambda t, pos: read_arg_call(t, pos, tools, self.SYNTAX),
+            first=self.trigger,
+            last=self.END,
+        )
 
     def write(self, calls):
         out = [self.trigger + "\n"]
         for n, a in calls:
-            args = "".join(f"{self.KEY}{k}{self.KEY_END}\n{self.VALUE}{value_text(v)}{self.VALUE_END}\n"
-                           for k, v in a.items())  # fmt: skip
+            args = "".join(
+                f"{self.KEY}{k}{self.KEY_END}\n{self.VALUE}{value_text(v)}{self.VALUE_END}\n" for k, v in a.items()
+            )
             out.append(f"{self.CALL}{n}{self.SEP}\n{args}{self.call_end}\n")
         return "".join(out) + self.END
 

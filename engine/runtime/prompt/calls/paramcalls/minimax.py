@@ -62,8 +62,10 @@ class MiniMax(ToolFormat):
     def write(self, calls):
         out = []
         for name, args in calls:
-            params = "".join(f'{PARAM} name="{k}">{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}'
-                             f"{PARAM_END}\n" for k, v in args.items())  # fmt: skip
+            params = "".join(
+                f'{PARAM} name="{k}">{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}{PARAM_END}\n'
+                for k, v in args.items()
+            )
             out.append(f'{INVOKE} name="{name}">\n{params}{INVOKE_END}\n')
         return f"{OPEN}\n{''.join(out)}{CLOSE}"
 
@@ -132,8 +134,12 @@ class MiniMaxM1(ToolFormat):
 
     def detects(self, template):
         # Apriel writes a JSON list (or YAML) in <tool_calls>, and says so as <tool_calls>[
-        return M1_OPEN in template and M1_CLOSE in template and '"arguments"' in template and not any(
-            m in template for m in ("<tool_calls>[", INVOKE))  # fmt: skip
+        return (
+            M1_OPEN in template
+            and M1_CLOSE in template
+            and '"arguments"' in template
+            and not any(m in template for m in ("<tool_calls>[", INVOKE))
+        )
 
     def partial(self, text, tools=()):
         return calls_between(text, "", "", wrapped_call, first=M1_OPEN, last=M1_CLOSE)
@@ -191,8 +197,11 @@ def _element_rule(rule: str, tag: str, schema, lit, rules: list[str], depth: int
     elif kind == "array" and isinstance(sch.get("items"), dict) and depth < _DEPTH:
         _element_rule(f"{rule}_i", "item", sch["items"], lit, rules, depth + 1)
         rules.append(f"{rule}: {open_} {rule}_i{'+' if sch.get('minItems', 0) else '*'} {close}")
-    elif kind is None and sch.get("type") in ("integer", "number", "boolean", "null") or (
-            "enum" in sch and not is_string(sch)):  # fmt: skip
+    elif (
+        kind is None
+        and sch.get("type") in ("integer", "number", "boolean", "null")
+        or ("enum" in sch and not is_string(sch))
+    ):
         rules.append(f"{rule}: {open_} {_json_rule(sch)} {close}")
     else:  # text (a string, or a value the schema does not spell out)
         rules.extend(upto(f"{rule}_v", close, sch.get("maxLength")))
@@ -228,8 +237,11 @@ def _element(text: str, pos: int, tag: str, schema) -> tuple[object, int | None]
             if name.startswith("/"):
                 return None, -1
             props = schema.get("properties", {}) if isinstance(schema, dict) else {}
-            child = (schema.get("items") if kind == "array" else props.get(name) if isinstance(props, dict) else None) \
-                if isinstance(schema, dict) else None  # fmt: skip
+            child = (
+                (schema.get("items") if kind == "array" else props.get(name) if isinstance(props, dict) else None)
+                if isinstance(schema, dict)
+                else None
+            )
             value, end = _element(text, s.pos, name, child)
             if end is None or end < 0:
                 return None, end

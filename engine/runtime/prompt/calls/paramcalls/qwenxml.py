@@ -1,4 +1,5 @@
-"""The XML call family: ``<tool_call>\\n<function=NAME>\\n<parameter=K>\\nV\\n</parameter>\\n</function>\\n</tool_call>``
+"""The XML call family:
+``<tool_call>\\n<function=NAME>\\n<parameter=K>\\nV\\n</parameter>\\n</function>\\n</tool_call>``
 (Qwen3.5/3.6, Qwen3-Coder, Nemotron 3, StepFun; Seed-OSS with ``<seed:tool_call>``).
 
 Parameters are typed through the tool's JSON schema: a string parameter is taken as
@@ -20,8 +21,11 @@ class QwenXml(ToolFormat):
         super().__init__("qwen-xml" if open_tag == "<tool_call>" else "seed-xml", label, open_tag, close_tag)
 
     def detects(self, template):
-        return "<function=" in template and "<parameter=" in template and (
-            (SEED_OPEN in template) == (self.trigger == SEED_OPEN))  # fmt: skip
+        return (
+            "<function=" in template
+            and "<parameter=" in template
+            and ((SEED_OPEN in template) == (self.trigger == SEED_OPEN))
+        )
 
     def partial(self, text, tools=()):
         return calls_between(text, self.trigger, self.call_end, lambda t, pos: _read(t, pos, tools))
@@ -29,8 +33,10 @@ class QwenXml(ToolFormat):
     def write(self, calls):
         out = []
         for name, args in calls:
-            params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
-                             for k, v in args.items())  # fmt: skip
+            params = "".join(
+                f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+                for k, v in args.items()
+            )
             out.append(f"{self.trigger}\n<function={name}>\n{params}</function>\n{self.call_end}")
         return "\n".join(out)
 
@@ -40,10 +46,14 @@ class QwenXml(ToolFormat):
             parts = []
             for j, (k, sch, required) in enumerate(params_of(t)):
                 rule = f"p{i}_{j}"
-                rules.extend(param_rules(rule, text_lit(f"<parameter={k}>\n"), sch, text_lit("\n</parameter>"), text_lit("\n")))
+                rules.extend(
+                    param_rules(rule, text_lit(f"<parameter={k}>\n"), sch, text_lit("\n</parameter>"), text_lit("\n"))
+                )
                 parts.append(rule if required else f"{rule}?")
-            rules.append(f"f{i}: {text_lit(f'<function={t.name}>' + chr(10))} {' '.join(parts)} "
-                         f"{text_lit('</function>' + chr(10))}")  # fmt: skip
+            rules.append(
+                f"f{i}: {text_lit(f'<function={t.name}>' + chr(10))} {' '.join(parts)} "
+                f"{text_lit('</function>' + chr(10))}"
+            )
             fns.append(f"f{i}")
         one = f'"\\n" ({" | ".join(fns)}) {lit(self.call_end)}'
         rules.append(f"one_call: {one}")
