@@ -66,6 +66,13 @@ class Batch(Owned):
                 self._batch.seq_id[j][0] = self.seq
             self._seqs = [self.seq] * self.capacity
             self._mixed = False
+        if n == 1 and hidden is None:  # one token a round (plain decoding): no array temporaries
+            self.tokens[0] = tokens[0]
+            self.pos[0] = pos0
+            self.logits[0] = logits != LOGITS_NONE
+            self.n_logits = int(logits != LOGITS_NONE)
+            self.n = 1
+            return
         self.tokens[:n] = tokens
         self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
         if logits == LOGITS_ALL:
@@ -86,7 +93,13 @@ class Batch(Owned):
         self.n_logits = 0
 
     def append(
-        self, tokens: np.ndarray, pos: np.ndarray, logits: np.ndarray, seq: int, hidden: np.ndarray | None = None
+        self,
+        tokens: np.ndarray,
+        pos: np.ndarray,
+        logits: np.ndarray,
+        seq: int,
+        hidden: np.ndarray | None = None,
+        n_logits: int | None = None,
     ) -> None:
         """Add rows of sequence ``seq`` after those already here (a step of several
         sequences: engine.runtime.slots): tokens, positions, logit flags, hidden rows."""
@@ -107,7 +120,7 @@ class Batch(Owned):
                 seq_ids[j][0] = seq
                 seen[j] = seq
         self.n = i + n
-        self.n_logits += int(logits.sum())
+        self.n_logits += int(logits.sum()) if n_logits is None else n_logits
 
     def close(self) -> None:
         free = self._closer()

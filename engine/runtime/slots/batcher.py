@@ -345,7 +345,7 @@ class Batcher:
             b = self._batch(ctx)
             b.clear()
             for r in call:
-                b.append(r.tokens, r.pos, r.logits, r.seq, r.hidden_in)
+                b.append(r.tokens, r.pos, r.logits, r.seq, r.hidden_in, r.n_logits)
         if ctx.is_mtp and head:
             ctx.set_nextn_layer_offset(head)
         t0 = time.perf_counter()
