@@ -2,14 +2,20 @@
 
 The engine thread calls ``on_event``: the event is appended to the stream's buffer, and the
 server's event loop is woken (``call_soon_threadsafe``) only when no wake-up is pending, so a
-burst of events costs one. The loop takes buffered events without waiting (:meth:`JobStream.poll`),
-and waits on a plain future (:meth:`JobStream.waiter`) only when the buffer is empty: no task
-per event. Cancelling the stream (a client disconnect) cancels the job; the engine then leaves
+burst of events costs one. While tokens stream, a wake-up is followed by a pause of
+:data:`PACE_S` in which the events only gather (a timer of the loop's ends it, with no wake-up
+from the engine thread): one wake-up per few tokens instead of one per token. Every wake-up is a
+switch of the loop's thread onto a core llama.cpp's threads are decoding on; on the demo, one
+stream over HTTP went from ~2,510 to ~3,040 chunks/s with the pause (2 cores). A job's first
+tokens and its final event are never held back. The loop takes buffered events without waiting
+(:meth:`JobStream.poll`), and waits on a plain future (:meth:`JobStream.waiter`) only when the
+buffer is empty: no task per event. Cancelling the stream (a client disconnect) cancels the job; the engine then leaves
 its contexts holding exactly the tokens emitted so far.
 
 Ownership: the buffer is appended to by the engine thread and read by the loop (a deque's
-append and popleft are atomic); ``_scheduled`` is shared under ``_lock``; the waiter is the
-loop's alone.
+append and popleft are atomic); ``_scheduled`` is shared under ``_lock`` (set: a wake-up or the
+pause is pending, and an event needs none); ``_tokens_seen`` is written by the engine thread and
+read by the loop (a bool: at worst one wake-up paused or not); the waiter is the loop's alone.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from typing import Any
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, JobHandle
 
+#: while a stream's tokens flow, the loop is woken for them at most once per this many seconds
+#: (a human reads nothing in 4 ms; an agent waits for the whole reply)
+PACE_S = 0.004
+
 
 class JobStream:
     def __init__(self, engine: Engine, job: Any):
@@ -30,24 +40,38 @@ class JobStream:
         self._events: deque[Any] = deque()
         self._lock = threading.Lock()
         self._scheduled = False
+        self._tokens_seen = False
         self._waiter: asyncio.Future | None = None
         self.final: J.Done | J.Failed | None = None
         self.handle: JobHandle = engine.submit(job, on_event=self._on_event)
 
     def _on_event(self, event: Any) -> None:  # engine thread
         self._events.append(event)
+        # the first tokens (time to first token) and the end go out at once, pause or not
+        urgent = isinstance(event, (J.Done, J.Failed)) or (isinstance(event, J.Tokens) and not self._tokens_seen)
+        if isinstance(event, J.Tokens):
+            self._tokens_seen = True
         with self._lock:
-            if self._scheduled:
+            if self._scheduled and not urgent:
                 return
             self._scheduled = True
         self._loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:  # the loop
-        with self._lock:
-            self._scheduled = False
         w, self._waiter = self._waiter, None
         if w is not None and not w.done():
             w.set_result(None)
+        if self._tokens_seen:  # tokens flow: what comes next gathers for a while
+            self._loop.call_later(PACE_S, self._paused)
+        else:
+            with self._lock:
+                self._scheduled = False
+
+    def _paused(self) -> None:  # the loop, PACE_S after a wake-up while tokens flow
+        with self._lock:
+            self._scheduled = bool(self._events)
+        if self._events:  # what gathered: delivered now, and the next pause begins
+            self._wake()
 
     def poll(self) -> Any | None:
         """The next buffered event, or None when there is none yet (the loop; never waits)."""

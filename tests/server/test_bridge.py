@@ -1,0 +1,67 @@
+"""The endpoint's view of an engine job (engine/server/bridge.py): every event arrives, in
+order, with one wake-up of the event loop per pause while tokens stream, not one per token;
+the first tokens and the end are never held back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from engine.runtime import jobs as J
+from engine.runtime.engine import Engine
+from engine.server import bridge
+
+
+def _stream_job(n: int, gap_s: float) -> J.Call:
+    def fn(state, cancel, emit):
+        for i in range(n):
+            emit(J.Tokens((i,), f"t{i}"))
+            time.sleep(gap_s)
+        return n
+
+    return J.Call(fn)
+
+
+def test_a_stream_wakes_the_loop_once_per_pause_and_loses_nothing():
+    n, gap = 200, 0.0005  # ~2,000 tokens/s, the demo's pace
+
+    async def run():
+        with Engine() as engine:
+            stream = bridge.JobStream(engine, _stream_job(n, gap))
+            wakes = 0
+            wake = stream._wake
+
+            def counted():
+                nonlocal wakes
+                wakes += 1
+                wake()
+
+            stream._wake = counted
+            got, first_at = [], None
+            t0 = time.perf_counter()
+            async for ev in stream:
+                if isinstance(ev, J.Tokens):
+                    first_at = first_at or time.perf_counter() - t0
+                    got.extend(ev.tokens)
+            return got, wakes, first_at, stream.final
+
+    got, wakes, first_at, final = asyncio.run(run())
+    assert got == list(range(n)) and isinstance(final, J.Done) and final.result == n
+    # one wake-up per token would be ~200; paced, about the stream's time over the pause
+    assert wakes <= 0.4 * n, wakes
+    assert first_at is not None and first_at < 0.5  # the first token is not held for a pause
+
+
+def test_the_end_of_a_stream_is_not_held_for_a_pause(monkeypatch):
+    monkeypatch.setattr(bridge, "PACE_S", 5.0)  # a pause far longer than the job
+
+    async def run():
+        with Engine() as engine:
+            t0 = time.perf_counter()
+            stream = bridge.JobStream(engine, _stream_job(5, 0.0))
+            events = [ev async for ev in stream]
+            return events, time.perf_counter() - t0
+
+    events, took = asyncio.run(run())
+    assert [t for ev in events if isinstance(ev, J.Tokens) for t in ev.tokens] == list(range(5))
+    assert isinstance(events[-1], J.Done) and took < 2.0
