@@ -35,7 +35,6 @@ import threading
 import time
 from pathlib import Path
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import (
@@ -49,6 +48,7 @@ from engine.errors import (
     RpcConnectionLostError,
 )
 from engine.runtime import jobs as J
+from engine.runtime.defaults import EngineDefaults
 from engine.runtime.admission import beside_streams, can_run_beside, run_in_steps, run_off_path, slotted
 from engine.runtime.generatejob import decode_prepared, prepare_in_slot
 from engine.runtime.handle import EventFn, JobHandle
@@ -59,7 +59,6 @@ from engine.runtime.pooledjob import refusal, run_pooled
 from engine.runtime.request import resolve
 from engine.runtime.slots.pool import STEP_WAIT
 from engine.runtime.worker import WorkerModel
-from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +66,6 @@ __all__ = ["Engine", "EngineDefaults", "EngineState", "JobHandle", "EventFn"]
 
 #: no job taken ahead (Engine._peeked; None is stop()'s end marker)
 _NOTHING = object()
-
-
-@dataclass(frozen=True)
-class EngineDefaults:
-    #: what a request gets for the values it leaves out (the app's or the CLI's
-    #: defaults, under the submitter's own: engine.runtime.request)
-    request: J.Defaults = J.Defaults()
-    max_queue: int = 64
-    #: run models with remote (RPC) devices in a worker process (engine.runtime.worker);
-    #: off only inside that worker
-    isolate_rpc: bool = True
-    #: host memory for prompt-cache snapshots of each loaded model (0: off)
-    prompt_cache_mb: int = DEFAULT_PROMPT_CACHE_MB
 
 
 class Engine:
@@ -179,22 +165,12 @@ class Engine:
         return self._queue.qsize() + running + isinstance(self._peeked, JobHandle)
 
     def slots(self) -> dict[str, list[dict]]:
-        """Each loaded model's slots now (model name -> one dict per slot), safe to call
-        from any thread; a pooling model (embeddings, rerank) has none."""
-        return {
-            name: lm.slots.info()
-            for name, lm in list(self._state.models.items())
-            if isinstance(lm, LoadedModel) and lm.slots is not None
-        }
+        """Each loaded model's slots now (:meth:`Published.slots`), safe to call from any thread."""
+        return self._published.slots()
 
     def step_depths(self) -> dict[str, dict[int, int]]:
-        """Each loaded model's MTP auto depth of its last step of n sequences (model name ->
-        n -> depth), safe to call from any thread (engine.runtime.decode.policy.steps)."""
-        return {
-            name: lm.slots.step_depths()
-            for name, lm in list(self._state.models.items())
-            if isinstance(lm, LoadedModel) and lm.slots is not None
-        }
+        """Each loaded model's auto depth by step size (:meth:`Published.step_depths`), any thread."""
+        return self._published.step_depths()
 
     def models(self) -> dict[str, dict]:
         """Loaded models (name -> info), safe to call from any thread."""

@@ -17,6 +17,7 @@ from engine.errors import NoModelLoadedError
 from engine.runtime.decode.cache.snapshotcache import CACHE_FIGURES, SnapshotCache
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts
+from engine.runtime.slots.pool import SlotPool
 from engine.runtime.worker import WorkerModel
 
 
@@ -52,21 +53,42 @@ class Published:
         self._lock = threading.Lock()
         self._info: dict[str, dict] = {}
         self._models: list[LoadedModel | WorkerModel] = []
+        self._pools: dict[str, SlotPool] = {}  # the models' slot pools (each thread-safe itself)
         self._budget = max(0, int(prompt_cache_bytes))
 
     def publish(self, state: EngineState) -> None:
         with self._lock:
             self._info = {name: dict(lm.info) for name, lm in state.models.items()}
             self._models = list(state.models.values())
+            self._pools = {
+                name: lm.slots
+                for name, lm in state.models.items()
+                if isinstance(lm, LoadedModel) and lm.slots is not None
+            }
 
     def clear(self) -> None:
         with self._lock:
             self._info.clear()
             self._models = []
+            self._pools = {}
 
     def models(self) -> dict[str, dict]:
         with self._lock:
             return dict(self._info)
+
+    def _pool_items(self) -> list[tuple[str, SlotPool]]:
+        with self._lock:
+            return list(self._pools.items())
+
+    def slots(self) -> dict[str, list[dict]]:
+        """Each published model's slots now (model name -> one dict per slot: the pool's own
+        figures, read under its lock); a pooling model (embeddings, rerank) has none."""
+        return {name: pool.info() for name, pool in self._pool_items()}
+
+    def step_depths(self) -> dict[str, dict[int, int]]:
+        """Each published model's MTP auto depth of its last step of n sequences (model name
+        -> n -> depth: engine.runtime.decode.policy.steps)."""
+        return {name: pool.step_depths() for name, pool in self._pool_items()}
 
     # ----------------------------------------------------------- prompt cache
     @property

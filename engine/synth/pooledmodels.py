@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from engine.synth.families import _tokenizer, _weights, _write, arch_kvs, layout
+from engine.synth.families import arch_kvs
+from engine.synth.fixturewriter import fixture_weights, layout, tokenizer_kvs, write_gguf
 
 
 def write_pooled(
@@ -26,7 +27,7 @@ def write_pooled(
     two-label classifier ``cls.output``). ``dims``: (n_embd, n_head, n_ff, n_layer) for a
     larger one (benchmarks), else the tests'."""
     arch = "qwen3"
-    tok = _tokenizer()
+    tok = tokenizer_kvs()
     n_vocab = len(tok["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     out.mkdir(parents=True, exist_ok=True)
     kind = {1: "embed-mean", 2: "embed-cls", 3: "embed-last", 4: "rerank"}[pooling]
@@ -50,7 +51,7 @@ def write_pooled(
         kvs[f"{arch}.classifier.output_labels"] = ["yes", "no"]  # softmax over both: the score is p(yes)
     shapes = layout(arch, kvs, out)
     path = out / f"{kind}.gguf"
-    _write(path, arch, kvs, _weights(shapes, seed, 0.5))
+    write_gguf(path, arch, kvs, fixture_weights(shapes, seed, 0.5))
     return path
 
 

@@ -25,7 +25,7 @@ from engine.errors import (
     ModelNotFoundError,
     MtpUnavailableError,
 )
-from engine.gguf.memory import ModelShape, logit_rows
+from engine.gguf.memory import ModelShape
 from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
@@ -43,6 +43,7 @@ from engine.runtime.llama import exact as exact_mod
 from engine.runtime.llama import repack
 from engine.runtime import limits
 from engine.runtime.load import fit, rpcdevices
+from engine.runtime.load.contexts import make_contexts
 from engine.runtime.load.placement import LlamaParams, LocalOnly, plan_placement
 from engine.runtime.llama.context import Context
 from engine.runtime.llama.lib import system_info
@@ -54,9 +55,7 @@ from engine.runtime.decode.policy.store import load_policy, policy_path
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.suffix import OutputStore
-from engine.runtime.slots.batcher import Batcher
 from engine.runtime.slots.pool import SlotPool
-from engine.runtime.slots.seqcontext import SeqContext
 from engine.runtime.prompt.calls import GENERIC
 from engine.runtime.prompt.templates import ChatTemplate, resolve_template
 
@@ -308,7 +307,7 @@ def load(
             )
             if head_model.n_embd_out != model.n_embd_out or head_model.n_vocab != model.n_vocab:
                 raise HeadMismatchError("The head's hidden size or vocabulary does not match the target model.")
-        session, pool, shared = _contexts(
+        session, pool, shared = make_contexts(
             spec,
             source,
             model,
@@ -392,9 +391,6 @@ def load(
 
 
 FIT_CHECKS = ("check", "shrink", "off")
-#: a pooled context's size (its batch: one input's most tokens) and the inputs one decode takes
-POOLED_MAX_BATCH = 8192
-POOLED_SEQS = 16
 
 
 def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: MtpSource) -> tuple[LoadSpec, fit.Fit]:
@@ -457,85 +453,3 @@ def _identity_claim(spec: LoadSpec, quant: str | None, source: MtpSource) -> str
 def _quant_name(ms: ModelSet) -> str | None:
     """The file's quantization, by the rule inspect and the library use."""
     return quantization(ms.first, largest_tensor_type(ms))[0]
-
-
-def _contexts(
-    spec: LoadSpec,
-    source: MtpSource,
-    model: Model,
-    head_model: Model | None,
-    *,
-    local_kv: bool = False,
-    heads: int = 1,
-    holes_ok: bool = True,
-    pooled: bool = False,
-) -> tuple[Session, SlotPool | None, tuple[Context, ...]]:
-    """The target and MTP contexts of ``spec.parallel`` sequences, a session per slot over
-    views of them (:mod:`engine.runtime.slots`: one sequence alone is a batch of one, the
-    same path), and the shared contexts (the MTP one first); a pooling model's one context."""
-    use_mtp = source != MtpSource.OFF
-    n_seq = spec.parallel
-    n_ctx = limits.effective_ctx(spec.n_ctx, model.n_ctx_train)
-    depth = max(1, spec.max_draft_depth)
-    n_batch = limits.batch_for(spec.n_batch, depth, n_ctx)
-    if pooled:
-        # every input in one decode (an encoder attends over all of it at once), several
-        # inputs to a decode as sequences of one unified cache (engine.runtime.pooled)
-        n_ctx = n_batch = min(n_ctx, POOLED_MAX_BATCH)
-        target = Context(
-            model,
-            n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_threads=spec.n_threads,
-            n_outputs=n_batch,
-            n_seq=POOLED_SEQS,
-            pooled=True,
-        )
-        return Session(target, None), None, ()
-    target = Context(
-        model,
-        n_ctx=n_ctx,
-        n_batch=n_batch,
-        n_rs_seq=depth if use_mtp else 0,
-        nextn_embeddings=use_mtp,
-        n_threads=spec.n_threads,
-        exact=spec.exact,
-        n_outputs=(spec.logit_rows or logit_rows(depth, model.n_vocab)) * n_seq,
-        n_seq=n_seq,
-    )
-    try:
-        limits.check_context_sizes(
-            n_ubatch=target.n_ubatch, n_batch=target.n_batch, n_rs_seq=target.n_rs_seq, depth=depth if use_mtp else 0
-        )
-    except BaseException:
-        target.close()
-        raise
-    draft = None
-    if use_mtp:
-        try:
-            draft = Context(
-                head_model if head_model is not None else model,
-                n_ctx=n_ctx,
-                n_batch=n_batch,
-                mtp_target=target,
-                nextn_embeddings=True,
-                n_threads=spec.n_threads,
-                offload_kqv=not local_kv,  # with RPC devices: the draft's KV cache stays on this machine
-                n_outputs=n_seq,
-                n_seq=n_seq,
-            )
-        except BaseException:
-            target.close()
-            raise
-    batcher = Batcher(target, draft)
-    sessions = [
-        Session(
-            SeqContext(target, i, batcher),
-            SeqContext(draft, i, batcher) if draft is not None else None,
-            heads=heads,
-            holes_ok=holes_ok,
-        )
-        for i in range(n_seq)
-    ]
-    shared = (draft, target) if draft is not None else (target,)
-    return sessions[0], SlotPool(batcher, sessions), shared

@@ -18,6 +18,8 @@ from starlette.routing import Route
 from engine.runtime import jobs as J
 from engine.server import errors as E
 from engine.server import responses_api as R
+from engine.server import responses_out as RO
+from engine.server.schemas import new_id
 from engine.server.flow import PING, Flow, answer
 from engine.server.replyblocks import Blocks
 from engine.server.ondemand import hold, on_demand
@@ -75,13 +77,13 @@ async def create(request: Request):
         body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, previous
     )
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
-    rid, created = R.new_id("resp"), R.now()
+    rid, created = new_id("resp"), RO.now()
 
     def whole(res: J.GenerateResult) -> dict:
-        status, incomplete = R.status_of(res)
-        obj = R.response_object(rid, created, req, status, R.output_of(res), res, incomplete)
+        status, incomplete = RO.status_of(res)
+        obj = RO.response_object(rid, created, req, status, RO.output_of(res), res, incomplete)
         if req.store:
-            store.put(obj, req.history + R.history_of(obj["output"]))
+            store.put(obj, req.history + RO.history_of(obj["output"]))
         return obj
 
     return await answer(
@@ -95,7 +97,7 @@ async def create(request: Request):
 
 
 async def _events(flow: Flow, req: R.ResponsesRequest, rid: str, created: int, store: ResponseStore):
-    w = R.EventWriter(rid, created, req)
+    w = RO.EventWriter(rid, created, req)
     blocks = Blocks()
     try:
         for chunk in w.opening():
@@ -116,7 +118,7 @@ async def _events(flow: Flow, req: R.ResponsesRequest, rid: str, created: int, s
                         yield chunk
                 chunk, obj = w.closing(ev.result)
                 if req.store:
-                    store.put(obj, req.history + R.history_of(obj["output"]))
+                    store.put(obj, req.history + RO.history_of(obj["output"]))
                 yield chunk
     finally:
         flow.release()
