@@ -8,6 +8,7 @@ from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
+from engine.runtime.request import INTERACTIVE
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
@@ -53,4 +54,37 @@ def client(server):
     from openai import OpenAI
 
     with OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def agent_served(qwen35_template_model, hermes_template_model):
+    """The agent-API tests' engine and server: Qwen3.5's and Qwen2.5's templates on tiny models
+    (tests/server/agentapis.py)."""
+    from tests.server.agentapis import HERMES, QWEN
+
+    eng = Engine(EngineDefaults(request=INTERACTIVE)).start()
+    for path, name in ((qwen35_template_model, QWEN), (hermes_template_model, HERMES)):
+        spec = LoadSpec(path, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=name)
+        eng.submit(J.LoadModel(spec, replace=False)).result(60)
+    srv = ServerThread(eng, ServerSettings(port=0, max_tokens=64, thinking_budget=12)).start()
+    srv.wait_ready()
+    yield srv, eng
+    srv.stop()
+    eng.stop()
+
+
+@pytest.fixture
+def oai(agent_served):
+    from openai import OpenAI
+
+    with OpenAI(base_url=agent_served[0].url + "/v1", api_key="unused", max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture
+def claude(agent_served):
+    import anthropic
+
+    with anthropic.Anthropic(base_url=agent_served[0].url, api_key="unused", max_retries=0) as c:
         yield c

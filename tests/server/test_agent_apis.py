@@ -7,188 +7,16 @@ first) and Qwen2.5's (Hermes-style JSON calls)."""
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import httpx
 import jsonschema
 import pytest
 
-from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
-from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.runtime.request import INTERACTIVE
 from engine.server import flow as flow_mod
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
-QWEN, HERMES = "qwen35", "hermes"
-WEATHER = {
-    "name": "get_weather",
-    "description": "The weather in a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
-        "required": ["city"],
-    },
-}
-ASK = "What is the weather in Paris?"
-PET = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
-
-
-@pytest.fixture(scope="module")
-def served(qwen35_template_model, hermes_template_model):
-    eng = Engine(EngineDefaults(request=INTERACTIVE)).start()
-    for path, name in ((qwen35_template_model, QWEN), (hermes_template_model, HERMES)):
-        spec = LoadSpec(path, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=name)
-        eng.submit(J.LoadModel(spec, replace=False)).result(60)
-    srv = ServerThread(eng, ServerSettings(port=0, max_tokens=64, thinking_budget=12)).start()
-    srv.wait_ready()
-    yield srv, eng
-    srv.stop()
-    eng.stop()
-
-
-@pytest.fixture
-def oai(served):
-    from openai import OpenAI
-
-    with OpenAI(base_url=served[0].url + "/v1", api_key="unused", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture
-def claude(served):
-    import anthropic
-
-    with anthropic.Anthropic(base_url=served[0].url, api_key="unused", max_retries=0) as c:
-        yield c
-
-
-# ------------------------------------------------------------------ Responses
-def test_responses_text_and_the_agents_system_messages_fit_the_template(oai):
-    """Codex sends instructions and a developer message before the user's: Qwen3.5's
-    template refuses a second system message (llama-server answers 500); here they are
-    merged and the reply comes back."""
-    r = oai.responses.create(
-        model=QWEN,
-        instructions="You are a coding agent.",
-        max_output_tokens=24,
-        reasoning={"effort": "none"},
-        input=[
-            {"role": "developer", "content": "Answer briefly."},
-            {"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]},
-        ],
-    )
-    assert r.status in ("completed", "incomplete") and r.output_text
-    assert r.usage.input_tokens > 0 and r.usage.output_tokens > 0
-    assert [o.type for o in r.output] == ["message"]
-
-
-def test_responses_stream_follows_openais_event_order(oai):
-    with oai.responses.stream(model=QWEN, input=ASK, max_output_tokens=40, reasoning={"effort": "low"}) as s:
-        events = list(s)
-    kinds = [e.type for e in events]
-    assert kinds[:2] == ["response.created", "response.in_progress"]
-    # the tiny model rarely ends on its own: cut at max_output_tokens, the response is incomplete
-    final = events[-1].response
-    assert (kinds[-1], final.status) in (("response.completed", "completed"), ("response.incomplete", "incomplete"))
-    assert [e.sequence_number for e in events] == list(range(len(events)))
-    # every item: added, (part added, deltas, done, part done), done — in output order
-    for item_index in range({e.output_index for e in events if hasattr(e, "output_index")}.__len__()):
-        mine = [e.type for e in events if getattr(e, "output_index", None) == item_index]
-        assert mine[0] == "response.output_item.added" and mine[-1] == "response.output_item.done"
-    assert final.output[0].type == "reasoning" and final.output[0].content[0].text  # the template thinks
-    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    assert text == "".join(c.text for o in final.output if o.type == "message" for c in o.content)
-
-
-def test_responses_function_tool_round_trip_and_skipped_tools(oai):
-    tools = [
-        {"type": "function", **WEATHER},
-        {"type": "web_search"},
-        {"type": "local_shell"},
-        {"type": "custom", "name": "apply_patch"},
-    ]
-    raw = oai.responses.with_raw_response.create(
-        model=QWEN, input=ASK, tools=tools, tool_choice="required", max_output_tokens=240
-    )  # the tiny vocabulary spells XML out
-    assert raw.headers["x-mtp-studio-skipped-tools"] == "web_search, local_shell, apply_patch"
-    r = raw.parse()
-    assert r.status == "completed"  # the grammar ends the reply with its call
-    calls = [o for o in r.output if o.type == "function_call"]
-    assert calls and calls[0].name == "get_weather" and json.loads(calls[0].arguments)["city"] in ("Paris", "Rome")
-    follow = [
-        *[o.model_dump() for o in r.output],
-        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"},
-    ]
-    r2 = oai.responses.create(
-        model=QWEN,
-        input=[{"role": "user", "content": ASK}, *follow],
-        tools=tools,
-        max_output_tokens=24,
-        reasoning={"effort": "none"},
-    )
-    assert r2.status in ("completed", "incomplete") and r2.output_text
-
-
-def test_responses_json_schema_output_is_valid(oai):
-    r = oai.responses.create(
-        model=HERMES,
-        input="A pet as JSON.",
-        max_output_tokens=64,
-        text={"format": {"type": "json_schema", "name": "pet", "schema": PET, "strict": True}},
-    )
-    jsonschema.validate(json.loads(r.output_text), PET)
-
-
-def test_responses_previous_response_id_continues_from_the_store(oai):
-    first = oai.responses.create(model=HERMES, input="Name a colour.", max_output_tokens=8)
-    second = oai.responses.create(model=HERMES, previous_response_id=first.id, input="Another.", max_output_tokens=8)
-    assert second.previous_response_id == first.id
-    # the stored conversation renders to the prefix the context already holds
-    assert second.usage.input_tokens_details.cached_tokens > first.usage.input_tokens // 2
-    assert oai.responses.retrieve(first.id).id == first.id
-    oai.responses.delete(first.id)
-    from openai import NotFoundError
-
-    with pytest.raises(NotFoundError):
-        oai.responses.retrieve(first.id)
-    with pytest.raises(NotFoundError):
-        oai.responses.create(model=HERMES, previous_response_id=first.id, input="x", max_output_tokens=4)
-
-
-def test_openai_agents_calls_a_tool_through_the_responses_api(served):
-    from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner, function_tool
-    from openai import AsyncOpenAI
-
-    seen = []
-
-    @function_tool
-    def get_weather(city: Literal["Paris", "Rome"]) -> str:
-        """The weather in a city."""
-        seen.append(city)
-        return "Sunny"
-
-    client = AsyncOpenAI(base_url=served[0].url + "/v1", api_key="unused", max_retries=0)
-    model = OpenAIResponsesModel(model=QWEN, openai_client=client)
-    # the tool's answer is the agent's: the tiny model would otherwise write on to max_tokens,
-    # which the SDK rightly takes as an incomplete response
-    agent = Agent(
-        name="w",
-        instructions="Use the tool.",
-        tools=[get_weather],
-        model=model,
-        tool_use_behavior="stop_on_first_tool",
-        model_settings=ModelSettings(tool_choice="required", max_tokens=240),
-    )
-    result = Runner.run_sync(agent, ASK, max_turns=3, run_config=RunConfig(tracing_disabled=True))
-    assert seen and seen[0] in ("Paris", "Rome"), "the agent never called its tool"
-    assert result.final_output == "Sunny"
+from tests.server.agentapis import ASK, HERMES, PET, QWEN, WEATHER
 
 
 # ------------------------------------------------------------------ Messages
@@ -246,7 +74,7 @@ def test_messages_stream_and_a_tool_round_trip_with_tool_choice_any(claude):
     assert again.stop_reason in ("end_turn", "max_tokens", "tool_use") and again.content
 
 
-def test_messages_errors_take_anthropics_shape(served, claude):
+def test_messages_errors_take_anthropics_shape(agent_served, claude):
     import anthropic
 
     with pytest.raises(anthropic.BadRequestError) as err:
@@ -265,20 +93,21 @@ def test_messages_errors_take_anthropics_shape(served, claude):
     assert err.value.body["type"] == "error" and "image" in err.value.body["error"]["message"]
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=[{"role": "user", "content": "x"}])
-    r = httpx.post(served[0].url + "/v1/messages", json={"model": QWEN, "messages": [{"role": "user", "content": "x"}]})
+    body = {"model": QWEN, "messages": [{"role": "user", "content": "x"}]}
+    r = httpx.post(agent_served[0].url + "/v1/messages", json=body)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error" and "max_tokens" in r.text
 
 
 # ------------------------------------------------------------------- Ollama
-def test_ollama_client_lists_shows_chats_streams_and_calls_tools(served):
+def test_ollama_client_lists_shows_chats_streams_and_calls_tools(agent_served):
     import ollama
 
-    c = ollama.Client(host=served[0].url)
-    assert httpx.get(served[0].url + "/api/version").json()["version"]
+    c = ollama.Client(host=agent_served[0].url)
+    assert httpx.get(agent_served[0].url + "/api/version").json()["version"]
     assert {m.model for m in c.list().models} == {QWEN, HERMES}
     shown = c.show(QWEN)
     assert {"completion", "tools", "thinking"} <= set(shown.capabilities)
-    assert shown.modelinfo[f"{served[1].models()[QWEN]['architecture']}.context_length"] == 4096
+    assert shown.modelinfo[f"{agent_served[1].models()[QWEN]['architecture']}.context_length"] == 4096
     parts = list(
         c.chat(
             model=HERMES, messages=[{"role": "user", "content": "Say hi."}], stream=True, options={"num_predict": 12}
@@ -303,8 +132,8 @@ def test_ollama_client_lists_shows_chats_streams_and_calls_tools(served):
 
 # ---------------------------------------------------------------- all of them
 @pytest.mark.parametrize("api", ["chat", "responses", "messages", "ollama"])
-def test_mtp_on_and_off_give_the_same_greedy_reply_through_every_api(served, api):
-    url = served[0].url
+def test_mtp_on_and_off_give_the_same_greedy_reply_through_every_api(agent_served, api):
+    url = agent_served[0].url
 
     def ask(mtp: str) -> str:
         base = {"model": HERMES, "mtp": mtp, "temperature": 0}
@@ -375,8 +204,8 @@ def test_mtp_on_and_off_give_the_same_greedy_reply_through_every_api(served, api
         ("/api/chat", {"model": QWEN, "messages": [{"role": "assistant", "content": "", "tool_calls": 5}]}, "ollama"),
     ],
 )
-def test_malformed_bodies_are_4xx_in_each_apis_shape(served, path, body, shape):
-    r = httpx.post(served[0].url + path, json=body, timeout=30)
+def test_malformed_bodies_are_4xx_in_each_apis_shape(agent_served, path, body, shape):
+    r = httpx.post(agent_served[0].url + path, json=body, timeout=30)
     assert 400 <= r.status_code < 500, r.text
     got = r.json()
     if shape == "openai":
@@ -387,8 +216,8 @@ def test_malformed_bodies_are_4xx_in_each_apis_shape(served, path, body, shape):
         assert isinstance(got["error"], str) and got["error"]
 
 
-def test_api_key_in_x_api_key_or_bearer(served):
-    srv = ServerThread(served[1], ServerSettings(port=0, api_key="sekret")).start()
+def test_api_key_in_x_api_key_or_bearer(agent_served):
+    srv = ServerThread(agent_served[1], ServerSettings(port=0, api_key="sekret")).start()
     srv.wait_ready()
     try:
         body = {"model": HERMES, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
@@ -405,17 +234,17 @@ def test_api_key_in_x_api_key_or_bearer(served):
         srv.stop()
 
 
-def test_models_say_their_context_length(served):
-    data = httpx.get(served[0].url + "/v1/models").json()["data"]
+def test_models_say_their_context_length(agent_served):
+    data = httpx.get(agent_served[0].url + "/v1/models").json()["data"]
     assert {m["id"]: m["context_length"] for m in data} == {QWEN: 4096, HERMES: 4096}
 
 
-def test_a_long_silent_prefill_streams_keep_alives_every_api_can_parse(served, monkeypatch):
+def test_a_long_silent_prefill_streams_keep_alives_every_api_can_parse(agent_served, monkeypatch):
     """Clients time out on a long silent prefill: a stream whose first token is late opens
     at once with keep-alives (here made immediate), which each client skips."""
     monkeypatch.setattr(flow_mod, "FIRST_WAIT_S", 0.0)
     monkeypatch.setattr(flow_mod, "PING_INTERVAL_S", 0.0005)
-    url = served[0].url
+    url = agent_served[0].url
 
     def body(tag: str) -> dict:  # a prompt no earlier request sent: its prefill takes a while
         text = f"{tag}: " + " ".join(f"item {i} of a long list" for i in range(80))
@@ -429,14 +258,14 @@ def test_a_long_silent_prefill_streams_keep_alives_every_api_can_parse(served, m
     assert b"event: ping" in raw and b"event: message_stop" in raw
 
 
-def test_the_ollama_port_serves_the_same_routes(served):
+def test_the_ollama_port_serves_the_same_routes(agent_served):
     """`serve --ollama-port`: clients that only look at Ollama's port find the same server."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = ServerThread(served[1], ServerSettings(port=0, ollama_port=port)).start()
+    srv = ServerThread(agent_served[1], ServerSettings(port=0, ollama_port=port)).start()
     srv.wait_ready()
     try:
         assert srv.ollama_port == port
@@ -478,29 +307,10 @@ def test_what_claude_code_really_sends_is_taken(claude):
     assert m.content and m.stop_reason in ("end_turn", "max_tokens", "tool_use")
 
 
-def test_a_streamed_function_call_follows_openais_events(oai):
-    tools = [{"type": "function", **WEATHER}]
-    with oai.responses.stream(
-        model=HERMES, input=ASK, tools=tools, tool_choice="required", parallel_tool_calls=False, max_output_tokens=240
-    ) as s:  # one call, then the grammar ends the reply
-        events = list(s)
-    kinds = [e.type for e in events]
-    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
-    i = added.output_index
-    mine = [e.type for e in events if getattr(e, "output_index", None) == i]
-    assert mine[0] == "response.output_item.added" and mine[-1] == "response.output_item.done"
-    assert "response.function_call_arguments.delta" in mine and "response.function_call_arguments.done" in mine
-    done = next(e for e in events if e.type == "response.function_call_arguments.done")
-    # the arguments arrive as they are written, several pieces before the call is done
-    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
-    assert len(deltas) > 1 and "".join(deltas) == done.arguments
-    assert json.loads(done.arguments)["city"] in ("Paris", "Rome") and kinds[-1] == "response.completed"
-
-
-def test_a_stream_gives_its_place_back_whatever_a_client_names_its_tools(served):
+def test_a_stream_gives_its_place_back_whatever_a_client_names_its_tools(agent_served):
     """Tool names go into a response header: one that is not latin-1, or holds a line
     break, must neither break the response nor keep the request's place in the queue."""
-    url = served[0].url
+    url = agent_served[0].url
     for name in ("\u641c\u7d22", "a\nb"):
         body = {
             "model": HERMES,
@@ -513,17 +323,17 @@ def test_a_stream_gives_its_place_back_whatever_a_client_names_its_tools(served)
             raw = b"".join(r.iter_bytes())
             assert r.status_code == 200 and "\n" not in r.headers["x-mtp-studio-skipped-tools"]
         assert b"message_stop" in raw
-    assert served[0]._server.config.app.state.pending == 0  # every request's place given back
+    assert agent_served[0]._server.config.app.state.pending == 0  # every request's place given back
 
 
-def test_a_body_with_nan_is_a_400_not_a_500(served):
+def test_a_body_with_nan_is_a_400_not_a_500(agent_served):
     raw = b'{"model": "hermes", "input": "x", "metadata": {"a": NaN}}'
-    r = httpx.post(served[0].url + "/v1/responses", content=raw, headers={"Content-Type": "application/json"})
+    r = httpx.post(agent_served[0].url + "/v1/responses", content=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and "NaN" in r.json()["error"]["message"]
 
 
-def test_either_header_may_carry_the_key(served):
-    srv = ServerThread(served[1], ServerSettings(port=0, api_key="sekret")).start()
+def test_either_header_may_carry_the_key(agent_served):
+    srv = ServerThread(agent_served[1], ServerSettings(port=0, api_key="sekret")).start()
     srv.wait_ready()
     try:
         body = {"model": HERMES, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
