@@ -63,15 +63,15 @@ def agent_served(qwen35_template_model, hermes_template_model):
     (tests/server/agentapis.py)."""
     from tests.server.agentapis import HERMES, QWEN
 
-    eng = Engine(EngineDefaults(request=INTERACTIVE)).start()
-    for path, name in ((qwen35_template_model, QWEN), (hermes_template_model, HERMES)):
-        spec = LoadSpec(path, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=name)
-        eng.submit(J.LoadModel(spec, replace=False)).result(60)
-    srv = ServerThread(eng, ServerSettings(port=0, max_tokens=64, thinking_budget=12)).start()
-    srv.wait_ready()
-    yield srv, eng
-    srv.stop()
-    eng.stop()
+    from tests.server.serving import serving
+
+    specs = [
+        LoadSpec(path, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=name)
+        for path, name in ((qwen35_template_model, QWEN), (hermes_template_model, HERMES))
+    ]
+    settings = ServerSettings(port=0, max_tokens=64, thinking_budget=12)
+    with serving(specs, settings, EngineDefaults(request=INTERACTIVE)) as served:
+        yield served
 
 
 @pytest.fixture

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 import httpx2 as httpx
-from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import EngineDefaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
+from tests.server.serving import serving
 
 MODEL = "qwen35-template"
 SYSTEM = {"role": "system", "content": " ".join(f"Rule {i}: be brief." for i in range(80))}
@@ -18,15 +17,10 @@ SYSTEM = {"role": "system", "content": " ".join(f"Rule {i}: be brief." for i in 
 
 @pytest.fixture(scope="module")
 def served(qwen35_template_model):
-    eng = Engine(EngineDefaults(prompt_cache_mb=32)).start()
-    eng.submit(J.LoadModel(LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL))).result(
-        60
-    )
-    srv = ServerThread(eng, ServerSettings(port=0, max_tokens=24, thinking_budget=8)).start()
-    srv.wait_ready()
-    yield srv
-    srv.stop()
-    eng.stop()
+    spec = LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL)
+    settings = ServerSettings(port=0, max_tokens=24, thinking_budget=8)
+    with serving([spec], settings, EngineDefaults(prompt_cache_mb=32)) as (srv, _):
+        yield srv
 
 
 def test_cached_tokens_are_reported_in_usage_timings_and_metrics(served):

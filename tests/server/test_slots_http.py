@@ -10,26 +10,18 @@ import time
 import pytest
 
 import httpx2 as httpx
-from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import EngineDefaults
 from engine.runtime.load.loader import LoadSpec
-from engine.server.runner import ServerThread
-from engine.server.settings import ServerSettings
+from tests.server.serving import serving
 
 PROMPTS = ["Hello there, how are you today?", "The quick brown fox jumps over", "Once upon a time in a land far away"]
 
 
 @pytest.fixture(scope="module")
 def served(fixtures):
-    eng = Engine(EngineDefaults(prompt_cache_mb=0)).start()
-    eng.submit(
-        J.LoadModel(LoadSpec(fixtures["partial"].path, n_ctx=512, probe=False, fit="off", parallel=2, name="tiny"))
-    ).result(60)
-    srv = ServerThread(eng, ServerSettings(port=0)).start()
-    srv.wait_ready()
-    yield srv, eng
-    srv.stop()
-    eng.stop()
+    spec = LoadSpec(fixtures["partial"].path, n_ctx=512, probe=False, fit="off", parallel=2, name="tiny")
+    with serving([spec], defaults=EngineDefaults(prompt_cache_mb=0)) as served:
+        yield served
 
 
 def _values(url: str) -> dict[str, float]:

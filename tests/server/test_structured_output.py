@@ -16,11 +16,10 @@ from pydantic import BaseModel, Field
 
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import AUTO
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import EngineDefaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.server.runner import ServerThread
-from engine.server.settings import ServerSettings
 from engine.synth.demo import demo_model_path
+from tests.server.serving import serving
 
 MODEL = "demo"
 
@@ -33,15 +32,9 @@ class Pet(BaseModel):
 
 @pytest.fixture(scope="module")
 def served():
-    with Engine(EngineDefaults(request=J.Defaults(draft_depth=AUTO))) as engine:
-        spec = LoadSpec(demo_model_path(), mtp=MtpSource.INTEGRATED, n_ctx=1024, name=MODEL)
-        engine.submit(J.LoadModel(spec)).result(60)
-        srv = ServerThread(engine, ServerSettings(port=0)).start()
-        srv.wait_ready()
-        try:
-            yield srv
-        finally:
-            srv.stop()
+    spec = LoadSpec(demo_model_path(), mtp=MtpSource.INTEGRATED, n_ctx=1024, name=MODEL)
+    with serving([spec], defaults=EngineDefaults(request=J.Defaults(draft_depth=AUTO))) as (srv, _):
+        yield srv
 
 
 @pytest.fixture

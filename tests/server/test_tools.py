@@ -10,12 +10,11 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import Field
 
-from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import EngineDefaults
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
+from tests.server.serving import serving
 
 MODEL = "qwen35-template"
 WEATHER = {
@@ -53,15 +52,10 @@ MAX_TOKENS = 240
 
 @pytest.fixture(scope="module")
 def served(qwen35_template_model):
-    eng = Engine(EngineDefaults(request=Defaults(draft_depth=2))).start()
-    eng.submit(J.LoadModel(LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL))).result(
-        60
-    )
-    srv = ServerThread(eng, ServerSettings(port=0, max_tokens=MAX_TOKENS, thinking_budget=12)).start()
-    srv.wait_ready()
-    yield srv, eng
-    srv.stop()
-    eng.stop()
+    spec = LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL)
+    settings = ServerSettings(port=0, max_tokens=MAX_TOKENS, thinking_budget=12)
+    with serving([spec], settings, EngineDefaults(request=Defaults(draft_depth=2))) as served:
+        yield served
 
 
 @pytest.fixture
