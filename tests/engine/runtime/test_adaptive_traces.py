@@ -35,9 +35,13 @@ class Plain:
         pass
 
 
-def simulate(policy, rounds: int, seed: int, *, acceptance=None, noisy: bool = False) -> tuple[float, list[int]]:
+def simulate(
+    policy, rounds: int, seed: int, *, acceptance=None, noisy: bool = False, depths=None
+) -> tuple[float, list[int]]:
     """Tokens per ms of ``rounds`` rounds whose costs are recorded rounds at the chosen depth
-    (and whose drafts are accepted with the recorded per-position rates)."""
+    (and whose drafts are accepted with the recorded per-position rates). ``depths``: other
+    rounds to draw from (depth -> [verify, draft, sync, wall]), the recorded ones by default."""
+    depths = DEPTHS if depths is None else depths
     rng = random.Random(seed)
     p = acceptance or TRACE["acceptance"]
     t = tokens = 0.0
@@ -45,7 +49,7 @@ def simulate(policy, rounds: int, seed: int, *, acceptance=None, noisy: bool = F
     for i in range(rounds):
         k = policy.next_depth()
         picks.append(k)
-        verify, draft, sync, wall = rng.choice(DEPTHS[k])
+        verify, draft, sync, wall = rng.choice(depths[k])
         if prev is not None and prev != k:
             wall += SWITCH_MS
             verify += SWITCH_MS

@@ -20,40 +20,21 @@ from engine.runtime.decode.policy.adaptive import AdaptiveDepth, expected_tokens
 from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.policy.planner import MTP, MTP_SUFFIX, SUFFIX, SUFFIX_MTP, Plan, RoundPlanner, SuffixLearned
 from engine.runtime.decode.policy.tuning import SUFFIX_PRIOR_N, SUFFIX_PRIORS
-from engine.runtime.decode.stats import RoundStats
-from tests.engine.runtime.test_adaptive_traces import DEPTHS, MAX, TRACE
+from tests.engine.runtime.test_adaptive_traces import DEPTHS, MAX, simulate
 
 
 def _trained(verify_scale: float) -> tuple[AdaptiveDepth, SuffixLearned]:
     """Auto after 3,000 rounds drawn from the recorded demo costs, and suffix learning whose
     verify times by rows are the recorded verifies — each verify ``verify_scale`` times its
     recorded time (the head's steps as recorded)."""
+    scaled = {
+        k: [
+            (verify * verify_scale, draft, sync, wall + verify * (verify_scale - 1)) for verify, draft, sync, wall in rs
+        ]
+        for k, rs in DEPTHS.items()
+    }
     auto = AdaptiveDepth(MAX)
-    rng = random.Random(7)
-    t = 0.0
-    for i in range(3000):
-        k = auto.next_depth()
-        verify, draft, sync, wall = rng.choice(DEPTHS[k])
-        wall += verify * (verify_scale - 1)
-        verify *= verify_scale
-        a = 0
-        while a < k and rng.random() < TRACE["acceptance"][a]:
-            a += 1
-        t += wall
-        auto.observe(
-            RoundStats(
-                index=i,
-                depth=k,
-                drafted=k,
-                accepted=a,
-                emitted=a + 1,
-                draft_ms=draft,
-                verify_ms=verify,
-                t=t / 1000,
-                sync_rows=a + 1 if k else 0,
-                sync_ms=sync,
-            )
-        )
+    simulate(auto, 3000, seed=7, depths=scaled)
     learned = SuffixLearned()
     for k, rounds in DEPTHS.items():
         for verify, draft, _sync, _wall in rounds[:9]:
