@@ -181,7 +181,7 @@ class PerformancePage(QWidget):
         text = f"{s.generated} tokens · {s.tokens_per_second:.1f} tok/s"
         if s.drafted:
             text += f" · acceptance {s.acceptance:.2f} · mean accepted {s.mean_accept_len:.2f}"
-        if s.suffix_drafted:  # drafts from the conversation itself (engine.runtime.decode.suffix)
+        if s.suffix_drafted:  # drafts from the conversation itself (engine.runtime.decode.drafting.suffix)
             text += f" · from the conversation {s.suffix_accepted}/{s.suffix_drafted} accepted"
         on = [v for k, v in self.speeds.items() if k.startswith("MTP on")]
         if "MTP off" in self.speeds and on and self.speeds["MTP off"] > 0:

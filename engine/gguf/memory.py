@@ -53,7 +53,7 @@ RECURRENT = {"mamba", "mamba2"}
 #: identity``'s widest replay (its ``--max-width``)
 MIN_LOGIT_ROWS = 16
 #: ... and up to this many where they fit in :data:`LOGIT_ROWS_BYTES` per sequence: a
-#: suffix draft (engine.runtime.decode.suffix) runs as far as its match, and an agent's
+#: suffix draft (engine.runtime.decode.drafting.suffix) runs as far as its match, and an agent's
 #: copied file is verified in fewer, wider batches (64 rows of a 128k vocabulary, 32 of
 #: Gemma's 262k, 16 of anything over 512k)
 MAX_LOGIT_ROWS = 64

@@ -47,7 +47,7 @@ class Defaults:
     mtp: Mtp | None = None
     draft_depth: DraftDepth | int | str | None = None
     sampled_draft: bool | None = None
-    #: also draft from the conversation itself (engine.runtime.decode.suffix)
+    #: also draft from the conversation itself (engine.runtime.decode.drafting.suffix)
     suffix_drafts: bool | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -84,7 +84,7 @@ class Generate:
     #: distribution, not seed-for-seed equal to plain sampling)
     sampled_draft: bool | None = None
     #: each round, also consider the continuation of the longest earlier match in the
-    #: prompt and output as the draft (engine.runtime.decode.suffix)
+    #: prompt and output as the draft (engine.runtime.decode.drafting.suffix)
     suffix_drafts: bool | None = None
     #: draft depth K >= 1, or "auto" (adaptive), parsed by DraftDepth.parse
     draft_depth: DraftDepth | int | str | None = None

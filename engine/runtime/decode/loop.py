@@ -1,7 +1,7 @@
 """Generating after a prompt over a :class:`Session`: plain, or speculating with MTP.
 
 A speculative round is propose → verify → settle (draft depth K): the draft source
-(:mod:`engine.runtime.decode.propose`, the MTP head) proposes d1..dK from the target's
+(:mod:`engine.runtime.decode.drafting.propose`, the MTP head) proposes d1..dK from the target's
 hidden states; the target verifies ``[id_last, d1..dK]`` in one batch; the acceptance
 rule (:mod:`engine.runtime.decode.accept`) keeps a prefix of a drafts and the target's
 own next token ``t_a``; settling rolls the target back to what was kept and tells the
@@ -31,17 +31,17 @@ from engine.runtime.decode.emitter import Emitter, EmitFn, RoundFn, Splitter
 from engine.runtime.decode.logprobs import TokenLogprob, token_logprob
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import PenalizedRows
-from engine.runtime.decode.drafts import Drafts
+from engine.runtime.decode.drafting.drafts import Drafts
 from engine.runtime.decode.policy.base import NO_HEAD
 from engine.runtime.decode.policy.planner import MTP, Plan, RoundPlanner, SuffixLearned
 from engine.runtime.decode.prefill import prefill
-from engine.runtime.decode.propose import MtpDraft
+from engine.runtime.decode.drafting.propose import MtpDraft
 from engine.runtime.decode.sampling import Sampler
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import Pushed, StopChecker, StopReason
-from engine.runtime.decode.suffix import OutputStore, SuffixDraft
+from engine.runtime.decode.drafting.suffix import OutputStore, SuffixDraft
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST
 
 

@@ -33,7 +33,7 @@ class RoundStats:
     thinking: bool = False
     #: where the drafts came from: "mtp", "suffix", "mtp+suffix" (an MTP chain whose last
     #: tokens start an earlier match, extended by what followed it) or "suffix+mtp" (a suffix
-    #: draft whose match ended, extended by the head's chain) (engine.runtime.decode.suffix)
+    #: draft whose match ended, extended by the head's chain) (engine.runtime.decode.drafting.suffix)
     source: str = "mtp"
     #: of the drafts, the last ones the second source added (the suffix's after the chain,
     #: or the head's after the suffix draft)
@@ -91,7 +91,7 @@ class GenerationStats:
     thinking_tokens: int = 0
     thinking_drafted: int = 0
     thinking_accepted: int = 0
-    #: of the drafts, those from the conversation itself (engine.runtime.decode.suffix),
+    #: of the drafts, those from the conversation itself (engine.runtime.decode.drafting.suffix),
     #: and the rounds that drafted so
     suffix_rounds: int = 0
     suffix_drafted: int = 0

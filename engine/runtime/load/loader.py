@@ -54,7 +54,7 @@ from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.store import load_policy, policy_path
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
-from engine.runtime.decode.suffix import OutputStore
+from engine.runtime.decode.drafting.suffix import OutputStore
 from engine.runtime.slots.pool import SlotPool
 from engine.runtime.prompt.calls import GENERIC
 from engine.runtime.prompt.templates import ChatTemplate, resolve_template

@@ -38,7 +38,7 @@ from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.session import MTP_PROMPT_WINDOW
-from engine.runtime.decode.suffix import OutputStore
+from engine.runtime.decode.drafting.suffix import OutputStore
 from engine.runtime.load.loader import LoadedModel
 
 WORKLOADS = ("edit", "quote", "json", "new")

@@ -316,7 +316,7 @@ def test_a_policy_round_trips_through_its_state():
 def test_an_idle_policy_defers_the_prompts_mtp_entries(fixtures):
     """While drafting is off, a new prompt's MTP entries are not fed (older ones become
     holes, the newest wait in the lag for a probe) — and the output is unchanged."""
-    from engine.runtime.decode.propose import CATCH_UP_LIMIT
+    from engine.runtime.decode.drafting.propose import CATCH_UP_LIMIT
     from engine.runtime.decode.entries import HOLE
 
     lm = load_fixture(fixtures["random"], "integrated", max_depth=6)

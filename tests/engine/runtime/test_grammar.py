@@ -15,7 +15,7 @@ from engine.runtime.decode.grammar import MAX_GRAMMAR_CHARS, Constraint, Grammar
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.base import FixedDepth
-from engine.runtime.decode.propose import MtpDraft
+from engine.runtime.decode.drafting.propose import MtpDraft
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.llama.vocab import grammar_tokenizer
 from engine.runtime.load.loader import LoadSpec, MtpSource, load

@@ -1,4 +1,4 @@
-"""Drafts from the conversation itself (engine.runtime.decode.suffix): the index's matches,
+"""Drafts from the conversation itself (engine.runtime.decode.drafting.suffix): the index's matches,
 identity with plain decoding when the answer copies the prompt (greedy, seeded sampling,
 a grammar, penalties), fewer target forwards there, and the per-round choice between the
 suffix draft and the MTP chain on given costs."""
@@ -16,7 +16,7 @@ from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.base import NO_HEAD, FixedDepth
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.decode.policy.planner import RoundPlanner, SuffixLearned
-from engine.runtime.decode.suffix import MIN_MATCH, OutputStore, SuffixIndex
+from engine.runtime.decode.drafting.suffix import MIN_MATCH, OutputStore, SuffixIndex
 from engine.runtime.engine import Engine
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 

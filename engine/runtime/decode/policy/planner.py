@@ -1,7 +1,7 @@
 """One round's plan: what a sequence drafts this round, from which source, how wide.
 
-Draft sources only propose (:mod:`engine.runtime.decode.propose`: the MTP head's chain;
-:mod:`engine.runtime.decode.suffix`: what followed the newest tokens' longest earlier
+Draft sources only propose (:mod:`engine.runtime.decode.drafting.propose`: the MTP head's chain;
+:mod:`engine.runtime.decode.drafting.suffix`: what followed the newest tokens' longest earlier
 match). Which of them a round takes, and how many tokens, is decided here and nowhere
 else, each round, by one rule: **the plan with the most expected tokens per millisecond**.
 
@@ -67,7 +67,7 @@ def bucket(length: int) -> int:
 
 class SuffixLearned:
     """What the planner learns of suffix drafts, kept per loaded model (with its
-    :class:`~engine.runtime.decode.suffix.OutputStore`) so each request starts from what
+    :class:`~engine.runtime.decode.drafting.suffix.OutputStore`) so each request starts from what
     the ones before measured: acceptance per match-length bucket, the MTP chain's for a
     fixed depth, verify times by rows, an MTP chain's draft time. (Several sequences may
     update it at once: each update is one float or one window sample, and a lost one only

@@ -10,7 +10,7 @@ the same model — what followed them then is a draft that costs no model call a
 every token it was given: :meth:`SuffixIndex.propose` is what followed the longest match
 of its own newest tokens, :meth:`SuffixIndex.lookup` what followed another sequence's.
 :class:`OutputStore` is a loaded model's recent outputs, bounded. :class:`SuffixDraft`
-is the draft source (:mod:`engine.runtime.decode.propose`) over them: it proposes; the
+is the draft source (:mod:`engine.runtime.decode.drafting.propose`) over them: it proposes; the
 round planner (:mod:`engine.runtime.decode.policy.planner`) decides each round whether to
 take the MTP chain, the suffix draft, the chain extended by a match its last tokens start,
 or a suffix draft whose match ended extended by the head's chain — whichever expects the

@@ -2,8 +2,8 @@
 
 The round planner (:mod:`engine.runtime.decode.policy.planner`) decides what a round
 drafts; :class:`Drafts` runs that plan with the sources the generation has — the MTP head
-(:class:`~engine.runtime.decode.propose.MtpDraft`) and the suffix draft
-(:class:`~engine.runtime.decode.suffix.SuffixDraft`), either or both — and keeps both
+(:class:`~engine.runtime.decode.drafting.propose.MtpDraft`) and the suffix draft
+(:class:`~engine.runtime.decode.drafting.suffix.SuffixDraft`), either or both — and keeps both
 informed: the prompt (:meth:`Drafts.begin`) and each round's kept tokens
 (:meth:`Drafts.accept`). It decides nothing itself. One per generation, on the thread that
 runs its loop.
@@ -20,9 +20,9 @@ from engine.runtime.decode.entries import Choose
 from engine.runtime.decode.policy.planner import FORCED, SUFFIX, SUFFIX_MTP, Plan, RoundPlanner
 from engine.runtime.decode.policy.tuning import MAX_DRAFT
 from engine.runtime.decode.prefill import Prefill, prefill
-from engine.runtime.decode.propose import MtpDraft, Proposal
+from engine.runtime.decode.drafting.propose import MtpDraft, Proposal
 from engine.runtime.decode.session import Session
-from engine.runtime.decode.suffix import SuffixDraft
+from engine.runtime.decode.drafting.suffix import SuffixDraft
 
 
 class Drafts:
