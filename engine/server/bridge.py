@@ -41,6 +41,7 @@ class JobStream:
         self._lock = threading.Lock()
         self._scheduled = False
         self._tokens_seen = False
+        self._pause: asyncio.TimerHandle | None = None  # the pause under way (the loop's)
         self._waiter: asyncio.Future | None = None
         self.final: J.Done | J.Failed | None = None
         self.handle: JobHandle = engine.submit(job, on_event=self._on_event)
@@ -61,16 +62,21 @@ class JobStream:
         w, self._waiter = self._waiter, None
         if w is not None and not w.done():
             w.set_result(None)
-        if self._tokens_seen:  # tokens flow: what comes next gathers for a while
-            self._loop.call_later(PACE_S, self._paused)
-        else:
+        if not self._tokens_seen:
             with self._lock:
                 self._scheduled = False
+        elif self._pause is None:  # tokens flow: what comes next gathers for a while
+            self._pause = self._loop.call_later(PACE_S, self._paused)
 
     def _paused(self) -> None:  # the loop, PACE_S after a wake-up while tokens flow
+        self._pause = None
+        waiting = self._waiter is not None and not self._waiter.done()
         with self._lock:
-            self._scheduled = bool(self._events)
-        if self._events:  # what gathered: delivered now, and the next pause begins
+            # what gathered goes to a reader waiting for it, and the next pause begins; a
+            # reader that is not waiting takes the buffer itself before it waits again (and
+            # a stream nobody reads any more is left alone)
+            again = self._scheduled = bool(self._events) and waiting
+        if again:
             self._wake()
 
     def poll(self) -> Any | None:

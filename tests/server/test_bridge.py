@@ -65,3 +65,35 @@ def test_the_end_of_a_stream_is_not_held_for_a_pause(monkeypatch):
     events, took = asyncio.run(run())
     assert [t for ev in events if isinstance(ev, J.Tokens) for t in ev.tokens] == list(range(5))
     assert isinstance(events[-1], J.Done) and took < 2.0
+
+
+def test_a_stream_nobody_reads_any_more_stops_waking_the_loop():
+    """A reader that goes away mid-stream (a handler cancelled or failed before the stream
+    ended) leaves events in the buffer: the pauses stop instead of waking the loop for them
+    every few milliseconds."""
+    paused = 0
+
+    async def run():
+        nonlocal paused
+        with Engine() as engine:
+            stream = bridge.JobStream(engine, _stream_job(40, 0.001))
+            tick = stream._paused
+
+            def counted():
+                nonlocal paused
+                paused += 1
+                tick()
+
+            stream._paused = counted
+            async for ev in stream:  # read the first tokens, then stop reading
+                if isinstance(ev, J.Tokens):
+                    break
+            while not stream.handle.done.is_set():
+                await asyncio.sleep(0.01)
+            before = paused
+            await asyncio.sleep(0.2)  # 50 pauses' worth, were the chain still going
+            return paused - before, len(stream._events)
+
+    after, left = asyncio.run(run())
+    assert left > 0  # the unread events are still there ...
+    assert after <= 1  # ... and the loop is left alone

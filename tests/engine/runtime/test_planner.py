@@ -174,3 +174,23 @@ def test_at_a_fixed_depth_the_chain_is_priced_by_what_the_planner_measured():
     p = planner._fixed_acceptance()
     assert 0.45 < p < 0.55
     assert planner.mtp_rate(3) == pytest.approx((1 + p + p * p + p**3) / (1.3 + 0.4))
+
+
+def test_in_slots_the_planner_prices_the_chain_with_auto_while_a_sequence_decodes_alone():
+    """A slot's depth policy (BatchDepth) hands the planner auto's estimates while its
+    sequence decodes alone (a model with one slot included: before one decode path, such a
+    model's planner read auto directly); beside others, and at a fixed depth, none (the
+    planner's own measurements by the step's rows)."""
+    from types import SimpleNamespace
+
+    from engine.runtime.decode.policy.costs import RoundCosts
+    from engine.runtime.decode.policy.steps import BatchDepth
+
+    clock = SimpleNamespace(active=1, steps=0, step_t=0.0, verify_costs=RoundCosts(1))
+    inner = AdaptiveDepth(MAX)
+    planner = RoundPlanner(BatchDepth(inner, clock, {}), SuffixLearned(), follows=True)
+    assert planner._auto is inner
+    clock.active = 2
+    assert planner._auto is None
+    fixed = RoundPlanner(BatchDepth(FixedDepth(3), clock, {}), SuffixLearned())
+    assert fixed._auto is None

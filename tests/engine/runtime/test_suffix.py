@@ -142,6 +142,9 @@ class _Policy:
     def acceptances(self):
         return [self.p_mtp] * self.max_depth
 
+    def estimates(self):
+        return self
+
     def rates(self):
         """Expected tokens of a chain of depth k over its round's cost, as AdaptiveDepth's."""
         return [sum(self.p_mtp**i for i in range(k + 1)) / self.costs.round_ms(k) for k in range(self.max_depth + 1)]

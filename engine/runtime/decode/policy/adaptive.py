@@ -205,6 +205,10 @@ class AdaptiveDepth:
         self.current = best
         return best
 
+    def estimates(self) -> AdaptiveDepth:
+        """The policy whose estimates price a round's plan (engine.runtime.decode.policy.planner)."""
+        return self
+
     # ---------------------------------------------------------------- policy
     @property
     def probing(self) -> bool:

@@ -121,13 +121,18 @@ class RoundPlanner:
         self.head = head
         self.follows = follows and head
         self.rollback = rollback
-        #: auto, whose estimates (acceptance by position, round costs) price the chain where
-        #: it runs; None: a fixed depth or no head, priced by what this planner measures
-        self._auto = policy if hasattr(policy, "acceptances") and hasattr(policy, "costs") else None
+        self._estimates = getattr(policy, "estimates", None)
         self._prev_rows: int | None = None  # rows the last round's verify decode carried
         #: other sequences' rows in the last verify's step (slots; 0 alone): the next step's
         #: likely company, so a width is priced as the step it makes
         self._others = 0
+
+    @property
+    def _auto(self):
+        """Auto's policy whose estimates (acceptance by position, round costs) price the chain
+        this round — the model's own alone, the step's size's beside others — or None: a fixed
+        depth or no head, priced by what this planner measures."""
+        return self._estimates() if self._estimates is not None else None
 
     @property
     def idle(self) -> bool:

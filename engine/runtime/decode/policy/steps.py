@@ -258,6 +258,15 @@ class BatchDepth:
             s = self.steppers[n] = StepDepth(p, n)
         return s
 
+    def estimates(self) -> AdaptiveDepth | None:
+        """Auto's policy whose estimates price this round's plan: the model's own while this
+        sequence decodes alone (as a model without slots did). Beside others, None: the
+        planner prices the chain by the verify and draft times it measures by the step's rows
+        (a step size's policy times whole steps at its depth, not a sequence's own rows)."""
+        if self._stepper() is None and isinstance(self.inner, AdaptiveDepth):
+            return self.inner
+        return None
+
     @property
     def idle(self) -> bool:
         s = self._stepper()
