@@ -11,12 +11,9 @@ runs its loop.
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 
-from engine.runtime.decode.cache.snapshotcache import SnapshotCache
-from engine.runtime.decode.entries import Choose
 from engine.runtime.decode.policy.planner import FORCED, SUFFIX, SUFFIX_MTP, Plan, RoundPlanner
 from engine.runtime.decode.policy.tuning import MAX_DRAFT
 from engine.runtime.decode.prefill import Prefill, prefill
@@ -39,24 +36,14 @@ class Drafts:
         #: the suffix match the planner weighs (None: no suffix drafts)
         self.match = suffix.match if suffix is not None else None
 
-    def begin(
-        self,
-        prompt: list[int],
-        *,
-        cancel: threading.Event | None,
-        choose_first: Choose | None,
-        idle: bool,
-        points: tuple[int, ...] = (),
-        cache: SnapshotCache | None = None,
-    ) -> Prefill:
-        """Prefill the target (and the head's entries: deferred while the depth policy is
-        ``idle``); the suffix index learns the prompt and the first token."""
+    def begin(self, prompt: list[int], *, idle: bool, **prefill_kw) -> Prefill:
+        """Prefill the target (``prefill_kw``: :func:`~engine.runtime.decode.prefill.prefill`'s
+        cancel, choose_first, points and cache) and the head's entries (deferred while the
+        depth policy is ``idle``); the suffix index learns the prompt and the first token."""
         if self.mtp is not None:
-            pf = self.mtp.begin(prompt, cancel=cancel, choose_first=choose_first, idle=idle, points=points, cache=cache)
+            pf = self.mtp.begin(prompt, idle=idle, **prefill_kw)
         else:
-            pf = prefill(
-                self.s, prompt, speculative=False, cancel=cancel, choose_first=choose_first, points=points, cache=cache
-            )
+            pf = prefill(self.s, prompt, speculative=False, **prefill_kw)
         if self.suffix is not None:
             self.suffix.extend([*prompt, pf.first_token])
         return pf

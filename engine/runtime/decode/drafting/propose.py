@@ -1,11 +1,11 @@
-"""Draft sources: what proposes the tokens a speculative round verifies.
+"""The MTP head as a draft source: what proposes the tokens a speculative round verifies.
 
-The loop (:mod:`engine.runtime.decode.loop`) runs each round as propose → verify →
-settle, the shape of llama.cpp's ``common_speculative`` and vLLM's proposers: a
-:class:`DraftSource` is told the prompt (:meth:`~DraftSource.begin`), asked for up to
-``k`` tokens after the last one (:meth:`~DraftSource.draft`), and told which of them the
-target kept (:meth:`~DraftSource.accept`). :class:`MtpDraft` is the model's MTP head;
-a grammar's forced tokens are the next source to plug in here.
+The loop (:mod:`engine.runtime.decode.loop`) runs each round as plan → propose → verify →
+settle, the shape of llama.cpp's ``common_speculative`` and vLLM's proposers. The head
+(:class:`MtpDraft`) is told the prompt (:meth:`~MtpDraft.begin`), asked for up to ``k``
+tokens after the last one (:meth:`~MtpDraft.draft`, or after tokens from elsewhere:
+:meth:`~MtpDraft.draft_after`), and told which of them the target kept
+(:meth:`~MtpDraft.accept`); :class:`Proposal` is what a round's sources proposed.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -21,7 +20,6 @@ from engine.runtime.decode.entries import Choose
 from engine.runtime.decode.prefill import Prefill, prefill
 from engine.runtime.decode.sampling import DRAFT, Sampler
 from engine.runtime.decode.session import Session
-from engine.runtime.decode.stats import RoundStats
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 
 #: most MTP entries caught up before a draft; older ones (left while drafting was off)
@@ -42,33 +40,6 @@ class Proposal:
     #: of ``tokens``, the last ones a second source added: a suffix match's after an MTP
     #: chain ("mtp+suffix"), or the head's after a suffix draft ("suffix+mtp")
     extended: int = 0
-
-
-class DraftSource(Protocol):
-    #: where this round's drafts came from ("mtp", "suffix", "mtp+suffix", "suffix+mtp":
-    #: the round's stats)
-    source: str
-    #: whether the verify must return hidden rows (for an MTP head to read)
-    needs_hidden: bool
-
-    def begin(
-        self,
-        prompt: list[int],
-        *,
-        cancel: threading.Event | None,
-        choose_first: Choose | None,
-        idle: bool,
-        points: tuple[int, ...] = (),
-        cache: SnapshotCache | None = None,
-    ) -> Prefill: ...
-
-    def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal: ...
-
-    def accept(self, tokens: list[int], hidden: np.ndarray | None) -> None: ...
-
-    def observe(self, r: RoundStats) -> None:
-        """The round's statistics, once it is settled (a source that learns costs reads them)."""
-        ...
 
 
 class MtpDraft:
@@ -225,9 +196,6 @@ class MtpDraft:
             return sampler.sample_dense(q, pos, DRAFT)
 
         return choose
-
-    def observe(self, r: RoundStats) -> None:
-        pass  # what the head's rounds teach goes to the depth policy
 
     def accept(self, tokens: list[int], hidden: np.ndarray) -> None:
         """Queue the MTP entries of the tokens the target kept (the last one is the
