@@ -22,28 +22,33 @@ def _stream_job(n: int, gap_s: float) -> J.Call:
     return J.Call(fn)
 
 
+def _counting(stream: bridge.JobStream, method: str) -> list[int]:
+    """Count the calls of one of ``stream``'s methods (the loop calls it by attribute)."""
+    calls = [0]
+    inner = getattr(stream, method)
+
+    def counted():
+        calls[0] += 1
+        inner()
+
+    setattr(stream, method, counted)
+    return calls
+
+
 def test_a_stream_wakes_the_loop_once_per_pause_and_loses_nothing():
     n, gap = 200, 0.0005  # ~2,000 tokens/s, the demo's pace
 
     async def run():
         with Engine() as engine:
             stream = bridge.JobStream(engine, _stream_job(n, gap))
-            wakes = 0
-            wake = stream._wake
-
-            def counted():
-                nonlocal wakes
-                wakes += 1
-                wake()
-
-            stream._wake = counted
+            wakes = _counting(stream, "_wake")
             got, first_at = [], None
             t0 = time.perf_counter()
             async for ev in stream:
                 if isinstance(ev, J.Tokens):
                     first_at = first_at or time.perf_counter() - t0
                     got.extend(ev.tokens)
-            return got, wakes, first_at, stream.final
+            return got, wakes[0], first_at, stream.final
 
     got, wakes, first_at, final = asyncio.run(run())
     assert got == list(range(n)) and isinstance(final, J.Done) and final.result == n
@@ -71,28 +76,19 @@ def test_a_stream_nobody_reads_any_more_stops_waking_the_loop():
     """A reader that goes away mid-stream (a handler cancelled or failed before the stream
     ended) leaves events in the buffer: the pauses stop instead of waking the loop for them
     every few milliseconds."""
-    paused = 0
 
     async def run():
-        nonlocal paused
         with Engine() as engine:
             stream = bridge.JobStream(engine, _stream_job(40, 0.001))
-            tick = stream._paused
-
-            def counted():
-                nonlocal paused
-                paused += 1
-                tick()
-
-            stream._paused = counted
+            paused = _counting(stream, "_paused")
             async for ev in stream:  # read the first tokens, then stop reading
                 if isinstance(ev, J.Tokens):
                     break
             while not stream.handle.done.is_set():
                 await asyncio.sleep(0.01)
-            before = paused
+            before = paused[0]
             await asyncio.sleep(0.2)  # 50 pauses' worth, were the chain still going
-            return paused - before, len(stream._events)
+            return paused[0] - before, len(stream._events)
 
     after, left = asyncio.run(run())
     assert left > 0  # the unread events are still there ...
