@@ -18,6 +18,7 @@ from engine.runtime.llama import exact as exact_mod
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import DraftDepth
 from engine.runtime.load.loader import LoadSpec, MtpSource
+from engine.runtime.modelinfo import ModelInfo
 from engine.settings import Settings
 from engine.synth.demo import demo_model_path
 
@@ -46,7 +47,7 @@ class ModelController(QObject):
     Signals:
         loading(str)          a load started (display name)
         progress(float, str)
-        loaded(dict)          info of the loaded model
+        loaded(object)        the loaded model (ModelInfo)
         loadFailed(object)    the error
         notice(str)           something the load could not honour, and what it did instead
                               (also kept in ``notes`` until the next load)
@@ -57,13 +58,13 @@ class ModelController(QObject):
     notice = Signal(str)
     unloaded = Signal()
     progress = Signal(float, str)
-    loaded = Signal(dict)
+    loaded = Signal(object)
     loadFailed = Signal(object)
 
     def __init__(self, ctx: AppContext, parent: QObject | None = None):
         super().__init__(parent)
         self.ctx = ctx
-        self.current: dict | None = None
+        self.current: ModelInfo | None = None
         self.path: str | None = None
         self.head: str | None = None
         self._job: JobSignals | None = None
@@ -181,7 +182,7 @@ class ModelController(QObject):
         if job is not self._job:  # a load replaced by a newer one
             return
         self._job = None
-        if cancelled or not isinstance(result, dict):
+        if cancelled or not isinstance(result, ModelInfo):
             return
         self.current = result
         if self.path and Path(self.path).resolve() != demo_model_path().resolve():
@@ -195,7 +196,7 @@ class ModelController(QObject):
     def _on_models_changed(self, models: dict) -> None:
         """The engine's loaded models changed (a load elsewhere replaced ours, or an
         unload): forget a model that is gone, and say so."""
-        if self.current is not None and self.current.get("name") not in models and self._job is None:
+        if self.current is not None and self.current.name not in models and self._job is None:
             self.current = None
             self.unloaded.emit()
 

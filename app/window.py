@@ -18,13 +18,14 @@ from app.context import AppContext, ModelController
 from app.messages import Messages
 from app.pages.backend import BackendPage
 from app.pages.chat import ChatPage
-from app.pages.chatfigures import context_line, context_lowered
+from app.pages.chatfigures import context_line
 from app.pages.compose import ComposePage
 from app.pages.models import ModelsPage
 from app.pages.performance import PerformancePage
 from app.pages.server import ServerPage
 from app.resources import app_icon
 from engine.errors import InsufficientMemoryError
+from engine.runtime.modelinfo import ModelInfo
 
 PAGES = ("chat", "models", "compose", "performance", "backend", "server")
 TITLES = {
@@ -113,22 +114,22 @@ class MainWindow(QMainWindow):
     def current_page(self) -> str:
         return PAGES[self.stack.currentIndex()]
 
-    def _on_loaded(self, info: dict) -> None:
-        pool = f" · {len(info['rpc'])} RPC server{'s' if len(info['rpc']) > 1 else ''}" if info.get("rpc") else ""
-        self.model_label.setText(f"{info['name']} · MTP {info['mtp']} · ctx {info['n_ctx']}{pool}")
-        notice = info.get("repack_notice")
+    def _on_loaded(self, info: ModelInfo) -> None:
+        pool = f" · {len(info.rpc)} RPC server{'s' if len(info.rpc) > 1 else ''}" if info.rpc else ""
+        self.model_label.setText(f"{info.name} · MTP {info.mtp} · ctx {info.n_ctx}{pool}")
+        notice = info.repack_notice
         self.repack_label.setVisible(bool(notice))
         self.repack_label.setToolTip(notice or "")
         notes = list(self.models.notes)
-        if context_lowered(info):
+        if info.context_lowered:
             notes.insert(0, context_line(info))
-        if info.get("fallbacks"):  # in the load line, never a dialog: the load went on safely
-            found = "with a fallback: " if info.get("fallbacks_found_now") else "with a fallback found earlier: "
-            notes.append(found + " ".join(info["fallbacks"]))
-        if info.get("mtp_off_reason"):
-            notes.append(info["mtp_off_reason"])
+        if info.fallbacks:  # in the load line, never a dialog: the load went on safely
+            found = "with a fallback: " if info.fallbacks_found_now else "with a fallback found earlier: "
+            notes.append(found + " ".join(info.fallbacks))
+        if info.mtp_off_reason:
+            notes.append(info.mtp_off_reason)
         text = "; ".join(notes)
-        said = f"Loaded {info['name']}" + (f" — {text}" if text else "")
+        said = f"Loaded {info.name}" + (f" — {text}" if text else "")
         self.ctx.messages.status(said, 15000 if text else 5000)  # type: ignore[union-attr]
 
     def _on_load_failed(self, error) -> None:

@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     ok = len(plain.tokens) == TOKENS and spec.stats.drafted > 0 and not off_noise
     verdict = "yes" if same else ("no, near-ties within batch noise" if not off_noise else f"NO: {off_noise[:3]}")
     print(
-        f"mtp-studio self-test: {'ok' if ok else 'FAILED'}: demo model ({info['mtp']} MTP) "
+        f"mtp-studio self-test: {'ok' if ok else 'FAILED'}: demo model ({info.mtp} MTP) "
         f"{len(plain.tokens)} tokens, greedy == MTP: {verdict}, "
         f"acceptance {spec.stats.acceptance:.2f}, {spec.stats.tokens_per_second:.0f} tok/s, "
-        f"devices {devices}, CPU weight repacking {'on' if info.get('extra_bufts') else 'off'}, frozen "
+        f"devices {devices}, CPU weight repacking {'on' if info.extra_bufts else 'off'}, frozen "
         f"{bool(getattr(sys, 'frozen', False))}, {time.perf_counter() - t0:.1f} s; "
-        f"identity here: {info.get('identity')}"
+        f"identity here: {info.identity}"
     )
     return 0 if ok else 1
 

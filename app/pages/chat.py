@@ -37,6 +37,7 @@ from app.pages.transcript import Transcript
 from app.widgets.page import page_layout
 from engine.runtime import jobs as J
 from engine.runtime.decode.grammar import GrammarSpec
+from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.reply import Part
 
 
@@ -129,7 +130,7 @@ class ChatPage(QWidget):
         self.controls.modelChosen.connect(lambda eid: self.models.load_entry(self.ctx.library.get(eid)))
         # the picker follows every load and unload, the endpoint's on-demand ones included
         self.ctx.bridge.modelsChanged.connect(
-            lambda _m: self.controls.refresh_models((self.models.current or {}).get("path"))
+            lambda _m: self.controls.refresh_models(self.models.current.path if self.models.current else None)
         )
         self.models.unloaded.connect(lambda: self.controls.refresh_models(None))
         self.transcript.codeCopied.connect(self._on_code_copied)
@@ -285,7 +286,7 @@ class ChatPage(QWidget):
     def _on_rounds(self, rounds: list) -> None:
         self.live.add_rounds(rounds)
         stats = self.live.stats
-        mtp = (self.models.current or {}).get("mtp", "")
+        mtp = self.models.current.mtp if self.models.current else ""
         self.figures.setText(figures_line(stats if stats.drafted else None, self.live.rate, mtp))
 
     def _on_finished(self, result: object, cancelled: bool) -> None:
@@ -294,7 +295,7 @@ class ChatPage(QWidget):
         self._set_busy(False)
         if isinstance(result, J.GenerateResult):
             self.live.end(result.reply, result.text, result.stats.thinking_tokens)
-            mtp = (self.models.current or {}).get("mtp", "")
+            mtp = self.models.current.mtp if self.models.current else ""
             self.figures.setText(figures_line(result.stats, mtp=mtp) + ("  ·  stopped" if cancelled else ""))
             stats = {
                 "tokens": len(result.tokens),
@@ -329,9 +330,9 @@ class ChatPage(QWidget):
         if self.ctx.messages is not None:
             self.ctx.messages.status("Code copied to the clipboard.")
 
-    def _on_model_loaded(self, info: dict) -> None:
+    def _on_model_loaded(self, info: ModelInfo) -> None:
         self.controls.show_model(info)
-        self.controls.refresh_models(info.get("path"))
-        quant = f" {info['quantization']}" if info.get("quantization") else ""
-        self.figures.setText(f"ready: {info.get('name')}{quant} · MTP {info.get('mtp')} · {context_line(info)}")
-        self.figures.setToolTip(f"Chat template: {info.get('chat_template')}")
+        self.controls.refresh_models(info.path)
+        quant = f" {info.quantization}" if info.quantization else ""
+        self.figures.setText(f"ready: {info.name}{quant} · MTP {info.mtp} · {context_line(info)}")
+        self.figures.setToolTip(f"Chat template: {info.chat_template}")

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
+from engine.runtime.modelinfo import ModelInfo
 
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
 SOURCES = [("Auto", "auto"), ("Integrated", "integrated"), ("External head", "external"), ("Off", "off")]
@@ -206,19 +207,19 @@ class ChatControls(QWidget):
         return out
 
     # ------------------------------------------------------------------ model
-    def show_model(self, info: dict) -> None:
+    def show_model(self, info: ModelInfo) -> None:
         """A model was loaded: its chat template, and whether it thinks."""
         self.show_think(info)
-        self.template_line.setText(f"Chat template: {info.get('chat_template')}")
-        self.template_line.setToolTip(f"Speculation: {info.get('identity')}")
+        self.template_line.setText(f"Chat template: {info.chat_template}")
+        self.template_line.setToolTip(f"Speculation: {info.identity}")
 
-    def show_think(self, info: dict | None) -> None:
+    def show_think(self, info: ModelInfo | None) -> None:
         """The Think box works when the model's template takes ``enable_thinking``."""
-        toggle = bool(info and info.get("think_toggle"))
+        toggle = bool(info and info.think_toggle)
         self.think_box.setEnabled(toggle)
         if toggle:
             tip = "Let the model think before it answers (the thinking shows above the answer, folded)"
-        elif info and info.get("thinks"):
+        elif info and info.thinks:
             tip = "This model always thinks: its chat template has no switch for it"
         else:
             tip = "This model does not think (its chat template writes no <think> blocks)"

@@ -4,6 +4,7 @@ and the context a load chose."""
 from __future__ import annotations
 
 from engine.runtime.decode.stats import GenerationStats
+from engine.runtime.modelinfo import ModelInfo
 
 
 def figures_line(stats: GenerationStats | None, live_tps: float | None = None, mtp: str = "") -> str:
@@ -43,25 +44,14 @@ def prompt_line(stats: GenerationStats) -> str:
     return line + f", {new} decoded in {stats.prompt_ms:.0f} ms"
 
 
-def context_lowered(info: dict) -> bool:
-    """Whether the memory check lowered the context below the setting (capped at the
-    model's training context, which is not a lowering)."""
-    n_ctx, asked = info.get("n_ctx"), info.get("n_ctx_requested")
-    if not info.get("fit") or n_ctx is None or asked is None:
-        return False
-    train = info.get("n_ctx_train") or 0
-    return n_ctx < (min(asked, train) if train > 0 else asked)
-
-
-def context_line(info: dict) -> str:
-    """The context a load chose and why, from the loaded model's info: "context 4096
-    (fits up to 100864)", or "context lowered to 2048 to fit memory (asked for 4096)"."""
-    n_ctx, fit = info.get("n_ctx"), info.get("fit")
-    if not fit:  # the memory check was off (Load anyway) or did not apply (RPC devices)
+def context_line(info: ModelInfo) -> str:
+    """The context a load chose and why: "context 4096 (fits up to 100864)", or "context
+    lowered to 2048 to fit memory (asked for 4096)"."""
+    n_ctx = info.n_ctx
+    if info.max_ctx_fits is None:  # the memory check was off (Load anyway) or did not apply (RPC devices)
         return f"context {n_ctx}"
-    if context_lowered(info):
-        return f"context lowered to {n_ctx} to fit memory (asked for {info.get('n_ctx_requested')})"
-    train = info.get("n_ctx_train") or 0
-    if n_ctx is not None and 0 < train <= n_ctx:
+    if info.context_lowered:
+        return f"context lowered to {n_ctx} to fit memory (asked for {info.n_ctx_requested})"
+    if 0 < info.n_ctx_train <= n_ctx:
         return f"context {n_ctx} (the model's longest; it fits)"
-    return f"context {n_ctx} (fits up to {fit.get('max_ctx')})"
+    return f"context {n_ctx} (fits up to {info.max_ctx_fits})"

@@ -133,7 +133,7 @@ class ModelsPage(QWidget):
     def loaded_name(self, e) -> str | None:
         """The name ``e`` is loaded as now (by its file), None when it is not loaded."""
         path = str(e.path(self.ctx.library.root))
-        return next((n for n, info in self.ctx.bridge.engine.models().items() if info.get("path") == path), None)
+        return next((n for n, info in self.ctx.bridge.engine.models().items() if info.path == path), None)
 
     def refresh(self) -> None:
         entries = self.ctx.library.entries()

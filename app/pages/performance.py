@@ -30,6 +30,7 @@ from app.widgets.page import page_layout
 from engine.runtime import jobs as J
 from engine.runtime.measure.bench import DEFAULT_PROMPTS, bench_job, parse_depths
 from engine.runtime.decode.stats import GenerationStats, RoundStats
+from engine.runtime.slots.pool import SlotInfo
 
 WINDOW_S = 1.0  # tokens/s is measured over the last second of rounds
 
@@ -190,12 +191,12 @@ class PerformancePage(QWidget):
             if ratio < 1.0:
                 text += " — drafting costs more than it saves on this model here (Benchmark tells why)"
         if len(streams) >= 2:  # several requests decoding together (engine.runtime.slots)
-            text += f" · {len(streams)} streams: {sum(x['tokens_per_second'] for x in streams):.1f} tok/s together"
+            text += f" · {len(streams)} streams: {sum(x.tokens_per_second for x in streams):.1f} tok/s together"
         self.summary.setText(text)
 
-    def streams(self) -> list[dict]:
+    def streams(self) -> list[SlotInfo]:
         """The slots decoding a request now, over every loaded model."""
-        return [x for per in self.ctx.bridge.engine.slots().values() for x in per if x["state"] == "busy"]
+        return [x for per in self.ctx.bridge.engine.slots().values() for x in per if x.busy]
 
     def showEvent(self, event) -> None:
         self._dirty = True
@@ -208,7 +209,7 @@ class PerformancePage(QWidget):
         # the window's model: the bench has it to itself once its own streams end, and the
         # endpoint's other models go on meanwhile
         current = self.models.current if self.models is not None else None
-        model = current["name"] if current else next(iter(self.ctx.bridge.engine.models()), None)
+        model = current.name if current else next(iter(self.ctx.bridge.engine.models()), None)
         fn = bench_job(
             parse_depths("0,1,2,3,auto"),
             list(DEFAULT_PROMPTS),

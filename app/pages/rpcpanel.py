@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.tasks import Task
 from engine.errors import MtpStudioError
+from engine.runtime.modelinfo import ModelInfo
 
 
 class RpcPanel(QGroupBox):
@@ -100,9 +101,9 @@ class RpcPanel(QGroupBox):
         if models is not None:
             models.loaded.connect(self._on_loaded)
 
-    def _on_loaded(self, info: dict) -> None:
-        if info.get("placement"):
-            self._show_devices({"devices": [], "placement": info["placement"]})
+    def _on_loaded(self, info: ModelInfo) -> None:
+        if info.placement:
+            self._show_devices({"devices": [], "placement": info.placement})
         elif not self.ctx.settings.rpc.endpoints:
             self.devices.setText("This machine alone.")
 
@@ -193,9 +194,9 @@ class RpcPanel(QGroupBox):
             self.devices.setText("This machine alone.")
             return None
         current = self.models.current if self.models is not None else None
-        if current and current.get("placement") and current.get("rpc") == [str(e) for e in eps]:
+        if current and current.placement and list(current.rpc) == [str(e) for e in eps]:
             # the loaded model holds these servers (each serves one client): show its placement
-            self._show_devices({"devices": [], "placement": current["placement"]})
+            self._show_devices({"devices": [], "placement": current.placement})
             return None
         model = self.models.path if self.models is not None else None
         task = self.check_task = Task(

@@ -27,18 +27,16 @@ from PySide6.QtWidgets import (
 from app.context import AppContext
 from app.widgets.page import page_layout
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
+from engine.runtime.decode.cache.snapshotcache import CacheFigures
 
 
-def cache_text(info: dict) -> str:
+def cache_text(c: CacheFigures) -> str:
     """One line of prompt-cache figures."""
-    if not info["budget_bytes"]:
+    if not c.budget_bytes:
         return "off: every prompt that leaves the loaded conversation is decoded from its start"
-    mib = info["bytes"] / 2**20
-    budget = info["budget_bytes"] / 2**20
     return (
-        f"{info['entries']} snapshots, {mib:.1f} of {budget:.0f} MB, {info['evicted']} evicted\n"
-        f"{info['hits']} hits, {info['live']} resumed live, {info['misses']} misses  ·  "
-        f"{info['restored_tokens']} tokens restored"
+        f"{c.entries} snapshots, {c.bytes / 2**20:.1f} of {c.budget_bytes / 2**20:.0f} MB, {c.evicted} evicted\n"
+        f"{c.hits} hits, {c.live} resumed live, {c.misses} misses  ·  {c.restored_tokens} tokens restored"
     )
 
 
@@ -192,7 +190,7 @@ class ServerPage(QWidget):
         if self.server is not None and self.server.residency is not None:
             return self.server.residency.loaded()
         return [
-            ResidentInfo(n, "loaded", (i.get("memory") or {}).get("total_bytes", 0), -1, 0, -1.0, None, True, False)
+            ResidentInfo(n, "loaded", i.memory_bytes, -1, 0, -1.0, None, True, False)
             for n, i in self.ctx.bridge.engine.models().items()
         ]
 
@@ -342,18 +340,18 @@ class ServerPage(QWidget):
         slots = [s for per_model in self.ctx.bridge.engine.slots().values() for s in per_model]
         self.slot_table.setRowCount(len(slots))
         for r, s in enumerate(slots):
-            acc = s["acceptance"]
+            acc = s.acceptance
             cells = [
-                str(s["slot"]),
-                s["state"],
-                str(s["tokens"]),
-                f"{s['tokens_per_second']:.1f}",
-                str(s["depth"]) if s["state"] == "busy" else "–",
+                str(s.slot),
+                s.state,
+                str(s.tokens),
+                f"{s.tokens_per_second:.1f}",
+                str(s.depth) if s.busy else "–",
                 "–" if acc is None else f"{acc:.0%}",
             ]
             for c, text in enumerate(cells):
                 self.slot_table.setItem(r, c, QTableWidgetItem(text))
-        busy = [s for s in slots if s["state"] == "busy"]
+        busy = [s for s in slots if s.busy]
         if not slots:
             self.slot_figures.setText(
                 "one request at a time (the loaded model has no slots)"
@@ -361,7 +359,7 @@ class ServerPage(QWidget):
                 else "no model loaded"
             )
         else:
-            total = sum(s["tokens_per_second"] for s in busy)
+            total = sum(s.tokens_per_second for s in busy)
             text = f"{len(busy)} of {len(slots)} busy · {total:.1f} tok/s together"
             # MTP auto's depth for steps of n sequences (one choice per step: slots' batchdepth)
             steps = {n: d for per in self.ctx.bridge.engine.step_depths().values() for n, d in per.items()}
@@ -413,7 +411,7 @@ class ServerPage(QWidget):
             return False
         state = f"running at {self.server.url}/v1  ·  API key {'required' if settings.api_key else 'off'}"
         for name, info in self.ctx.bridge.engine.models().items():
-            state += f"\n{name}: chat template {info.get('chat_template')}"
+            state += f"\n{name}: chat template {info.chat_template}"
         if self.server.residency is not None:
             n = len(self.server.residency.catalog.items())
             state += f"\n{n} library model(s) served by name, loaded on demand"

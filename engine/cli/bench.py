@@ -100,7 +100,7 @@ def _identity(args) -> int:
     try:
         prompt = lm.model.prompt_tokens(" ".join([args.prompt] * args.prompt_repeat))
         r = measure(lm, prompt, tokens=args.tokens, max_width=args.max_width, depths=depths)
-        body = dict(r.to_json(), prompt_tokens=len(prompt), exact_mode=args.exact, identity=lm.info["identity"])
+        body = dict(r.to_json(), prompt_tokens=len(prompt), exact_mode=args.exact, identity=lm.info.identity)
     finally:
         lm.close()
     if args.json:

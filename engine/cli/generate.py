@@ -6,11 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.errors import InvalidRequestError, InvalidSettingError, MtpStudioError
 from engine.runtime.decode.depth import AUTO, DraftDepth
 from engine.settings import DEFAULT_CTX
+
+if TYPE_CHECKING:
+    from engine.runtime.modelinfo import ModelInfo
 
 
 def depth_arg(value: str) -> DraftDepth:
@@ -131,19 +135,19 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def context_line(info: dict) -> str:
-    """What context a load chose and why, in one line (``LoadedModel.info``)."""
-    n, asked, fit = info["n_ctx"], info.get("n_ctx_requested") or info["n_ctx"], info.get("fit")
-    if fit is None:
+def context_line(info: ModelInfo) -> str:
+    """What context a load chose and why, in one line."""
+    n, asked, fits, label = info.n_ctx, info.n_ctx_requested or info.n_ctx, info.max_ctx_fits, info.fit_label
+    if fits is None:
         return f"context {n} (memory not checked)"
-    trained = info.get("n_ctx_train") or 0
+    trained = info.n_ctx_train
     if n < asked and trained and n >= trained:
-        return f"context {n}: lowered from {asked}, the model's training context ({fit['label']})"
-    if n < asked and fit["max_ctx"] < asked:
-        return f"context {n}: lowered from {asked}, the largest that fits memory ({fit['label']})"
+        return f"context {n}: lowered from {asked}, the model's training context ({label})"
+    if n < asked and fits < asked:
+        return f"context {n}: lowered from {asked}, the largest that fits memory ({label})"
     if n < asked:
-        return f"context {n}: the model's training context ({fit['label']})"
-    return f"context {n} ({fit['label']}; up to {fit['max_ctx']} fits)"
+        return f"context {n}: the model's training context ({label})"
+    return f"context {n} ({label}; up to {fits} fits)"
 
 
 def load_spec(args, max_draft_depth: int = 4):
@@ -239,10 +243,10 @@ def run(args) -> int:
             info = engine.submit(J.LoadModel(spec)).result()
             if not args.json:
                 print(f"mtp-studio: {context_line(info)}", file=sys.stderr)
-                for note in info.get("fallbacks", []):
+                for note in info.fallbacks:
                     print(f"mtp-studio: note: {note}", file=sys.stderr)
-                if info.get("placement"):
-                    print(f"mtp-studio: layers: {placement_line(info['placement'])}", file=sys.stderr)
+                if info.placement:
+                    print(f"mtp-studio: layers: {placement_line(info.placement)}", file=sys.stderr)
             job = J.Generate(
                 prompt=args.prompt,
                 messages=messages,
@@ -276,7 +280,7 @@ def run(args) -> int:
                     "rpc",
                     "placement",
                 )
-                out["model"] = {k: info.get(k) for k in keys}
+                out["model"] = {k: v for k, v in info.to_json().items() if k in keys}
                 sys.stdout.write(json.dumps(out) + "\n")
                 return 0
             handle = engine.submit(job)
@@ -299,6 +303,6 @@ def run(args) -> int:
 
 
 def placement_line(p: dict) -> str:
-    """One line: which device holds how many layers (``LoadedModel.info["placement"]``)."""
+    """One line: which device holds how many layers (:attr:`ModelInfo.placement`)."""
     parts = [f"{d['name']} ({d['endpoint'] or 'this machine'}) {d['layers']}" for d in p["devices"]]
     return ", ".join(parts) + f"; MTP head and output on {p['mtp_and_output']}"

@@ -8,12 +8,16 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.cli.generate import add_model_args, context_line, depth_arg, load_spec
 from engine.settings import DEFAULT_PARALLEL
 from engine.settings import DEFAULT_PROMPT_CACHE_MB
 from engine.runtime.ondemand.residency import BUDGET_SHARE, DEFAULT_IDLE_TTL_S, DEFAULT_MAX_LOADED
+
+if TYPE_CHECKING:
+    from engine.runtime.modelinfo import ModelInfo
 
 API_KEY_ENV = "MTP_STUDIO_API_KEY"
 
@@ -188,7 +192,7 @@ def run(args) -> int:
             return die(str(e), EXIT_INVALID)
         key = "API key required" if settings.api_key else "no API key"
         for info in infos:
-            print(f"serving {info['name']} (MTP: {info['mtp']}) at {server.url}/v1 ({key})", flush=True)
+            print(f"serving {info.name} (MTP: {info.mtp}) at {server.url}/v1 ({key})", flush=True)
             _describe_load(info)
         if library is not None:
             n = len([s for s in catalog.items() if not s.named])
@@ -218,18 +222,18 @@ def run(args) -> int:
     return 0
 
 
-def _describe_load(info: dict) -> None:
+def _describe_load(info: ModelInfo) -> None:
     """What one load chose, for the console."""
-    print(f"chat template: {info.get('chat_template')}", flush=True)
+    print(f"chat template: {info.chat_template}", flush=True)
     print(context_line(info), flush=True)
-    if info.get("parallel", 1) < info.get("parallel_requested", 1):
+    if info.parallel < info.parallel_requested:
         print(
-            f"parallel: {info['parallel']} of {info['parallel_requested']} requested (what fits this machine's memory)",
+            f"parallel: {info.parallel} of {info.parallel_requested} requested (what fits this machine's memory)",
             flush=True,
         )
-    for note in [*info.get("fallbacks", []), *([info["mtp_off_reason"]] if info.get("mtp_off_reason") else [])]:
+    for note in [*info.fallbacks, *([info.mtp_off_reason] if info.mtp_off_reason else [])]:
         print(f"note: {note}", file=sys.stderr, flush=True)
-    if info.get("placement"):
+    if info.placement:
         from engine.cli.generate import placement_line
 
-        print(f"layers: {placement_line(info['placement'])}", flush=True)
+        print(f"layers: {placement_line(info.placement)}", flush=True)

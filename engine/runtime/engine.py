@@ -54,10 +54,12 @@ from engine.runtime.generatejob import decode_prepared, prepare_in_slot
 from engine.runtime.handle import EventFn, JobHandle
 from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
+from engine.runtime.decode.cache.snapshotcache import CacheFigures
+from engine.runtime.modelinfo import CHAT, ModelInfo
 from engine.runtime.modelstate import EngineState, Published
 from engine.runtime.pooledjob import refusal, run_pooled
 from engine.runtime.request import resolve
-from engine.runtime.slots.pool import STEP_WAIT
+from engine.runtime.slots.pool import STEP_WAIT, SlotInfo
 from engine.runtime.worker import WorkerModel
 
 log = logging.getLogger(__name__)
@@ -164,7 +166,7 @@ class Engine:
             )
         return self._queue.qsize() + running + isinstance(self._peeked, JobHandle)
 
-    def slots(self) -> dict[str, list[dict]]:
+    def slots(self) -> dict[str, list[SlotInfo]]:
         """Each loaded model's slots now (:meth:`Published.slots`), safe to call from any thread."""
         return self._published.slots()
 
@@ -172,8 +174,8 @@ class Engine:
         """Each loaded model's auto depth by step size (:meth:`Published.step_depths`), any thread."""
         return self._published.step_depths()
 
-    def models(self) -> dict[str, dict]:
-        """Loaded models (name -> info), safe to call from any thread."""
+    def models(self) -> dict[str, ModelInfo]:
+        """Loaded models (name -> what each load made of it), safe to call from any thread."""
         return self._published.models()
 
     def resolve(self, job: J.Generate) -> J.Generate:
@@ -378,7 +380,7 @@ class Engine:
         self._published.publish(self._state)
 
     # ----------------------------------------------------------- prompt cache
-    def prompt_cache_info(self) -> dict:
+    def prompt_cache_info(self) -> CacheFigures:
         """The prompt caches' figures summed over the loaded models, those in worker
         processes included (any thread)."""
         return self._published.prompt_cache_info()
@@ -394,7 +396,7 @@ class Engine:
         self._published.set_prompt_cache_bytes(nbytes)
 
     # ---------------------------------------------------------------- handlers
-    def _load(self, job: J.LoadModel, h: JobHandle) -> dict:
+    def _load(self, job: J.LoadModel, h: JobHandle) -> ModelInfo:
         """Load beside the running streams (off the stepping path), then hand the model
         over. With ``replace`` every model ends its streams and is unloaded first, to free
         its memory; a loaded model of the same name ends its streams once the new one is
@@ -424,7 +426,7 @@ class Engine:
         if isinstance(lm, LoadedModel):
             self._published.give_cache(lm)
         self._publish_models()
-        return dict(lm.info, name=lm.name)
+        return lm.info
 
     def _unload(self, job: J.UnloadModel, h: JobHandle) -> list[str]:
         """Unload after the model's own streams end (other models' go on)."""
@@ -479,7 +481,7 @@ class Engine:
 
     def _generate(self, job: J.Generate, h: JobHandle) -> J.GenerateResult:
         lm = self._state.get(job.model)
-        if (kind := lm.info.get("kind", "chat")) != "chat":
+        if (kind := lm.info.kind) != CHAT:
             raise InvalidRequestError(refusal(lm.name, kind, "chat"))
         # a chat model in this process decodes in its slots' steps (_start_in_slot): here only
         # one in a worker process

@@ -11,13 +11,14 @@ worker processes included.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.errors import NoModelLoadedError
-from engine.runtime.decode.cache.snapshotcache import CACHE_FIGURES, SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import CacheFigures, SnapshotCache
 from engine.runtime.load.loader import LoadedModel
+from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.tokenized import TokenizedTexts
-from engine.runtime.slots.pool import SlotPool
+from engine.runtime.slots.pool import SlotInfo, SlotPool
 from engine.runtime.worker import WorkerModel
 
 
@@ -51,14 +52,14 @@ class Published:
 
     def __init__(self, prompt_cache_bytes: int):
         self._lock = threading.Lock()
-        self._info: dict[str, dict] = {}
+        self._info: dict[str, ModelInfo] = {}
         self._models: list[LoadedModel | WorkerModel] = []
         self._pools: dict[str, SlotPool] = {}  # the models' slot pools (each thread-safe itself)
         self._budget = max(0, int(prompt_cache_bytes))
 
     def publish(self, state: EngineState) -> None:
         with self._lock:
-            self._info = {name: dict(lm.info) for name, lm in state.models.items()}
+            self._info = {name: lm.info for name, lm in state.models.items()}
             self._models = list(state.models.values())
             self._pools = {
                 name: lm.slots
@@ -72,7 +73,7 @@ class Published:
             self._models = []
             self._pools = {}
 
-    def models(self) -> dict[str, dict]:
+    def models(self) -> dict[str, ModelInfo]:
         with self._lock:
             return dict(self._info)
 
@@ -80,9 +81,10 @@ class Published:
         with self._lock:
             return list(self._pools.items())
 
-    def slots(self) -> dict[str, list[dict]]:
-        """Each published model's slots now (model name -> one dict per slot: the pool's own
-        figures, read under its lock); a pooling model (embeddings, rerank) has none."""
+    def slots(self) -> dict[str, list[SlotInfo]]:
+        """Each published model's slots now (model name -> one per slot); a pooling model
+        (embeddings, rerank) has none. Read without a lock: the engine thread writes each
+        figure whole, so a slot's figures may be a round apart, never torn."""
         return {name: pool.info() for name, pool in self._pool_items()}
 
     def step_depths(self) -> dict[str, dict[int, int]]:
@@ -108,20 +110,16 @@ class Published:
         elif lm.snapshots.budget != budget:
             lm.snapshots.set_budget(budget)
 
-    def prompt_cache_info(self) -> dict:
+    def prompt_cache_info(self) -> CacheFigures:
         """The prompt caches' figures summed over the loaded models, those in worker
         processes included (as of their last job), with the budget each model gets."""
         with self._lock:
             models = list(self._models)
             budget = self._budget
-        total = dict.fromkeys(CACHE_FIGURES, 0)
+        total = CacheFigures()
         for lm in models:
             if isinstance(lm, WorkerModel):
-                info = lm.prompt_cache_info()
+                total += lm.prompt_cache_info()
             elif lm.snapshots is not None:
-                info = lm.snapshots.info()
-            else:
-                continue
-            for k in CACHE_FIGURES:
-                total[k] += info.get(k, 0)
-        return {**total, "budget_bytes": budget}
+                total += lm.snapshots.info()
+        return replace(total, budget_bytes=budget)

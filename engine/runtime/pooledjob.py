@@ -12,12 +12,13 @@ from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime import pooled
 from engine.runtime.load.loader import LoadedModel
+from engine.runtime.modelinfo import EMBEDDING, RERANK
 
 
 def run_pooled(job: J.Embed | J.Rerank, lm, cancel: threading.Event | None = None) -> J.PooledResult:
     """``job`` on ``lm``: refused in words unless ``lm`` pools the way the job needs."""
-    kind = lm.info.get("kind", "chat")
-    want = "rerank" if isinstance(job, J.Rerank) else "embedding"
+    kind = lm.info.kind
+    want = RERANK if isinstance(job, J.Rerank) else EMBEDDING
     if not isinstance(lm, LoadedModel) or kind != want:
         raise InvalidRequestError(refusal(lm.name, kind, want))
     t0 = time.perf_counter()

@@ -27,6 +27,8 @@ from typing import Any, BinaryIO
 from engine import errors as E
 from engine.childproc import child_env, module_command
 from engine.runtime import jobs as J
+from engine.runtime.decode.cache.snapshotcache import CacheFigures
+from engine.runtime.modelinfo import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +88,11 @@ class WorkerModel:
         self._frames: queue.SimpleQueue = queue.SimpleQueue()
         self._stderr: deque[str] = deque(maxlen=40)
         self.name = spec.name or ""
-        self.info: dict = {}
+        self.info: ModelInfo | None = None  # set once the child has loaded it
         #: why the worker is gone, once it is (raised again for any later job)
         self.lost: E.MtpStudioError | None = None
         #: the worker's prompt-cache figures as of its last job (replaced whole: any thread reads it)
-        self._cache_info: dict = {}
+        self._cache_info = CacheFigures()
         threading.Thread(target=self._read, name="mtp-worker-read", daemon=True).start()
         threading.Thread(target=self._read_stderr, name="mtp-worker-log", daemon=True).start()
 
@@ -116,8 +118,8 @@ class WorkerModel:
         except BaseException:
             w.close()
             raise
-        w.info = dict(info)
-        w.name = info["name"]
+        w.info = info
+        w.name = info.name
         return w
 
     # ------------------------------------------------------------------- jobs
@@ -128,7 +130,7 @@ class WorkerModel:
             raise E.InvalidRequestError("phase hooks cannot run in a worker process")
         return self.call(("run", job, prompt_cache_bytes), emit=h._emit, cancel=h.cancel_event)
 
-    def prompt_cache_info(self) -> dict:
+    def prompt_cache_info(self) -> CacheFigures:
         """The worker's prompt-cache figures as of its last job (any thread)."""
         return self._cache_info
 

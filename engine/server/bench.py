@@ -96,7 +96,7 @@ def _http(client: _Client, model: str, prompt: str, max_tokens: int) -> Sample:
 def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int], ctx: int, as_json: bool) -> int:
     with Engine(EngineDefaults(request=Defaults(draft_depth="auto"))) as engine:
         info = engine.submit(J.LoadModel(LoadSpec(model_path, n_ctx=ctx))).result()
-        model = info["name"]
+        model = info.name
         server = ServerThread(engine, ServerSettings(port=0, max_pending=256)).start()
         server.wait_ready()
         try:

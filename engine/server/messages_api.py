@@ -28,6 +28,7 @@ from engine.runtime.decode.stopping import StopReason
 from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, Block, BlockEvent
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
+from engine.runtime.modelinfo import ModelInfo
 
 log = logging.getLogger("mtp_studio.server")
 
@@ -175,7 +176,7 @@ def _thinking(raw: Any) -> tuple[dict | None, int | None]:
 
 
 def parse(
-    body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None, *, count_only: bool = False
+    body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaults: J.Defaults | None, *, count_only: bool = False
 ) -> MessagesRequest:
     model = model_of(body, models)
     max_tokens = body.get("max_tokens")

@@ -22,10 +22,11 @@ from typing import Any
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.grammar import GrammarSpec
+from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.reply import CALL, CONTENT, REASONING
 from engine.runtime.prompt.tools import parse_tools
 from engine.server.errors import HTTPError
-from engine.server.ondemand.listing import capabilities
+from engine.server.ondemand.listing import Listed
 from engine.server.schemas import Resolve, bad, get, mtp_of
 
 #: the Ollama version this endpoint answers as (clients check for a recent one)
@@ -44,7 +45,7 @@ def iso_in(seconds: float) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-def model_name(body: Any, models: dict[str, dict]) -> str:
+def model_name(body: Any, models: dict[str, Any]) -> str:
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
     name = body.get("model") or body.get("name")
@@ -59,36 +60,44 @@ def model_name(body: Any, models: dict[str, dict]) -> str:
     return name
 
 
-def details(info: dict) -> dict:
-    arch = info.get("architecture") or ""
+def details(m: Listed) -> dict:
     return {
         "parent_model": "",
         "format": "gguf",
-        "family": arch,
-        "families": [arch],
+        "family": m.architecture,
+        "families": [m.architecture],
         "parameter_size": "",
-        "quantization_level": info.get("quantization") or "",
+        "quantization_level": m.quantization,
     }
 
 
-def tag(name: str, info: dict, size: int) -> dict:
-    return {"name": name, "model": name, "modified_at": now_iso(), "size": size, "digest": "", "details": details(info)}
+def tag(m: Listed) -> dict:
+    """A model as ``/api/tags`` lists it (loaded or not)."""
+    return {
+        "name": m.name,
+        "model": m.name,
+        "modified_at": now_iso(),
+        "size": m.size,
+        "digest": "",
+        "details": details(m),
+    }
 
 
-def show(name: str, info: dict, template: str) -> dict:
-    arch = info.get("architecture") or "unknown"
+def show(m: Listed) -> dict:
+    """``/api/show``'s answer for ``m``."""
+    arch = m.architecture or "unknown"
     return {
         "license": "",
         "modelfile": "",
         "parameters": "",
-        "template": template,
-        "details": details(info),
+        "template": m.chat_template,
+        "details": details(m),
         "model_info": {
             "general.architecture": arch,
-            f"{arch}.context_length": info.get("n_ctx"),
-            f"{arch}.embedding_length": info.get("n_embd"),
+            f"{arch}.context_length": m.context_length,
+            f"{arch}.embedding_length": m.n_embd,
         },
-        "capabilities": capabilities(info),
+        "capabilities": list(m.capabilities),
         "modified_at": now_iso(),
     }
 
@@ -173,11 +182,11 @@ def _think(raw: Any) -> tuple[dict | None, int | None]:
 
 
 def parse(
-    body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None, *, chat: bool
+    body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaults: J.Defaults | None, *, chat: bool
 ) -> OllamaRequest:
     name = model_name(body, models)
     opts = get(body, "options", (dict,), {}) or {}
-    n_ctx = models[name].get("n_ctx") or 0
+    n_ctx = models[name].n_ctx
     num_ctx = opts.get("num_ctx")
     if num_ctx is not None and (not isinstance(num_ctx, int) or isinstance(num_ctx, bool) or num_ctx > n_ctx):
         raise bad(

@@ -26,6 +26,7 @@ from engine.runtime import jobs as J
 from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
+from engine.runtime.modelinfo import ModelInfo
 
 log = logging.getLogger("mtp_studio.server")
 
@@ -78,7 +79,7 @@ class ResponsesRequest:
 
 def parse(
     body: Any,
-    models: dict[str, dict],
+    models: dict[str, ModelInfo],
     resolve: Resolve,
     defaults: J.Defaults | None,
     previous: list[dict] | None = None,

@@ -27,6 +27,7 @@ from engine.runtime.decode.grammar import GrammarSpec
 from engine.errors import InvalidRequestError
 from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.errors import HTTPError
+from engine.runtime.modelinfo import ModelInfo
 
 #: decides a job (Engine.resolve): every value set, checked, and marked resolved
 Resolve = Callable[[J.Generate], J.Generate]
@@ -55,7 +56,7 @@ def get(body: dict, key: str, types: tuple[type, ...], default: Any = None) -> A
     return v
 
 
-def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
+def _common(body: dict, models: dict[str, ModelInfo]) -> dict[str, Any]:
     """The request's fields as job values (JSON types checked here; ranges by the engine's
     request step, :func:`engine.runtime.request.resolve`)."""
     model = model_of(body, models)
@@ -88,7 +89,7 @@ def _common(body: dict, models: dict[str, dict]) -> dict[str, Any]:
     }
 
 
-def model_of(body: Any, models: dict[str, dict]) -> str:
+def model_of(body: Any, models: dict[str, ModelInfo]) -> str:
     """The loaded model a request body names (400 without one, 404 for one not loaded)."""
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
@@ -230,7 +231,7 @@ def _parsed(c: dict[str, Any], resolve: Resolve, defaults: J.Defaults | None, **
     return Parsed(resolve(job), c["model"], c["stream"], c["include_usage"])
 
 
-def parse_chat(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None = None) -> Parsed:
+def parse_chat(body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaults: J.Defaults | None = None) -> Parsed:
     """A chat completion request as a resolved job (``resolve``: the engine's)."""
     c = _common(body, models)
     messages = body.get("messages")
@@ -260,7 +261,7 @@ def parse_chat(body: Any, models: dict[str, dict], resolve: Resolve, defaults: J
 
 
 def parse_completion(
-    body: Any, models: dict[str, dict], resolve: Resolve, defaults: J.Defaults | None = None
+    body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaults: J.Defaults | None = None
 ) -> Parsed:
     """A completion request as a resolved job (``resolve``: the engine's)."""
     c = _common(body, models)

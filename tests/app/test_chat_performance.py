@@ -95,7 +95,7 @@ def test_depth_and_source_controls_change_the_figures(qtbot, window, fixtures):
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         chat.source.setCurrentIndex(chat.source.findData("integrated"))
         window.models.reload("integrated")
-    assert window.models.current["mtp"] == "integrated"
+    assert window.models.current.mtp == "integrated"
     assert window.ctx.settings.mtp.depth == "4"
 
 
@@ -125,7 +125,7 @@ def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
     monkeypatch.setenv(CRASH_ENV, "extra-bufts")
     info = load(qtbot, window, gemma)
     chat = window.pages["chat"]
-    assert info["quantization"] == "Q4_K_M" and info["extra_bufts"] is False
+    assert info.quantization == "Q4_K_M" and info.extra_bufts is False
     assert "Chat template: llama.cpp built-in 'gemma'" in chat.template_line.text()
     assert "Q4_K_M" in chat.figures.text()
     # said in the window's load line, not in a dialog: the load went on safely
@@ -144,7 +144,7 @@ def test_chat_page_on_a_real_quantized_model(qtbot, window, gemma, monkeypatch):
     load(qtbot, window, gemma)  # the same file again: the fallback is remembered, and said in the status bar only
     assert len(window.ctx.messages.open_dialogs) == shown
     again = window.models.current
-    assert again["fallbacks"] == info["fallbacks"] and not again["fallbacks_found_now"]
+    assert again.fallbacks == info.fallbacks and not again.fallbacks_found_now
     assert "with a fallback found earlier: " in window.statusBar().currentMessage()
 
 

@@ -8,6 +8,7 @@ J.GenerateResult) through the real bridge, as the engine thread would."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import QPoint, Qt, QUrl
@@ -18,18 +19,20 @@ from app.bridge import JobSignals
 from app.markdown import mono_family
 from engine.runtime import jobs as J
 from engine.runtime.decode.stats import GenerationStats
+from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.reply import Part, Reply
 from engine.runtime.prompt.tools import ToolCall
 
-THINKER = {
-    "name": "thinker",
-    "mtp": "integrated",
-    "n_ctx": 4096,
-    "chat_template": "the model's own",
-    "thinks": True,
-    "think_toggle": True,
-    "tool_format": "hermes",
-}
+THINKER = ModelInfo(
+    name="thinker",
+    path="thinker.gguf",
+    mtp="integrated",
+    n_ctx=4096,
+    chat_template="the model's own",
+    thinks=True,
+    think_toggle=True,
+    tool_format="hermes",
+)
 
 
 class Handle:
@@ -220,7 +223,7 @@ def test_tool_calls_show_as_cards_with_pretty_arguments(qtbot, chat):
 # -------------------------------------------------------------------- Think box
 def test_think_box_turns_thinking_off_per_chat(qtbot, chat):
     assert not chat.think_box.isEnabled()  # no model yet
-    chat._on_model_loaded({**THINKER, "think_toggle": False})  # thinks, but cannot be told not to
+    chat._on_model_loaded(replace(THINKER, think_toggle=False))  # thinks, but cannot be told not to
     assert not chat.think_box.isEnabled() and "always thinks" in chat.think_box.toolTip()
     chat.think_box.setChecked(False)
     send(qtbot, chat, "one")
@@ -277,7 +280,7 @@ def test_a_real_thinking_template_through_the_engine_and_the_bridge(qtbot, windo
 
     info = load(qtbot, window, qwen_thinker, "integrated")
     chat = window.pages["chat"]
-    assert info["thinks"] and info["think_toggle"] and chat.think_box.isEnabled()
+    assert info.thinks and info.think_toggle and chat.think_box.isEnabled()
     window.ctx.settings.chat.max_tokens = 24  # the model never closes its think block in so few
     results = []
     chat.input.setPlainText("Think about it")

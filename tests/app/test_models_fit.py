@@ -157,9 +157,9 @@ def test_context_lowered_to_fit_memory(qtbot, window, fixtures, monkeypatch):
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         window.models.load(fx.path, None, "integrated")
     info = window.models.current
-    assert 256 <= info["n_ctx"] < 4096 and info["n_ctx"] % 256 == 0 and info["n_ctx_requested"] == 4096
-    assert info["fit"]["max_ctx"] == info["n_ctx"]
-    words = f"context lowered to {info['n_ctx']} to fit memory (asked for 4096)"
+    assert 256 <= info.n_ctx < 4096 and info.n_ctx % 256 == 0 and info.n_ctx_requested == 4096
+    assert info.max_ctx_fits == info.n_ctx
+    words = f"context lowered to {info.n_ctx} to fit memory (asked for 4096)"
     assert window.pages["chat"].figures.text().endswith(words)
     assert words in window.statusBar().currentMessage()
 
@@ -192,7 +192,7 @@ def test_a_load_that_does_not_fit_is_refused_then_loaded_anyway(qtbot, window, f
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         qtbot.mouseClick(anyway[0], Qt.MouseButton.LeftButton)
     info = window.models.current  # the engine thread kept serving, and the override skipped the check
-    assert info["fit"] is None and info["n_ctx"] == 4096 and info["mtp"] == "integrated"
+    assert info.fit is None and info.n_ctx == 4096 and info.mtp == "integrated"
     assert window.pages["chat"].figures.text().endswith("· context 4096")
     assert "loaded without the memory check" in window.statusBar().currentMessage()
     assert window.ctx.messages.open_dialogs == []

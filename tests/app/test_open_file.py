@@ -19,7 +19,7 @@ def test_startup_loads_the_model_it_was_given(qtbot, window, fixtures):
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         window.models.load_startup(model)
     assert window.models.path == str(model)
-    assert window.models.current["mtp"] != "off"
+    assert window.models.current.mtp != "off"
 
 
 def test_a_finder_open_event_loads_the_model(qtbot, window, fixtures):

@@ -39,7 +39,7 @@ def test_compose_two_fixture_files_from_the_page(qtbot, window, fixtures, tmp_pa
     assert entry.path(window.ctx.library.root).read_bytes() == fixtures["partial"].path.read_bytes()
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         qtbot.mouseClick(page.load_btn, Qt.MouseButton.LeftButton)
-    assert window.models.current["mtp"] == "integrated"
+    assert window.models.current.mtp == "integrated"
 
 
 def test_compose_cancel_writes_nothing(qtbot, window, fixtures, monkeypatch):
@@ -117,7 +117,7 @@ def test_models_page_search_pull_with_progress_pause_resume(qtbot, window, fixtu
     assert "qwen35" in page.details.toHtml() and page.load_btn.isEnabled()
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         qtbot.mouseClick(page.load_btn, Qt.MouseButton.LeftButton)
-    assert window.models.current["mtp"] == "external"  # the paired head is used
+    assert window.models.current.mtp == "external"  # the paired head is used
     page.delete_selected(confirm=False)
     assert len(window.ctx.library.entries()) == 1
 
@@ -175,7 +175,7 @@ def test_repacking_off_is_said_in_the_status_bar_and_on_the_backend_page_not_in_
     monkeypatch.setenv(OVERRIDE_ENV, "off")
     assert not window.repack_label.isVisible()
     info = load(qtbot, window, fixtures["partial"].path, "integrated")
-    assert info["extra_bufts"] is False and info["fallbacks"] == []
+    assert info.extra_bufts is False and info.fallbacks == ()
     assert window.repack_label.isVisible() and "off on this CPU" in window.repack_label.toolTip()
     assert not window.ctx.messages.open_dialogs
     page = window.pages["backend"]
@@ -184,7 +184,7 @@ def test_repacking_off_is_said_in_the_status_bar_and_on_the_backend_page_not_in_
     assert f"CPU weight repacking: off on this CPU. {OVERRIDE_ENV}=off turns it off" in page.plan_view.toPlainText()
     monkeypatch.delenv(OVERRIDE_ENV)
     load(qtbot, window, fixtures["full"].path, "integrated")
-    assert window.repack_label.isVisible() is (not window.models.current["extra_bufts"])
+    assert window.repack_label.isVisible() is (not window.models.current.extra_bufts)
 
 
 # ---------------------------------------------------------- settings/restart
@@ -354,7 +354,7 @@ def test_fallbacks_are_told_not_silent(qtbot, window, fixtures):
             window.models.load(fixtures["partial"].path, None, "external")
     assert "external MTP needs a head file" in notice.args[0]
     assert "external MTP needs a head file" in window.statusBar().currentMessage()
-    assert window.models.current["mtp"] == "integrated"
+    assert window.models.current.mtp == "integrated"
     with qtbot.waitSignal(window.models.unloaded, timeout=10000):
         window.ctx.bridge.run(J.UnloadModel())
     assert window.models.current is None and window.model_label.text() == "no model loaded"
@@ -374,7 +374,7 @@ def test_a_model_whose_paired_head_is_gone_loads_and_says_so(qtbot, window, fixt
     with qtbot.waitSignal(window.models.loaded, timeout=30000):
         page.load_selected()
     assert "loaded without its MTP head" in window.statusBar().currentMessage()
-    assert window.models.current["mtp"] == "off"
+    assert window.models.current.mtp == "off"
 
 
 def test_chat_model_picker_lists_the_library_and_loads_the_pick(qtbot, window, fixtures, tmp_path):
@@ -386,12 +386,12 @@ def test_chat_model_picker_lists_the_library_and_loads_the_pick(qtbot, window, f
     entry = window.ctx.library.add([copy], name="Picked Partial", provenance={"source": "import"})
     chat = window.pages["chat"]
     pick = chat.controls.model_pick
-    chat.controls.refresh_models((window.models.current or {}).get("path"))
+    chat.controls.refresh_models(window.models.current.path)
     names = [pick.itemText(i) for i in range(pick.count())]
     assert "Picked Partial" in names
     assert pick.currentText() == "full"  # loaded from outside the library: listed as it is
     with qtbot.waitSignal(window.models.loaded, timeout=60000):
         pick.activated.emit(names.index("Picked Partial"))
-    assert window.models.current["path"] == str(entry.path(window.ctx.library.root))
+    assert window.models.current.path == str(entry.path(window.ctx.library.root))
     assert pick.currentText() == "Picked Partial"
     window.ctx.library.delete(entry.id)

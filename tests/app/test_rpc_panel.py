@@ -31,7 +31,7 @@ def test_share_this_machine_then_pool_the_model_over_it(qtbot, window, tmp_path)
     with qtbot.waitSignal(window.models.loaded, timeout=60000) as blocker:
         panel.apply()
     info = blocker.args[0]
-    assert info["rpc"] == [str(ep)] and info["placement"]["devices"][0]["endpoint"] == str(ep)
+    assert list(info.rpc) == [str(ep)] and info.placement["devices"][0]["endpoint"] == str(ep)
     assert window.ctx.settings.rpc.endpoints == [str(ep)]
     assert (
         "1 RPC server" in window.model_label.text()
@@ -47,7 +47,7 @@ def test_share_this_machine_then_pool_the_model_over_it(qtbot, window, tmp_path)
     panel.endpoints.setText("")
     with qtbot.waitSignal(window.models.loaded, timeout=60000) as blocker:
         panel.apply()
-    assert blocker.args[0]["rpc"] == [] and window.ctx.settings.rpc.endpoints == []
+    assert blocker.args[0].rpc == () and window.ctx.settings.rpc.endpoints == []
     assert panel.devices.text() == "This machine alone."
     panel.toggle_serving()
     assert not panel.serving and panel.serve_status.text() == "Not sharing."

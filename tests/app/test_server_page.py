@@ -59,18 +59,18 @@ def test_server_page_prompt_cache_budget_and_figures(qtbot, window, fixtures):
     page = window.pages["server"]
     eng = window.ctx.bridge.engine
     page.cache_mb.setValue(0)
-    assert window.ctx.settings.prompt_cache_mb == 0 and eng.prompt_cache_info()["budget_bytes"] == 0
+    assert window.ctx.settings.prompt_cache_mb == 0 and eng.prompt_cache_info().budget_bytes == 0
     assert page.cache_figures.text().startswith("off")
     page.cache_mb.setValue(16)
-    assert window.ctx.settings.prompt_cache_mb == 16 and eng.prompt_cache_info()["budget_bytes"] == 16 << 20
+    assert window.ctx.settings.prompt_cache_mb == 16 and eng.prompt_cache_info().budget_bytes == 16 << 20
     system = {"role": "system", "content": "Be brief. " * 60}
     for text in ("first chat", "second chat", "first chat again"):
         eng.submit(J.Generate(messages=[system, {"role": "user", "content": text}], max_tokens=4)).result(60)
     page.refresh_cache()
     info = eng.prompt_cache_info()
-    assert info["entries"] > 0 and info["hits"] >= 2
+    assert info.entries > 0 and info.hits >= 2
     shown = page.cache_figures.text()
-    assert f"{info['entries']} snapshots" in shown and "of 16 MB" in shown and f"{info['hits']} hits" in shown
+    assert f"{info.entries} snapshots" in shown and "of 16 MB" in shown and f"{info.hits} hits" in shown
 
 
 def test_server_page_shows_each_slot_while_requests_decode_together(qtbot, window, fixtures):
@@ -81,9 +81,9 @@ def test_server_page_shows_each_slot_while_requests_decode_together(qtbot, windo
     assert window.ctx.settings.parallel == 3
     load(qtbot, window, fixtures["partial"].path, "integrated")
     eng = window.ctx.bridge.engine
-    assert window.models.current["parallel"] == 3
+    assert window.models.current.parallel == 3
     handles = [eng.submit(J.Generate(prompt=p, max_tokens=400, ignore_eog=True)) for p in ("one", "two")]
-    qtbot.waitUntil(lambda: sum(s["state"] == "busy" for s in next(iter(eng.slots().values()))) == 2, timeout=30000)
+    qtbot.waitUntil(lambda: sum(s.busy for s in next(iter(eng.slots().values()))) == 2, timeout=30000)
     qtbot.waitUntil(lambda: 2 in next(iter(eng.step_depths().values())), timeout=30000)
     page.refresh_slots()
     assert page.slot_table.rowCount() == 3
@@ -97,7 +97,7 @@ def test_server_page_shows_each_slot_while_requests_decode_together(qtbot, windo
     assert "2 streams:" in perf.summary.text() and "tok/s together" in perf.summary.text()
     for h in handles:
         h.cancel()
-    qtbot.waitUntil(lambda: all(s["state"] == "idle" for s in next(iter(eng.slots().values()))), timeout=30000)
+    qtbot.waitUntil(lambda: all(not s.busy for s in next(iter(eng.slots().values()))), timeout=30000)
     page.refresh_slots()
     assert [page.slot_table.item(r, 1).text() for r in range(3)] == ["idle"] * 3
     assert page.slot_figures.text().startswith("0 of 3 busy")

@@ -29,7 +29,7 @@ def test_bundled_demo_is_the_file_its_manifest_describes():
 def test_bundled_demo_speculates_with_realistic_acceptance():
     with Engine() as eng:
         info = eng.submit(J.LoadModel(LoadSpec(demo_model_path()))).result(60)
-        assert info["mtp"] == "integrated" and info["nextn_layers"] == 1 and info["architecture"] == "qwen35"
+        assert info.mtp == "integrated" and info.nextn_layers == 1 and info.architecture == "qwen35"
         code = eng.submit(J.Generate(prompt=CODE_PROMPT, max_tokens=96, draft_depth=3, ignore_eog=True)).result(120)
         chat = eng.submit(
             J.Generate(messages=[{"role": "user", "content": "hello"}], max_tokens=96, draft_depth=1)
@@ -48,7 +48,7 @@ def test_bundled_demo_speculates_with_realistic_acceptance():
 def test_constructed_demo_answers_with_its_sentence_using_mtp(fixtures):
     with Engine() as eng:
         info = eng.submit(J.LoadModel(LoadSpec(fixtures["constructed-demo"].path))).result(60)
-        assert info["mtp"] == "integrated" and info["nextn_layers"] == 1
+        assert info.mtp == "integrated" and info.nextn_layers == 1
         r = eng.submit(J.Generate(messages=[{"role": "user", "content": "hello"}], draft_depth=3)).result(60)
         assert r.text == "".join(SENTENCE) and r.finish_reason == "stop"
         assert 0.7 < r.stats.acceptance < 1.0

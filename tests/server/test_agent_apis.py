@@ -107,7 +107,7 @@ def test_ollama_client_lists_shows_chats_streams_and_calls_tools(agent_served):
     assert {m.model for m in c.list().models} == {QWEN, HERMES}
     shown = c.show(QWEN)
     assert {"completion", "tools", "thinking"} <= set(shown.capabilities)
-    assert shown.modelinfo[f"{agent_served[1].models()[QWEN]['architecture']}.context_length"] == 4096
+    assert shown.modelinfo[f"{agent_served[1].models()[QWEN].architecture}.context_length"] == 4096
     parts = list(
         c.chat(
             model=HERMES, messages=[{"role": "user", "content": "Say hi."}], stream=True, options={"num_predict": 12}

@@ -111,7 +111,7 @@ def test_the_demo_calls_in_each_familys_own_syntax_with_and_without_mtp(served, 
     srv, eng, model = served
     name = model(template)
     info = eng.models()[name]
-    assert info["tool_format"] == FAMILIES[template]
+    assert info.tool_format == FAMILIES[template]
     kw = dict(model=name, messages=ASK, tools=[ALARM], tool_choice="required", parallel_tool_calls=False)
     replies = {}
     for mtp in ("off", "on"):
@@ -164,7 +164,7 @@ def test_thinking_is_split_in_the_familys_markers_and_a_budget_closes_it(served,
     turning thinking off leaves none."""
     _, eng, model = served
     name = model(template)
-    assert eng.models()[name]["think_toggle"]
+    assert eng.models()[name].think_toggle
     thinking = reasoning.detect(templates()[template])
     on = client.chat.completions.create(
         model=name,

@@ -86,7 +86,7 @@ def test_template_facts_are_found_at_load_not_per_request(qwen_server, monkeypat
     with the system prompt of an earlier one renders the template once."""
     eng, srv = qwen_server
     info = eng.models()["q"]
-    assert info["tool_format"] == calls.QWEN_XML.name and info["thinks"]
+    assert info.tool_format == calls.QWEN_XML.name and info.thinks
 
     def refuse(*_a, **_k):
         raise AssertionError("detected again at request time")

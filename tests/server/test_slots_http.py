@@ -75,10 +75,10 @@ def test_a_client_that_disconnects_frees_its_slot(served):
                     break  # leave mid-stream
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if all(s["state"] == "idle" for s in eng.slots()["tiny"]):
+        if all(not s.busy for s in eng.slots()["tiny"]):
             break
         time.sleep(0.05)
-    assert all(s["state"] == "idle" for s in eng.slots()["tiny"])
+    assert all(not s.busy for s in eng.slots()["tiny"])
     assert _values(srv.url)["mtp_slots_busy"] == 0
 
 

@@ -72,7 +72,7 @@ def _args(call) -> dict:
 
 def test_model_info_says_it_thinks_and_calls_in_xml(served):
     info = served[1].models()[MODEL]
-    assert info["thinks"] and info["think_toggle"] and info["tool_format"] == "qwen-xml"
+    assert info.thinks and info.think_toggle and info.tool_format == "qwen-xml"
 
 
 def test_required_tool_call_is_valid_and_shaped_like_openai(client):

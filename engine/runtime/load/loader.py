@@ -6,6 +6,12 @@ structurally (:mod:`engine.gguf.validate`), a head is checked against its target
 headers alone, the combination is loaded and decoded once in a child process
 (:mod:`engine.runtime.load.loadcheck`, cached), and only then does this process call llama.cpp,
 with whatever fallback the child needed.
+
+:func:`load` runs that as four stages, each a function of what the one before found:
+``_check`` (settings and headers, the MTP source resolved) → ``_plan`` (memory, the layers'
+placement, the probe) → ``_build`` (the llama.cpp objects, closed again if anything fails) →
+:func:`~engine.runtime.load.describe.describe` (the frozen
+:class:`~engine.runtime.modelinfo.ModelInfo` every other layer reads).
 """
 
 from __future__ import annotations
@@ -26,10 +32,9 @@ from engine.errors import (
     MtpUnavailableError,
 )
 from engine.gguf.memory import ModelShape
-from engine.gguf.filetype import largest_tensor_type, quantization
 from engine.gguf.pairing import Summary, check_pair
 from engine.gguf.shards import ModelSet
-from engine.gguf.families import family
+from engine.gguf.families import MtpFamily, family
 from engine.gguf.validate import MtpFacts, nextn_missing_problem, validate_path
 from engine.runtime.load.source import (
     MtpSource,
@@ -44,19 +49,18 @@ from engine.runtime.llama import repack
 from engine.runtime import limits
 from engine.runtime.load import fit, rpcdevices
 from engine.runtime.load.contexts import make_contexts
-from engine.runtime.load.placement import LlamaParams, LocalOnly, plan_placement
+from engine.runtime.load.describe import describe
+from engine.runtime.load.placement import LlamaParams, LocalOnly, Placement, plan_placement
 from engine.runtime.llama.context import Context
-from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loadcheck import LoadVerdict, ProbeRequest, check_load
 from engine.runtime.llama.model import Model
-from engine.runtime.pooled import POOLING
+from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.store import load_policy, policy_path
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.decode.drafting.suffix import OutputStore
 from engine.runtime.slots.pool import SlotPool
-from engine.runtime.prompt.calls import GENERIC
 from engine.runtime.prompt.templates import ChatTemplate, resolve_template
 
 
@@ -113,7 +117,8 @@ class LoadedModel:
     head_model: Model | None
     session: Session
     facts: MtpFacts
-    info: dict = field(default_factory=dict)
+    #: what the load made of it, as every other layer reads it
+    info: ModelInfo
     template: ChatTemplate = field(default_factory=lambda: ChatTemplate.of("default", "chatml"))
     #: the adaptive-depth policy of this model, kept across requests, and where it is saved
     #: (engine.runtime.decode.policy.store): made once, by :meth:`auto_depth`
@@ -143,7 +148,7 @@ class LoadedModel:
     def max_draft_depth(self) -> int:
         """The deepest draft: the setting, capped where the family's drafting mode caps it
         (chained heads: one head per draft token)."""
-        return min(self.spec.max_draft_depth, self.info.get("depth_limit") or self.spec.max_draft_depth)
+        return min(self.spec.max_draft_depth, self.info.depth_limit or self.spec.max_draft_depth)
 
     def close(self) -> None:
         if self.snapshots is not None:
@@ -179,8 +184,60 @@ def load(
     progress: Callable[[float, str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> LoadedModel:
-    """Validate, probe and load. Raises typed errors (never aborts the process on a
-    file that failed validation)."""
+    """Check, plan, build and describe a model. Raises typed errors (never aborts the process
+    on a file that failed validation)."""
+
+    def report(fraction: float, what: str) -> None:
+        if progress is not None:
+            progress(fraction, what)
+
+    c = _check(spec)
+    p = _plan(c, report, cancel)
+    b = _build(c, p, report, cancel)
+    template = resolve_template(b.model, p.spec.chat_template)
+    info = describe(c, p, b, template)
+    return LoadedModel(
+        p.spec,
+        info.name,
+        c.source,
+        b.model,
+        b.head_model,
+        b.session,
+        c.facts,
+        info,
+        template,
+        slots=b.pool,
+        shared=b.shared,
+    )
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What the settings and the files' headers say, before anything is allocated."""
+
+    #: the settings as the checks leave them (one sequence over RPC; MTP off and one
+    #: sequence for a pooling model)
+    spec: LoadSpec
+    endpoints: tuple
+    target: ModelSet
+    facts: MtpFacts
+    #: the external head's files, where one drafts
+    head: ModelSet | None
+    #: llama.cpp's pooling type of an embedding or rerank model; None for chat
+    pooling: int | None
+    source: MtpSource
+    #: why auto left MTP off although the file has NextN layers (said with the load, never silent)
+    mtp_off: str | None
+    fam: MtpFamily | None
+    #: how the head drafts (engine.gguf.families): single | chain | shared; None with MTP off
+    mode: str | None
+    #: chained heads: one NextN block per draft token, so also the deepest draft
+    heads: int
+
+
+def _check(spec: LoadSpec) -> _Checked:
+    """The settings against what llama.cpp asserts on, the files structurally, the head
+    against its target; the MTP source resolved."""
     limits.check_load_settings(
         n_ctx=spec.n_ctx,
         n_batch=spec.n_batch,
@@ -193,7 +250,7 @@ def load(
             "Exact mode must be chosen before llama.cpp starts: run the command with --exact "
             f"(or set {exact_mod.EXACT_ENV}=1), or switch it on in the app and restart it."
         )
-    endpoints = parse_endpoints(spec.rpc)
+    endpoints = tuple(parse_endpoints(spec.rpc))
     if endpoints and spec.exact:
         raise InvalidSettingError(
             "Exact mode cannot be used with RPC devices: the helper machines' kernels are outside this build's "
@@ -218,7 +275,6 @@ def load(
     if spec.head is not None and spec.mtp != MtpSource.OFF:
         head_set, head_facts = _checked(spec.head, "The MTP head")
     source = resolve_source(spec.mtp, facts, head_set is not None)
-    #: why auto left MTP off although the file has NextN layers (said with the load, never silent)
     mtp_off = None
     if spec.mtp == MtpSource.AUTO and source == MtpSource.OFF and facts.kind == "integrated":
         mtp_off = f"MTP is off for this model: {mtp_problem(facts)}"
@@ -227,41 +283,63 @@ def load(
         check_pair(Summary.of_set(target_set), Summary.of_set(head_set))
         if head_facts.nextn_missing:
             raise MtpUnavailableError(nextn_missing_problem(head_facts))
-    # what drafts, and how (engine.gguf.families): single | chain | shared; None with MTP off
     drafter = head_facts if source == MtpSource.EXTERNAL else facts if source == MtpSource.INTEGRATED else None
     fam = family(drafter.architecture) if drafter is not None else None
     mode = fam.drafting_mode(drafter.nextn_layers) if fam is not None and drafter is not None else None
-    #: chained heads: one NextN block per draft token, so also the deepest draft
     heads = drafter.nextn_layers if mode == "chain" and drafter is not None else 1
+    return _Checked(
+        spec,
+        endpoints,
+        target_set,
+        facts,
+        head_set if source == MtpSource.EXTERNAL else None,
+        pooling,
+        source,
+        mtp_off,
+        fam,
+        mode,
+        heads,
+    )
 
-    def report(fraction: float, what: str) -> None:
-        if progress is not None:
-            progress(fraction, what)
 
-    requested_ctx, requested_parallel = spec.n_ctx, spec.parallel
-    fit_report = None
-    if spec.fit != "off" and not endpoints:
-        spec, fit_report = _check_fit(spec, target_set, head_set if source == MtpSource.EXTERNAL else None, source)
+@dataclass(frozen=True)
+class _Plan:
+    """How the model will be loaded: the settings the memory check left, where the layers
+    go, and what the load probe found."""
 
-    verdict = LoadVerdict()
+    spec: LoadSpec
+    fit_report: fit.Fit | None
+    placement: Placement | None
+    verdict: LoadVerdict
+    #: llama.cpp's CPU weight repacking for this load
+    extra_bufts: bool
+
+
+def _plan(c: _Checked, report: Callable[[float, str], None], cancel: threading.Event | None) -> _Plan:
+    """The memory check, the layers' placement over RPC devices, and the load probe (a child
+    process that loads and decodes the combination first; cached)."""
+    spec, fit_report = c.spec, None
+    if spec.fit != "off" and not c.endpoints:
+        spec, fit_report = _check_fit(spec, c.target, c.head, c.source)
     placement = None
-    if endpoints:
+    if c.endpoints:
         report(0.0, "Connecting to the RPC servers")
-        remote, local = rpcdevices.devices(endpoints)
+        remote, local = rpcdevices.devices(list(c.endpoints))
         placement = plan_placement(
             remote,
             local,
-            n_layer_trunk=(facts.block_count or 0) - facts.nextn_layers,
-            n_nextn=facts.nextn_layers,
+            n_layer_trunk=(c.facts.block_count or 0) - c.facts.nextn_layers,
+            n_nextn=c.facts.nextn_layers,
             weights=list(spec.tensor_split) if spec.tensor_split is not None else None,
         )
+    verdict = LoadVerdict()
     if spec.probe:
         report(0.0, "Checking that llama.cpp runs this model (first load only)")
         verdict = check_load(
             ProbeRequest(
                 str(spec.path),
-                str(spec.head) if source == MtpSource.EXTERNAL else None,
-                source.value,
+                str(spec.head) if c.source == MtpSource.EXTERNAL else None,
+                c.source.value,
                 spec.n_gpu_layers,
                 spec.max_draft_depth,
                 spec.n_threads,
@@ -275,24 +353,40 @@ def load(
         extra_bufts = repack.allowed()
     if spec.exact:
         extra_bufts = False  # repacked kernels differ between one row and several
+    return _Plan(spec, fit_report, placement, verdict, extra_bufts)
 
+
+@dataclass(frozen=True)
+class _Built:
+    """The llama.cpp objects of a load; closed again if a later stage fails."""
+
+    model: Model
+    head_model: Model | None
+    session: Session
+    pool: SlotPool | None
+    shared: tuple[Context, ...]
+
+
+def _build(c: _Checked, p: _Plan, report: Callable[[float, str], None], cancel: threading.Event | None) -> _Built:
+    """The target, its head and their contexts, as planned."""
+    spec, placement, source = p.spec, p.placement, c.source
     head_share = 0.3 if source == MtpSource.EXTERNAL else 0.0
     try:
         model = Model.load(
             spec.path,
             # a file that holds NextN tensors loads them even with MTP off: llama.cpp counts
             # them as missing otherwise ("wrong number of tensors") for most families
-            load_mtp=facts.kind == "integrated",
+            load_mtp=c.facts.kind == "integrated",
             n_gpu_layers=spec.n_gpu_layers,
             progress=lambda f: report(
                 f * (1 - head_share), "Loading the model" + (" across the RPC devices" if placement else "")
             ),
             cancel=cancel,
-            use_extra_bufts=extra_bufts,
+            use_extra_bufts=p.extra_bufts,
             placement=None if placement is None else LlamaParams(placement),  # held by the call
         )
     except ModelLoadError as e:
-        raise ModelLoadError(nextn_load_failure(facts) or str(e)) from None
+        raise ModelLoadError(nextn_load_failure(c.facts) or str(e)) from None
     head_model = None
     try:
         if source == MtpSource.EXTERNAL:
@@ -302,7 +396,7 @@ def load(
                 n_gpu_layers=spec.n_gpu_layers,
                 progress=lambda f: report(1 - head_share + f * head_share, "Loading the MTP head"),
                 cancel=cancel,
-                use_extra_bufts=extra_bufts,
+                use_extra_bufts=p.extra_bufts,
                 placement=None if placement is None else LocalOnly(placement.local),
             )
             if head_model.n_embd_out != model.n_embd_out or head_model.n_vocab != model.n_vocab:
@@ -313,18 +407,18 @@ def load(
             model,
             head_model,
             local_kv=placement is not None,
-            heads=heads,
-            holes_ok=fam.mrope if fam is not None else True,
-            pooled=pooling is not None,
+            heads=c.heads,
+            holes_ok=c.fam.mrope if c.fam is not None else True,
+            pooled=c.pooling is not None,
         )
-        if (mode == "shared") != session.shared:  # the table and llama.cpp disagree: never draft on a guess
-            for ctx in shared or tuple(c for c in (session.draft, session.target) if c is not None):
+        if (c.mode == "shared") != session.shared:  # the table and llama.cpp disagree: never draft on a guess
+            for ctx in shared or tuple(x for x in (session.draft, session.target) if x is not None):
                 ctx.close()
             raise MtpUnavailableError(
-                f"{fam.label if fam is not None else facts.architecture}: llama.cpp "
+                f"{c.fam.label if c.fam is not None else c.facts.architecture}: llama.cpp "
                 + (
                     "did not link this head to the target's KV cache"
-                    if mode == "shared"
+                    if c.mode == "shared"
                     else "linked this head to the target's KV cache"
                 )
                 + ", which this app does not expect for this architecture. Load the model with MTP off (--mtp off)."
@@ -334,60 +428,7 @@ def load(
             head_model.close()
         model.close()
         raise
-    name = spec.name or Path(spec.path).name.removesuffix(".gguf")
-    template = resolve_template(model, spec.chat_template)
-    thinking = template.thinking
-    quant = _quant_name(target_set)
-    info = {
-        "path": str(spec.path),
-        "head": str(spec.head) if source == MtpSource.EXTERNAL else None,
-        "architecture": facts.architecture,
-        "description": model.description,
-        "n_ctx": session.n_ctx,
-        #: chat | embedding | rerank (engine.runtime.pooled): what requests it answers
-        "kind": "chat" if pooling is None else "rerank" if pooling == 4 else "embedding",
-        "pooling": POOLING[pooling] if pooling is not None else None,
-        #: sequences decoded together (1: one at a time)
-        "parallel": len(pool) if pool is not None else 1,
-        "parallel_requested": requested_parallel,
-        "n_ctx_train": model.n_ctx_train,
-        "n_vocab": model.n_vocab,
-        "n_embd": model.n_embd,
-        "nextn_layers": facts.nextn_layers,
-        "mtp": source.value,
-        #: how the head drafts (engine.gguf.families): single | chain | shared; None with MTP off
-        "drafting": mode,
-        #: the deepest draft the drafting mode allows (chained heads: the head count)
-        "depth_limit": heads if mode == "chain" else None,
-        "max_draft_depth": spec.max_draft_depth,
-        "quantization": quant,
-        "add_bos": model.add_bos,
-        "chat_template": template.describe(),
-        #: the template thinks in <think> blocks, and takes enable_thinking (a Think toggle)
-        "thinks": thinking is not None,
-        "think_toggle": thinking is not None and thinking.toggle,
-        #: the tool-call family its template writes (prompt.calls)
-        "tool_format": template.calls.format.name if template.calls is not None else GENERIC.name,
-        "extra_bufts": extra_bufts,
-        #: this machine's repacking verdict (engine.runtime.llama.repack): a sentence while it is off
-        "repack_notice": repack.verdict().notice,
-        #: fallbacks the load probe had to take, as sentences for the user
-        "fallbacks": list(verdict.fallbacks),
-        #: why auto left MTP off although the file has NextN layers (None: it did not)
-        "mtp_off_reason": mtp_off,
-        #: the probe found them on this load (False: remembered from an earlier one)
-        "fallbacks_found_now": bool(verdict.fallbacks) and not verdict.cached,
-        "exact": spec.exact,
-        #: what the identity guarantee is for this load (docs/mtp.md: "Speculation and identity")
-        "identity": _identity_claim(spec, quant, source),
-        "rpc": [str(e) for e in endpoints],
-        "placement": placement.to_json() if placement is not None else None,
-        #: the context asked for and what the memory check made of it (engine.runtime.load.fit)
-        "n_ctx_requested": requested_ctx,
-        "fit": fit_report.to_json() if fit_report is not None else None,
-        "memory": fit_report.estimate.to_json() if fit_report is not None else None,
-    }
-    return LoadedModel(spec, name, source, model, head_model, session, facts, info, template, slots=pool, shared=shared)
+    return _Built(model, head_model, session, pool, shared)
 
 
 FIT_CHECKS = ("check", "shrink", "off")
@@ -434,22 +475,3 @@ def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: 
     if f.verdict == "partial" and spec.n_gpu_layers < 0:
         spec = replace(spec, n_gpu_layers=f.estimate.gpu_layers)
     return spec, f
-
-
-def _identity_claim(spec: LoadSpec, quant: str | None, source: MtpSource) -> str:
-    if source == MtpSource.OFF:
-        return "no speculation"
-    if not spec.exact:
-        return "argmax of each verify batch (may differ from one-at-a-time decoding at near-ties)"
-    float_weights = quant in exact_mod.FLOAT_WEIGHTS
-    if float_weights and exact_mod.build_uses_llamafile(system_info()):
-        return (
-            "argmax of each verify batch: this model's F16/F32 weights go through llamafile's sgemm in this build; "
-            "the exact CPU build (`backend build --exact`) makes it bit-exact"
-        )
-    return "bit-exact: identical to one-token-at-a-time greedy decoding"
-
-
-def _quant_name(ms: ModelSet) -> str | None:
-    """The file's quantization, by the rule inspect and the library use."""
-    return quantization(ms.first, largest_tensor_type(ms))[0]

@@ -29,6 +29,7 @@ from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
+from engine.runtime.decode.cache.snapshotcache import CacheFigures
 
 SCENARIOS = ("chat", "two", "agent")
 WEATHER = {
@@ -66,7 +67,7 @@ class Turn:
 @dataclass
 class Arm:
     turns: list[Turn]
-    cache: dict
+    cache: CacheFigures
 
     def later(self) -> list[Turn]:
         return later(self.turns, lambda t: t.conversation)
@@ -165,23 +166,11 @@ def run_arm(
 ) -> Arm:
     defaults = Defaults(draft_depth=1, temperature=0.0, thinking_budget=max(8, max_tokens // 2))
     with Engine(EngineDefaults(request=defaults, prompt_cache_mb=budget_mb)) as eng:
-        eng.submit(J.LoadModel(spec)).result(600)
-        if template is not None:
-            use_template(eng, template)
+        # the template as a load option (the demo with Qwen3.5's real template)
+        eng.submit(J.LoadModel(replace(spec, chat_template=template) if template else spec)).result(600)
         progress(f"{scenario}: cache {'on' if budget_mb else 'off'}")
         turns_ = run_scenario(eng, scenario, turns=turns, system_words=system_words, max_tokens=max_tokens)
         return Arm(turns_, eng.prompt_cache_info())
-
-
-def use_template(eng: Engine, source: str) -> None:
-    """Talk to the loaded model with ``source`` as its chat template (a bench seam: the
-    demo with Qwen3.5's real template)."""
-
-    def swap(state, *_):
-        for lm in state.models.values():
-            lm.template = replace(lm.template, kind="file", name="--template", source=source)
-
-    eng.submit(J.Call(swap, "chat template")).result(60)
 
 
 def summary(on: Arm, off: Arm) -> dict:
@@ -190,7 +179,7 @@ def summary(on: Arm, off: Arm) -> dict:
     dec_off = sum(t.decoded for t in later_off)
     ms_on = sum(t.prompt_ms for t in later_on)
     ms_off = sum(t.prompt_ms for t in later_off)
-    entries = on.cache["entries"]
+    entries = on.cache.entries
     return {
         "identical": [t.tokens for t in on.turns] == [t.tokens for t in off.turns],
         "turns": len(on.turns),
@@ -198,8 +187,8 @@ def summary(on: Arm, off: Arm) -> dict:
         "later_turns_prompt_ms": {"cache": round(ms_on, 1), "no_cache": round(ms_off, 1)},
         "prompt_ms_ratio": round(ms_off / ms_on, 2) if ms_on > 0 else None,
         "snapshots": entries,
-        "snapshot_bytes_per_entry": on.cache["bytes"] // entries if entries else 0,
-        "cache": on.cache,
+        "snapshot_bytes_per_entry": on.cache.bytes // entries if entries else 0,
+        "cache": on.cache.to_json(),
     }
 
 

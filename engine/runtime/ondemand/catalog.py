@@ -26,10 +26,10 @@ from pathlib import Path
 
 from engine.errors import InvalidRequestError, LibraryError, MtpStudioError
 from engine.gguf.reader import read_header
+from engine.runtime.modelinfo import CHAT, EMBEDDING, RERANK
 
 #: llama.cpp's pooling types (include/llama.h): what a model that pools is for
 POOLING_NAMES = {1: "mean", 2: "cls", 3: "last", 4: "rank"}
-CHAT, EMBEDDING, RERANK = "chat", "embedding", "rerank"
 
 
 class AmbiguousModelError(InvalidRequestError):

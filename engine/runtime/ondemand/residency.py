@@ -193,7 +193,7 @@ class Residency:
             known = ", ".join(sorted({*loaded, *(x.name for x in self.catalog.items())})) or "none"
             raise NoModelLoadedError(f"No model is named {name!r} here (models: {known}). See GET /v1/models.")
         for lname, info in loaded.items():
-            if info.get("path") == str(s.path):
+            if info.path == str(s.path):
                 return lname, s
         return s.name, s
 
@@ -246,7 +246,7 @@ class Residency:
             now = self.clock()
             r = self._residents[lname]
             r.state, r.last_used = "loaded", now
-            r.memory = _memory_of(info) or r.memory
+            r.memory = info.memory_bytes or r.memory
             r.users, r.requests = 1, 1
             self._cv.notify_all()
         log.info("loaded %s on demand", lname)
@@ -311,7 +311,7 @@ class Residency:
             if name not in self._residents:
                 now = self.clock()
                 self._residents[name] = Resident(
-                    name, None, state="loaded", last_used=now, pinned=True, memory=_memory_of(info)
+                    name, None, state="loaded", last_used=now, pinned=True, memory=info.memory_bytes
                 )
         for name, r in list(self._residents.items()):
             if r.state == "loaded" and name not in loaded:
@@ -412,12 +412,6 @@ class Residency:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
-
-
-def _memory_of(info: dict) -> int:
-    mem = info.get("memory") or {}
-    v = mem.get("total_bytes") if isinstance(mem, dict) else None
-    return int(v) if isinstance(v, (int, float)) else 0
 
 
 def estimate_bytes(s: Servable, spec: LoadSpec) -> int:

@@ -61,19 +61,43 @@ class Slot:
         self.accepted += r.accepted
         self.depth = r.depth
 
-    def info(self, now: float) -> dict:
+    def info(self, now: float) -> SlotInfo:
         elapsed = now - self.started if self.busy else 0.0
-        return {
-            "slot": self.index,
-            "state": "busy" if self.busy else "idle",
-            "job": self.job_id,
-            "tokens": self.tokens if self.busy else 0,
-            "tokens_per_second": self.tokens / elapsed if self.busy and elapsed > 0 else 0.0,
-            "depth": self.depth if self.busy else 0,
-            "acceptance": self.accepted / self.drafted if self.drafted else None,
-            "requests": self.requests,
-            "tokens_total": self.tokens_total,
-        }
+        return SlotInfo(
+            self.index,
+            self.busy,
+            self.job_id,
+            self.tokens if self.busy else 0,
+            self.tokens / elapsed if self.busy and elapsed > 0 else 0.0,
+            self.depth if self.busy else 0,
+            self.accepted / self.drafted if self.drafted else None,
+            self.requests,
+            self.tokens_total,
+        )
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """One slot as the Server and Performance pages and ``/metrics`` show it, at one moment."""
+
+    slot: int
+    busy: bool
+    #: the job it decodes (None: idle)
+    job: int | None
+    #: the request's tokens so far, and their rate (0 while idle)
+    tokens: int
+    tokens_per_second: float
+    #: its draft depth in its last round (0 while idle)
+    depth: int
+    #: accepted / drafted over its current or last request (None: nothing drafted)
+    acceptance: float | None
+    #: over the slot's life
+    requests: int
+    tokens_total: int
+
+    @property
+    def state(self) -> str:
+        return "busy" if self.busy else "idle"
 
 
 class SlotPool:
@@ -153,7 +177,7 @@ class SlotPool:
     def close(self) -> None:
         self.batcher.close()
 
-    def info(self) -> list[dict]:
+    def info(self) -> list[SlotInfo]:
         now = time.perf_counter()
         return [s.info(now) for s in self.slots]
 

@@ -20,9 +20,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from engine.runtime.ondemand.residency import Lease, parse_keep_alive
+from engine.runtime.modelinfo import ModelInfo
 
 
-async def hold(request: Request, body: Any, *, keys: tuple[str, ...] = ("model",)) -> dict[str, dict]:
+async def hold(request: Request, body: Any, *, keys: tuple[str, ...] = ("model",)) -> dict[str, ModelInfo]:
     """Lease the model ``body`` names (loading it on demand) and return the loaded models
     (what the body parsers check names against). A body without a name is left to its
     parser's 400."""

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from engine.runtime.ondemand.catalog import CHAT, EMBEDDING, RERANK, Servable
+from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.ondemand.residency import ResidentInfo
 
 
@@ -21,32 +22,25 @@ class Listed:
     quantization: str = ""
     mtp: str = "none"  # the loaded MTP source, else the library's MTP status
     capabilities: list[str] = field(default_factory=list)
-    info: dict = field(default_factory=dict)  # the engine's info while loaded
+    info: ModelInfo | None = None  # what its load made of it, while loaded
     #: while loaded by way of the residency (engine.runtime.ondemand): memory, idle, expiry
     residency: ResidentInfo | None = None
 
+    @property
+    def chat_template(self) -> str:
+        """The loaded model's chat template in words ("" while not loaded: not read yet)."""
+        return self.info.chat_template if self.info is not None else ""
 
-def capabilities(info: dict) -> list[str]:
-    """Ollama's capability words for a model's info (loaded, or its catalog facts with
-    ``capabilities`` already known): completion, tools, thinking; embedding for a model
-    that pools (rerankers too: Ollama's API has no other word)."""
-    if "capabilities" in info:
-        return list(info["capabilities"])
-    if info.get("kind", CHAT) != CHAT:
-        return ["embedding"]
-    caps = ["completion"]
-    if info.get("tool_format"):
-        caps.append("tools")
-    if info.get("thinks"):
-        caps.append("thinking")
-    return caps
+    @property
+    def n_embd(self) -> int | None:
+        return self.info.n_embd if self.info is not None else None
 
 
-def _file_size(info: dict) -> int:
+def _file_size(info: ModelInfo) -> int:
     total = 0
-    for key in ("path", "head"):
+    for path in (info.path, info.head):
         try:
-            total += os.path.getsize(info.get(key) or "")
+            total += os.path.getsize(path or "")
         except OSError:
             pass
     return total
@@ -60,18 +54,18 @@ def listing(state) -> list[Listed]:
     out: list[Listed] = []
     paths = set()
     for name, info in loaded.items():
-        paths.add(info.get("path"))
+        paths.add(info.path)
         out.append(
             Listed(
                 name,
                 True,
-                info.get("kind", CHAT),
+                info.kind,
                 _file_size(info),
-                info.get("n_ctx"),
-                info.get("architecture") or "",
-                info.get("quantization") or "",
-                info.get("mtp") or "off",
-                capabilities(info),
+                info.n_ctx,
+                info.architecture,
+                info.quantization or "",
+                info.mtp,
+                info.capabilities,
                 info,
                 resident.get(name),
             )
@@ -90,4 +84,4 @@ def _of_servable(s: Servable) -> Listed:
     )
 
 
-__all__ = ["Listed", "listing", "capabilities", "CHAT", "EMBEDDING", "RERANK"]
+__all__ = ["Listed", "listing", "CHAT", "EMBEDDING", "RERANK"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+
+from engine.runtime.slots.pool import SlotInfo
 
 
 def _line(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> list[str]:
@@ -40,54 +43,54 @@ async def metrics(request: Request):
         "mtp_prompt_cache_requests_total",
         "counter",
         "Prompts by where they resumed: a snapshot (hit), the live context, or nothing (miss).",
-        [('{result="hit"}', pc["hits"]), ('{result="live"}', pc["live"]), ('{result="miss"}', pc["misses"])],
+        [('{result="hit"}', pc.hits), ('{result="live"}', pc.live), ('{result="miss"}', pc.misses)],
     )
     lines += _line(
         "mtp_prompt_cache_restored_tokens_total",
         "counter",
         "Prompt tokens restored from snapshots.",
-        [("", pc["restored_tokens"])],
+        [("", pc.restored_tokens)],
     )
     lines += _line(
         "mtp_prompt_cache_evictions_total",
         "counter",
         "Snapshots evicted to stay within the budget.",
-        [("", pc["evicted"])],
+        [("", pc.evicted)],
     )
-    lines += _line("mtp_prompt_cache_entries", "gauge", "Snapshots held.", [("", pc["entries"])])
-    lines += _line("mtp_prompt_cache_bytes", "gauge", "Host memory the snapshots take.", [("", pc["bytes"])])
+    lines += _line("mtp_prompt_cache_entries", "gauge", "Snapshots held.", [("", pc.entries)])
+    lines += _line("mtp_prompt_cache_bytes", "gauge", "Host memory the snapshots take.", [("", pc.bytes)])
     lines += _line(
-        "mtp_prompt_cache_budget_bytes", "gauge", "The snapshots' memory budget (0: off).", [("", pc["budget_bytes"])]
+        "mtp_prompt_cache_budget_bytes", "gauge", "The snapshots' memory budget (0: off).", [("", pc.budget_bytes)]
     )
     lines += _line("mtp_queue_depth", "gauge", "Engine jobs running or waiting.", [("", st.engine.queue_depth)])
     slots = [(m, x) for m, per in st.engine.slots().items() for x in per]
 
-    def per_slot(key: str) -> list[tuple[str, float]]:
-        return [(f'{{model="{m}",slot="{x["slot"]}"}}', float(x[key] or 0)) for m, x in slots] or [("", 0)]
+    def per_slot(figure: Callable[[SlotInfo], float]) -> list[tuple[str, float]]:
+        return [(f'{{model="{m}",slot="{x.slot}"}}', float(figure(x))) for m, x in slots] or [("", 0)]
 
     lines += _line("mtp_slots", "gauge", "Slots of the loaded models (requests decoded together).", [("", len(slots))])
-    lines += _line(
-        "mtp_slots_busy", "gauge", "Slots decoding a request now.", [("", sum(x["state"] == "busy" for _, x in slots))]
-    )
+    lines += _line("mtp_slots_busy", "gauge", "Slots decoding a request now.", [("", sum(x.busy for _, x in slots))])
     lines += _line(
         "mtp_slots_tokens_per_second",
         "gauge",
         "Tokens per second of every busy slot together.",
-        [("", sum(x["tokens_per_second"] for _, x in slots))],
+        [("", sum(x.tokens_per_second for _, x in slots))],
     )
     lines += _line(
         "mtp_slot_busy",
         "gauge",
         "1 while the slot decodes a request.",
-        [(f'{{model="{m}",slot="{x["slot"]}"}}', float(x["state"] == "busy")) for m, x in slots] or [("", 0)],
+        per_slot(lambda x: x.busy),
     )
     lines += _line(
         "mtp_slot_tokens_per_second",
         "gauge",
         "The slot's request: tokens per second so far.",
-        per_slot("tokens_per_second"),
+        per_slot(lambda x: x.tokens_per_second),
     )
-    lines += _line("mtp_slot_draft_depth", "gauge", "The slot's draft depth in its last round.", per_slot("depth"))
+    lines += _line(
+        "mtp_slot_draft_depth", "gauge", "The slot's draft depth in its last round.", per_slot(lambda x: x.depth)
+    )
     steps = [
         (f'{{model="{m}",sequences="{n}"}}', float(d))
         for m, per in st.engine.step_depths().items()
@@ -99,8 +102,12 @@ async def metrics(request: Request):
         "MTP auto's draft depth for the last step of this many sequences decoding together.",
         steps or [("", 0)],
     )
-    lines += _line("mtp_slot_requests_total", "counter", "Requests the slot has decoded.", per_slot("requests"))
-    lines += _line("mtp_slot_tokens_total", "counter", "Tokens the slot has generated.", per_slot("tokens_total"))
+    lines += _line(
+        "mtp_slot_requests_total", "counter", "Requests the slot has decoded.", per_slot(lambda x: x.requests)
+    )
+    lines += _line(
+        "mtp_slot_tokens_total", "counter", "Tokens the slot has generated.", per_slot(lambda x: x.tokens_total)
+    )
     lines += _line(
         "mtp_requests_in_flight", "gauge", "Endpoint requests admitted and not finished.", [("", st.pending)]
     )

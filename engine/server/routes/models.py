@@ -16,7 +16,6 @@ async def list_models(request: Request):
     st = request.app.state
     data = []
     for m in listing(st):
-        info = m.info
         data.append(
             {
                 "id": m.name,
@@ -33,10 +32,10 @@ async def list_models(request: Request):
                 "type": _TYPES.get(m.kind, "llm"),
                 "meta": {
                     "architecture": m.architecture,
-                    "n_ctx": info.get("n_ctx", m.context_length),
-                    "n_vocab": info.get("n_vocab"),
+                    "n_ctx": m.context_length,
+                    "n_vocab": m.info.n_vocab if m.info is not None else None,
                     "mtp": m.mtp,
-                    "max_draft_depth": info.get("max_draft_depth"),
+                    "max_draft_depth": m.info.max_draft_depth if m.info is not None else None,
                     "size_bytes": m.size,
                     "quantization": m.quantization,
                     "capabilities": m.capabilities,

@@ -16,20 +16,10 @@ from engine.runtime import jobs as J
 from engine.server import errors as E
 from engine.server import ollama_api as O
 from engine.server.flow import Flow, answer
-from engine.server.ondemand.listing import Listed, listing
+from engine.server.ondemand.listing import listing
 from engine.runtime.ondemand.residency import parse_keep_alive
 from engine.server.ondemand import hold, on_demand, take
 from engine.server.request import json_body
-
-
-def _info(m: Listed) -> dict:
-    """What :func:`O.tag` reads, for a model loaded or not."""
-    return m.info or {
-        "architecture": m.architecture,
-        "quantization": m.quantization,
-        "kind": m.kind,
-        "capabilities": m.capabilities,
-    }
 
 
 async def version(request: Request):
@@ -37,7 +27,7 @@ async def version(request: Request):
 
 
 async def tags(request: Request):
-    return JSONResponse({"models": [O.tag(m.name, _info(m), m.size) for m in listing(request.app.state)]})
+    return JSONResponse({"models": [O.tag(m) for m in listing(request.app.state)]})
 
 
 async def ps(request: Request):
@@ -48,13 +38,12 @@ async def ps(request: Request):
             continue
         left = m.residency.expires_in_s if m.residency is not None else None
         expires = O.iso_in(left) if left is not None else NEVER
-        vram = m.info.get("memory", {}) or {}
         out.append(
             {
-                **O.tag(m.name, _info(m), m.size),
+                **O.tag(m),
                 "expires_at": expires,
-                "size_vram": int(vram.get("offloaded_bytes") or 0),
-                "context_length": m.info.get("n_ctx"),
+                "size_vram": m.info.offloaded_bytes if m.info is not None else 0,
+                "context_length": m.context_length,
             }
         )
     return JSONResponse({"models": out})
@@ -79,10 +68,8 @@ async def show(request: Request):
             name, _ = st.residency.resolve(name)  # another name of a model: answered without loading it
         except NoModelLoadedError:
             pass
-    models = {n: _info(m) for n, m in listed.items()}
-    key = O.model_name(dict(body, model=name) if isinstance(body, dict) and name else body, models)
-    info = models[key]
-    return JSONResponse(O.show(key, info, info.get("chat_template") or ""))
+    key = O.model_name(dict(body, model=name) if isinstance(body, dict) and name else body, listed)
+    return JSONResponse(O.show(listed[key]))
 
 
 async def chat(request: Request):

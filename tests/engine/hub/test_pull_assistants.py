@@ -96,7 +96,7 @@ def test_pull_takes_the_drafter_made_for_the_target_and_it_drafts(cfg, tmp_path)
         )
     )
     try:
-        assert lm.info["drafting"] == "shared"
+        assert lm.info.drafting == "shared"
         prompt = lm.model.prompt_tokens("Hello! Tell me a story.")
         plain = generate(lm.session, prompt, DecodeParams(max_tokens=24, ignore_eog=True)).tokens
         lm.session.reset()

@@ -65,12 +65,12 @@ def pooled(rpc_pair):
 
 def test_model_loads_across_both_servers_with_the_mtp_head_local(pooled, rpc_pair):
     _, info = pooled
-    devices = info["placement"]["devices"]
+    devices = info.placement["devices"]
     assert [d["endpoint"] for d in devices] == [str(s.endpoint) for s in rpc_pair] + [None]
     assert all(d["memory_total"] > 0 for d in devices)
     assert sum(d["layers"] for d in devices) == 4 and all(d["layers"] >= 1 for d in devices)
-    assert info["placement"]["mtp_and_output"] == devices[-1]["name"] and not devices[-1]["remote"]
-    assert info["rpc"] == [str(s.endpoint) for s in rpc_pair] and info["mtp"] == "integrated"
+    assert info.placement["mtp_and_output"] == devices[-1]["name"] and not devices[-1]["remote"]
+    assert list(info.rpc) == [str(s.endpoint) for s in rpc_pair] and info.mtp == "integrated"
 
 
 def test_greedy_and_mtp_output_equal_the_local_run(pooled, local):
@@ -107,7 +107,7 @@ def test_a_separate_head_stays_on_this_machine(fixtures):
         with Engine() as engine:
             spec = LoadSpec(fx.trunk, head=fx.head, mtp=MtpSource.EXTERNAL, n_ctx=512, rpc=(str(proxy.endpoint),))
             info = engine.submit(J.LoadModel(spec)).result(120)
-            assert info["mtp"] == "external" and info["placement"]["devices"][0]["endpoint"] == str(proxy.endpoint)
+            assert info.mtp == "external" and info.placement["devices"][0]["endpoint"] == str(proxy.endpoint)
             per_forward = {}
             for mtp in ("off", "on"):
                 proxy.reset()
@@ -169,7 +169,7 @@ def test_a_server_killed_mid_generation_is_survived_and_the_model_reloads():
         assert "was lost" in msg and "load it again" in msg and str(victim.endpoint) in msg
         assert engine.models() == {}  # unloaded, visibly
         # the engine thread lives on: a plain local load and a pooled reload both work
-        assert engine.submit(J.LoadModel(LoadSpec(demo_model_path(), n_ctx=512))).result(60)["rpc"] == []
+        assert engine.submit(J.LoadModel(LoadSpec(demo_model_path(), n_ctx=512))).result(60).rpc == ()
         victim = start_server()
         engine.submit(J.LoadModel(_spec(helper.endpoint, victim.endpoint))).result(120)
         assert len(_gen(engine, PROMPTS[1], n=16).tokens) == 16
@@ -303,18 +303,18 @@ def test_the_prompt_cache_budget_reaches_the_worker_and_its_figures_come_back(po
         for p in PROMPTS:
             _gen(engine, p, n=24)
         off = engine.prompt_cache_info()
-        assert off["budget_bytes"] == 0 and off["entries"] == 0 and off["bytes"] == 0
+        assert off.budget_bytes == 0 and off.entries == 0 and off.bytes == 0
 
         engine.set_prompt_cache_mb(64)
         for p in PROMPTS:  # the second prompt throws the first conversation's state away: it is saved
             _gen(engine, p, n=24)
         on = engine.prompt_cache_info()
-        assert on["budget_bytes"] == 64 << 20
-        assert on["saved"] > off["saved"] and on["entries"] > 0 and 0 < on["bytes"] <= 64 << 20
+        assert on.budget_bytes == 64 << 20
+        assert on.saved > off.saved and on.entries > 0 and 0 < on.bytes <= 64 << 20
 
         engine.set_prompt_cache_mb(0)  # a smaller budget evicts in the worker too
         _gen(engine, PROMPTS[0], n=4)
         gone = engine.prompt_cache_info()
-        assert gone["entries"] == 0 and gone["bytes"] == 0 and gone["evicted"] >= on["entries"]
+        assert gone.entries == 0 and gone.bytes == 0 and gone.evicted >= on.entries
     finally:
         engine.set_prompt_cache_mb(DEFAULT_PROMPT_CACHE_MB)

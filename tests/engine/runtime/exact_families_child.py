@@ -41,7 +41,7 @@ def main(index: str, out: str) -> None:
             prompt = lm.model.prompt_tokens("Hello! How are you today? Tell me a story about a cat.")
             r = measure(lm, prompt, tokens=24, max_width=4, depths=[1, 2, 3] if lm.source != MtpSource.OFF else [])
             body = dict(
-                r.to_json(), family=name, mtp=lm.source.value, identity=lm.info["identity"], runs=r.to_json()["mtp"]
+                r.to_json(), family=name, mtp=lm.source.value, identity=lm.info.identity, runs=r.to_json()["mtp"]
             )
         finally:
             lm.close()

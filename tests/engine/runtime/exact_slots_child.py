@@ -45,7 +45,7 @@ def main(src: str, out: str) -> None:
         solo.session.reset()
         solo.session.decode_target(toks[:8], logits=LOGITS_ALL, hidden=True)
         rows_alone.append(np.array([solo.session.target.logits(i) for i in range(8)]))
-    identity = solo.info["identity"]
+    identity = solo.info.identity
     solo.close()
 
     lm = load(

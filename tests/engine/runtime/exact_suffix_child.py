@@ -38,7 +38,7 @@ def main(src: str, out: str) -> None:
         print(
             json.dumps(
                 {
-                    "identity": lm.info["identity"],
+                    "identity": lm.info.identity,
                     "same": both.tokens == plain,
                     "suffix_drafted": both.stats.suffix_drafted,
                     "suffix_accepted": both.stats.suffix_accepted,

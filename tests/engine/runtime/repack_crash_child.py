@@ -27,7 +27,7 @@ def main(path: str) -> int:
     buffers = BufferLog.attach()
     lm = load(LoadSpec(path, mtp=MtpSource.INTEGRATED, n_ctx=256, probe=False, fit="off"))
     try:
-        out["unprobed"] = {"extra_bufts": lm.info["extra_bufts"], "repack_notice": lm.info["repack_notice"]}
+        out["unprobed"] = {"extra_bufts": lm.info.extra_bufts, "repack_notice": lm.info.repack_notice}
         prompt = lm.model.prompt_tokens("def add(a, b):")
         g = generate(lm.session, prompt, DecodeParams(max_tokens=8, depth=FixedDepth(2), ignore_eog=True))
         out["unprobed"]["tokens"], out["unprobed"]["drafted"] = len(g.tokens), g.stats.drafted
@@ -35,7 +35,7 @@ def main(path: str) -> int:
         lm.close()
     lm = load(LoadSpec(path, mtp=MtpSource.INTEGRATED, n_ctx=256))  # the load probe's child, then here
     try:
-        out["probed"] = {"extra_bufts": lm.info["extra_bufts"], "fallbacks": lm.info["fallbacks"]}
+        out["probed"] = {"extra_bufts": lm.info.extra_bufts, "fallbacks": lm.info.fallbacks}
     finally:
         lm.close()
     buffers.detach()
@@ -43,7 +43,7 @@ def main(path: str) -> int:
     with Engine() as eng:
         info = eng.submit(J.LoadModel(LoadSpec(path, n_ctx=256, parallel=2))).result(120)
         out["engine"] = {
-            "extra_bufts": info["extra_bufts"],
+            "extra_bufts": info.extra_bufts,
             "tokens": len(eng.submit(J.Generate(prompt="Hi", max_tokens=6)).result(60).tokens),
         }
     print(json.dumps(out))

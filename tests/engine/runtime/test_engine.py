@@ -16,7 +16,7 @@ from engine.runtime.load.loader import LoadSpec, MtpSource
 def engine(fixtures):
     eng = Engine().start()
     info = eng.submit(J.LoadModel(LoadSpec(fixtures["full"].path, mtp=MtpSource.INTEGRATED, name="full"))).result(60)
-    assert info["mtp"] == "integrated" and info["name"] == "full"
+    assert info.mtp == "integrated" and info.name == "full"
     yield eng
     eng.stop()
 

@@ -59,7 +59,7 @@ def test_kv_and_weights_match_llama_cpp_on_an_attention_model(dense, buffers, n_
         assert abs(est.weights_bytes - weights) <= 0.01 * weights + (1 << 20)  # MiB-rounded log line
         (compute,) = _logged(buffers, "compute")
         assert 0.5 * compute <= est.compute_bytes - RUNTIME_BYTES <= 1.6 * compute
-        assert lm.info["memory"]["total_bytes"] == lm.info["fit"]["devices"][0]["need_bytes"] > 0
+        assert lm.info.memory_bytes == lm.info.fit["devices"][0]["need_bytes"] > 0
     finally:
         lm.close()
 
@@ -191,7 +191,7 @@ def test_refusal_before_anything_is_allocated(dense, buffers, monkeypatch):
     # "shrink" lowers the context to what fits; "off" is the user's override
     lm = load(LoadSpec(dense, mtp=MtpSource.OFF, n_ctx=1 << 20, fit="shrink", probe=False))
     try:
-        assert lm.info["n_ctx"] == lm.info["fit"]["max_ctx"] < 32768 and lm.info["n_ctx_requested"] == 1 << 20
+        assert lm.info.n_ctx == lm.info.max_ctx_fits < 32768 and lm.info.n_ctx_requested == 1 << 20
     finally:
         lm.close()
 

@@ -44,9 +44,9 @@ def test_a_crash_on_first_decode_falls_back_to_repacking_off_and_is_remembered(f
     monkeypatch.setenv(CRASH_ENV, "extra-bufts")
     lm = load(LoadSpec(fresh_copy, mtp=MtpSource.INTEGRATED, n_ctx=256))
     try:
-        assert lm.info["extra_bufts"] is False
-        (note,) = lm.info["fallbacks"]
-        assert lm.info["fallbacks_found_now"]
+        assert lm.info.extra_bufts is False
+        (note,) = lm.info.fallbacks
+        assert lm.info.fallbacks_found_now
         assert "SIGSEGV" in note and "repacking" in note and "decoding the first tokens" in note
         g = run(lm, PROMPTS[0], 2)  # and it decodes, with MTP
         assert g.tokens and g.stats.drafted > 0
@@ -57,7 +57,7 @@ def test_a_crash_on_first_decode_falls_back_to_repacking_off_and_is_remembered(f
     assert again.cached and again.use_extra_bufts is False and again.fallbacks == [note]
     lm = load(LoadSpec(fresh_copy, mtp=MtpSource.INTEGRATED, n_ctx=256))  # said once: known now
     try:
-        assert lm.info["fallbacks"] == [note] and not lm.info["fallbacks_found_now"]
+        assert lm.info.fallbacks == (note,) and not lm.info.fallbacks_found_now
     finally:
         lm.close()
 
@@ -70,7 +70,7 @@ def test_a_crash_with_every_setting_is_a_typed_error_and_the_engine_lives_on(fre
             h.result(120)
         monkeypatch.delenv(CRASH_ENV)
         info = eng.submit(J.LoadModel(LoadSpec(fixtures["full"].path, n_ctx=256))).result(120)
-        assert info["fallbacks"] == []
+        assert info.fallbacks == ()
         assert eng.submit(J.Generate(prompt="Hello", max_tokens=4)).result(60).tokens
 
 

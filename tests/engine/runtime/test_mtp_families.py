@@ -108,7 +108,7 @@ def test_chained_heads_cap_the_depth_at_their_count_and_draft_as_deep_exactly(fa
     heads = f["n_nextn"]
     assert heads > 1
     with _loaded(f["target"], MtpSource.INTEGRATED, depth=4) as lm:
-        assert lm.info["drafting"] == "chain" and lm.session.heads == heads
+        assert lm.info.drafting == "chain" and lm.session.heads == heads
         assert lm.max_draft_depth == heads  # capped at the head count
         plain, runs = _runs(lm, depths=(heads,))
         tokens, drafted, accepted = runs[heads]
@@ -192,7 +192,7 @@ def test_gemma4_assistant_drafts_over_the_targets_kv_cache(families):
     is fed into it, and every draft of a round sits at the position after the target's."""
     f = families["gemma4"]
     with _loaded(f["target"], MtpSource.AUTO, head=f["head"]) as lm:
-        assert lm.source == MtpSource.EXTERNAL and lm.info["drafting"] == "shared" and lm.session.shared
+        assert lm.source == MtpSource.EXTERNAL and lm.info.drafting == "shared" and lm.session.shared
         plain, runs = _runs(lm)
         for depth, (tokens, drafted, accepted) in runs.items():
             assert tokens == plain, depth
@@ -261,8 +261,7 @@ def test_refusals_are_typed_errors_in_words(families):
     with _loaded(glm5, MtpSource.AUTO) as lm:  # auto never picks what cannot draft, and says why
         assert lm.source == MtpSource.OFF
         assert (
-            "MTP is off for this model" in lm.info["mtp_off_reason"]
-            and "GLM5-Next NextN graph" in lm.info["mtp_off_reason"]
+            "MTP is off for this model" in lm.info.mtp_off_reason and "GLM5-Next NextN graph" in lm.info.mtp_off_reason
         )
     # where this build cannot load such a file's NextN tensors, the refusal says so (not "damaged")
     why = nextn_load_failure(validate_path(glm5)[1])
@@ -276,9 +275,9 @@ def test_refusals_are_typed_errors_in_words(families):
         _load(two, MtpSource.INTEGRATED)
     with _loaded(two, MtpSource.AUTO) as lm:
         assert lm.source == MtpSource.OFF
-        assert "exactly one NextN layer" in lm.info["mtp_off_reason"]
+        assert "exactly one NextN layer" in lm.info.mtp_off_reason
     with _loaded(families["qwen35moe"]["target"], MtpSource.AUTO) as lm:
-        assert lm.source == MtpSource.INTEGRATED and lm.info["mtp_off_reason"] is None
+        assert lm.source == MtpSource.INTEGRATED and lm.info.mtp_off_reason is None
 
     flat = families["refusals"]["no_recurrent"]
     report, _, _ = validate_path(flat)

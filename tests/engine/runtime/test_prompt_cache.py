@@ -240,9 +240,9 @@ def test_without_a_cache_a_hybrid_model_cannot_resume_an_interleaved_conversatio
 def test_cache_figures_are_reported(engines):
     on, _ = engines
     info = on.prompt_cache_info()
-    assert info["budget_bytes"] == 64 << 20
-    assert info["entries"] == len(_cache(on)) and 0 < info["bytes"] <= info["budget_bytes"]
-    assert info["hits"] > 0 and info["misses"] > 0 and info["restored_tokens"] > 0
+    assert info.budget_bytes == 64 << 20
+    assert info.entries == len(_cache(on)) and 0 < info.bytes <= info.budget_bytes
+    assert info.hits > 0 and info.misses > 0 and info.restored_tokens > 0
 
 
 def test_a_snapshot_restores_bit_for_bit(engines):

@@ -37,10 +37,10 @@ def test_inspect_names_the_files_quantization_not_its_largest_tensor_type(gemma)
 
 def test_loads_with_what_it_needs_known(gemma_lm):
     info = gemma_lm.info
-    assert info["architecture"] == "gemma3" and info["quantization"] == "Q4_K_M"
-    assert info["mtp"] == "off" and info["n_vocab"] == 262144
-    assert info["add_bos"] is True
-    assert "built-in 'gemma'" in info["chat_template"]
+    assert info.architecture == "gemma3" and info.quantization == "Q4_K_M"
+    assert info.mtp == "off" and info.n_vocab == 262144
+    assert info.add_bos is True
+    assert "built-in 'gemma'" in info.chat_template
 
 
 def test_raw_prompt_gets_bos_and_a_story_instead_of_a_loop(gemma_lm):

@@ -80,8 +80,8 @@ def test_where_the_kernels_run_loads_keep_repacking(q4, monkeypatch):
         lm.close()
     finally:
         buffers.detach()
-    assert lm.info["extra_bufts"] is allowed
-    assert (lm.info["repack_notice"] is None) is allowed
+    assert lm.info.extra_bufts is allowed
+    assert (lm.info.repack_notice is None) is allowed
     repacked = {buft for part, buft, _ in buffers.lines if part == "weights"} - PLAIN_BUFFERS
     if allowed and "REPACK = 1" in system_info():  # a build with repacked kernels: Q4_0 takes them
         assert repacked

@@ -55,8 +55,8 @@ def test_each_sequence_equals_its_output_alone(model_path, parallel):
     assert all(len(t) == 32 for t in want)
     if parallel > 1:
         (info,) = slots.values()
-        assert len(info) == parallel and sum(s["requests"] for s in info) == len(jobs)
-        assert all(s["state"] == "idle" for s in info)
+        assert len(info) == parallel and sum(s.requests for s in info) == len(jobs)
+        assert all(not s.busy for s in info)
     drafted = [g.stats.drafted for g, j in zip(got, jobs) if j.mtp != J.Mtp.OFF]
     assert sum(drafted) > 0
 
@@ -129,7 +129,7 @@ def test_prompt_cache_restores_into_a_busy_engine(fixtures):
         info = e.prompt_cache_info()
     assert [r1.tokens, r2.tokens] == want
     # the system prompt's snapshot (a message boundary) is restored for the second
-    assert info["hits"] >= 1 and r2.stats.prompt_tokens_restored > 0
+    assert info.hits >= 1 and r2.stats.prompt_tokens_restored > 0
 
 
 def test_a_full_queue_refuses_work_while_every_slot_is_busy(fixtures):

@@ -126,7 +126,7 @@ def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_o
         info = e.submit(J.LoadModel(LoadSpec(other, n_ctx=256, parallel=2, name="other"), replace=False)).result(120)
         t1 = time.perf_counter()
         still = not stream.done.is_set()
-        assert info["name"] == "other" and set(e.models()) == {"partial", "other"}
+        assert info.name == "other" and set(e.models()) == {"partial", "other"}
         during = [t for t in emitted if t0 < t < t1]
         assert still and len(during) >= 10, (
             f"the stream emitted {len(during)} times in a {t1 - t0:.2f} s load; running after: {still}"

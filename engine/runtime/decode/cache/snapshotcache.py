@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from collections.abc import Callable
 
@@ -54,8 +54,29 @@ DEFAULT_INTERVAL = 2048
 MIN_TAIL = 16
 
 
-#: the figures :meth:`SnapshotCache.info` gives that add up over caches
-CACHE_FIGURES = ("entries", "bytes", "hits", "live", "misses", "saved", "evicted", "skipped", "restored_tokens")
+@dataclass(frozen=True)
+class CacheFigures:
+    """A prompt cache's figures (or several caches' summed, ``+``), for the Server page,
+    /metrics and the prompt-cache benchmark."""
+
+    entries: int = 0  # snapshots held
+    bytes: int = 0  # host memory they take
+    #: the budget each model's cache gets (not summed: every cache has the same)
+    budget_bytes: int = 0
+    hits: int = 0  # prompts resumed from a snapshot
+    live: int = 0  # prompts resumed from what the contexts held
+    misses: int = 0  # prompts decoded from their first token
+    saved: int = 0
+    evicted: int = 0
+    skipped: int = 0  # snapshots not taken: over the budget, or no memory for them
+    restored_tokens: int = 0
+
+    def __add__(self, other: CacheFigures) -> CacheFigures:
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        return CacheFigures(**dict(summed, budget_bytes=max(self.budget_bytes, other.budget_bytes)))
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
 
 
 @dataclass
@@ -249,19 +270,7 @@ class SnapshotCache:
         self.add(snap)
 
     # ------------------------------------------------------------------ report
-    def info(self) -> dict:
+    def info(self) -> CacheFigures:
         """Figures for the Server page and /metrics."""
         with self._lock:
-            s = self.stats
-            return {
-                "entries": len(self._entries),
-                "bytes": self._bytes,
-                "budget_bytes": self.budget,
-                "hits": s.hits,
-                "live": s.live,
-                "misses": s.misses,
-                "saved": s.saved,
-                "evicted": s.evicted,
-                "skipped": s.skipped,
-                "restored_tokens": s.restored_tokens,
-            }
+            return CacheFigures(len(self._entries), self._bytes, self.budget, **asdict(self.stats))

@@ -34,7 +34,7 @@ def policy_path(lm) -> Path:
     settings = [lm.source.value, spec.n_threads, spec.n_gpu_layers, spec.exact, lm.max_draft_depth]
     if spec.rpc:  # a verify's cost over the network is another world: learn it separately, per pool and split
         settings += [*spec.rpc, spec.tensor_split]
-    key = model_key(STORE_VERSION, spec.path, lm.info.get("head"), *settings)
+    key = model_key(STORE_VERSION, spec.path, lm.info.head, *settings)
     return cache_dir() / "adaptive" / f"{key[:32]}.json"
 
 
