@@ -161,7 +161,7 @@ def _embed_rate(url: str, model: str, seconds: float, clients: int = 4) -> float
 def embeddings(llama_server: str | None, rounds: int, seconds: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="mtp-embed-bench-"))
     made = subprocess.run(
-        [sys.executable, "-m", "engine.synth.pooledmodels", str(tmp), "bench", "384", "6", "1536", "6"],
+        [sys.executable, "-m", "tests.synth.pooledmodels", str(tmp), "bench", "384", "6", "1536", "6"],
         capture_output=True,
         text=True,
         env=dict(os.environ, GGML_NO_BACKTRACE="1"),

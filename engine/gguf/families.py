@@ -5,7 +5,7 @@ Read from the llama.cpp that llama-cpp-python 0.3.36 vendors (``src/models/*.cpp
 ``common_speculative_impl_draft_mtp``). Validation, pairing, compose, the loader, the
 library's MTP status, the remote header check (``pull``) and auto's depth range read it;
 adding a family is one :class:`MtpFamily` here (and a fixture in
-:mod:`engine.synth.families`).
+:mod:`tests.synth.families`).
 
 * **How the head ships** (:attr:`MtpFamily.ships`): ``"both"`` — NextN blocks appended to
   the trunk (``blk.{n_layer}.nextn.*``), in the same file or in a separate ``mtp-`` file

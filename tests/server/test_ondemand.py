@@ -34,7 +34,7 @@ BASE = LoadSpec("", n_ctx=4096, parallel=2, probe=True)
 def pooled_files(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("pooled")
     done = subprocess.run(
-        [sys.executable, "-m", "engine.synth.pooledmodels", str(out)],
+        [sys.executable, "-m", "tests.synth.pooledmodels", str(out)],
         capture_output=True,
         text=True,
         timeout=300,

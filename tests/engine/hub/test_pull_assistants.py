@@ -30,7 +30,7 @@ def files(tmp_path_factory):
     out = tmp_path_factory.mktemp("gemma4hub")
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
     done = subprocess.run(
-        [sys.executable, "-m", "engine.synth.families", str(out), "gemma4", "qwen35moe"],
+        [sys.executable, "-m", "tests.synth.families", str(out), "gemma4", "qwen35moe"],
         capture_output=True,
         text=True,
         env=env,

@@ -1,5 +1,5 @@
 """Every MTP family llama.cpp can run, on tiny fixtures laid out by llama.cpp itself
-(engine.synth.families): load, MTP decoding at depths 1-3 and auto identical to plain
+(tests.synth.families): load, MTP decoding at depths 1-3 and auto identical to plain
 decoding, MTP off, chained heads, separate heads (compose where the family ships them
 so, attach where it does not), and a refusal in words wherever llama.cpp would abort."""
 
@@ -51,7 +51,7 @@ def families(tmp_path_factory):
     out = tmp_path_factory.mktemp("families")
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
     done = subprocess.run(
-        [sys.executable, "-m", "engine.synth.families", str(out)], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "tests.synth.families", str(out)], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

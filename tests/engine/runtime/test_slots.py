@@ -28,7 +28,7 @@ def attention_only(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("slotfam")
     env = dict(os.environ, GGML_NO_BACKTRACE="1")
     done = subprocess.run(
-        [sys.executable, "-m", "engine.synth.families", str(out), "glm4moe"],
+        [sys.executable, "-m", "tests.synth.families", str(out), "glm4moe"],
         capture_output=True,
         text=True,
         env=env,
@@ -260,7 +260,7 @@ def test_auto_in_slots_chooses_per_step_and_is_saved_with_the_models_policy(fixt
     restart."""
     from engine.runtime.decode.depth import AUTO
     from engine.runtime.decode.policy.store import policy_path
-    from engine.runtime.request import depth_policy
+    from engine.runtime.decode.policy.store import depth_policy
 
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
     path = fixtures["full"].path

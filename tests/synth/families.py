@@ -17,7 +17,7 @@ its input token, so the head predicts the same successor map. ``noise`` sets how
 blocks add: more noise, less acceptance.
 
 Building the layout runs llama.cpp on metadata, which can abort the process on a bad
-shape: call :func:`write_all` in a child process (``python -m engine.synth.families DIR``).
+shape: call :func:`write_all` in a child process (``python -m tests.synth.families DIR``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.synth.fixturewriter import assistant_layout, fixture_weights, layout, tokenizer_kvs, write_gguf
+from tests.synth.fixturewriter import assistant_layout, fixture_weights, layout, tokenizer_kvs, write_gguf
 
 
 N_CTX = 256

@@ -1,5 +1,5 @@
-"""Writing the tiny fixture models of :mod:`engine.synth.families` and
-:mod:`engine.synth.pooledmodels`: which tensors a family has, asked of llama.cpp itself
+"""Writing the tiny fixture models of :mod:`tests.synth.families` and
+:mod:`tests.synth.pooledmodels`: which tensors a family has, asked of llama.cpp itself
 (:func:`layout`: the metadata written with gguf-py, ``llama_model_init_from_user`` builds the
 model from it and reports its tensors), weights of our choosing (:func:`fixture_weights`: drafts get
 accepted), the demo's tokenizer (:func:`tokenizer_kvs`), and the file written with gguf-py

@@ -1,11 +1,11 @@
 """Tiny models that pool, for tests and benchmarks: embedding models (mean, cls or last
 pooling, like Qwen3-Embedding) and rerankers (rank pooling with a two-label classifier, like
 Qwen3-Reranker), laid out by llama.cpp from their metadata as every fixture in
-:mod:`engine.synth.families` is. Random weights: their vectors mean nothing, but llama.cpp's
+:mod:`tests.synth.families` is. Random weights: their vectors mean nothing, but llama.cpp's
 pooled output for them is what the tests compare.
 
 Building a layout runs llama.cpp on metadata, which can abort the process on a bad shape:
-run it in a child (``python -m engine.synth.pooledmodels DIR``, or with ``bench N_EMBD N_HEAD
+run it in a child (``python -m tests.synth.pooledmodels DIR``, or with ``bench N_EMBD N_HEAD
 N_FF N_LAYER`` for a MiniLM-sized embedding model).
 """
 
@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from engine.synth.families import arch_kvs
-from engine.synth.fixturewriter import fixture_weights, layout, tokenizer_kvs, write_gguf
+from tests.synth.families import arch_kvs
+from tests.synth.fixturewriter import fixture_weights, layout, tokenizer_kvs, write_gguf
 
 
 def write_pooled(
