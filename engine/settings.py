@@ -43,8 +43,14 @@ class MtpPrefs:
 
 @dataclass
 class ChatPrefs:
+    """The chat page's preferences. The page sends them with each reply as the reply's
+    layer of defaults (``Generate.defaults``), never as its own values: a preference left
+    unset (0 where it says so) lets the engine's value through (its request defaults,
+    then the built-in ones: engine.runtime.request), and each is checked where every
+    request's values are. The sampling values are what the page's controls show."""
+
     system_prompt: str = ""
-    #: most tokens a reply may have (0: the engine's)
+    #: most tokens a reply may have (0: unset, the engine's)
     max_tokens: int = 0
     temperature: float = 0.0
     top_p: float = 1.0
@@ -53,7 +59,8 @@ class ChatPrefs:
     sampled_draft: bool = False
     #: draft from the conversation itself too (docs/agent-speed.md)
     suffix_drafts: bool = True
-    #: thinking models: most tokens a reply may think (0: unlimited)
+    #: thinking models: most tokens a reply may think (0: unset, the engine's: unlimited
+    #: unless it sets one)
     thinking_budget: int = 0
 
 

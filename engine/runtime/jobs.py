@@ -54,6 +54,11 @@ class Defaults:
     repeat_penalty: float | None = None
     #: most tokens a reply may think before its think block is closed for it
     thinking_budget: int | None = None
+    #: where a thinking model's thinking goes: "auto" (apart from the content) or "none"
+    #: (left in it); engine.runtime.limits.REASONING_FORMATS
+    reasoning_format: str | None = None
+    #: whether one reply may hold several tool calls
+    parallel_tool_calls: bool | None = None
 
     def over(self, base: Defaults) -> Defaults:
         """This layer on top of ``base``: its values where set, ``base``'s elsewhere."""
@@ -98,13 +103,15 @@ class Generate:
     frequency_penalty: float | None = None
     repeat_penalty: float | None = None
     #: tools the model may call (chat only), which of them (None: auto with tools), and
-    #: whether one reply may hold several calls (None: yes)
+    #: whether one reply may hold several calls (None: the defaults'; yes unless set)
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     #: extra values for the chat template (e.g. ``{"enable_thinking": False}``)
     chat_template_kwargs: dict | None = field(default=None, compare=False)
-    #: "auto": a thinking model's thinking is split from its content; "none": raw text
+    #: "auto": a thinking model's thinking is split from its content; "none": left in it
+    #: ("deepseek", llama-server's name for the split, resolves to "auto"); None: the
+    #: defaults' ("auto" unless set)
     reasoning_format: str | None = None
     #: most tokens the reply may think (None: the defaults'; unlimited unless set)
     thinking_budget: int | None = None

@@ -96,10 +96,16 @@ def check_context_sizes(*, n_ubatch: int, n_batch: int, n_rs_seq: int, depth: in
 # queues a job, the engine when it resolves one): the ranges are written here only.
 
 
-def check_max_tokens(value: object, low: int = 0) -> int:
-    """Tokens to generate: ``low`` or more (0 decodes the prompt only; the endpoint asks
-    for at least 1, as OpenAI's API does)."""
-    return check_int("max_tokens", value, low, param="max_tokens")
+def check_max_tokens(value: object) -> int:
+    """Most tokens a reply may have: 1 or more, from every entry point (an API that
+    requires the field, as Anthropic's does, checks only that it is there)."""
+    return check_int(
+        "max_tokens",
+        value,
+        1,
+        hint=" It is the most tokens the reply may have; leave it out for the default.",
+        param="max_tokens",
+    )
 
 
 def check_stop(stop: object) -> tuple[str, ...]:
@@ -173,6 +179,33 @@ def check_repeat_penalty(value: object) -> float:
 def check_top_logprobs(value: object) -> int:
     """Alternatives per token with its log-probability: 0 to :data:`MAX_TOP_LOGPROBS`."""
     return check_int("top_logprobs", value, 0, MAX_TOP_LOGPROBS, param="top_logprobs")
+
+
+def check_flag(name: str, value: object) -> bool:
+    """An on/off value: ``True`` or ``False`` (not a truthy string such as ``"false"``)."""
+    if not isinstance(value, bool):
+        raise InvalidSettingError(f"{name} must be true or false, got {value!r}", param=name)
+    return value
+
+
+#: what ``reasoning_format`` may be, and what each value means here: where a thinking
+#: model's thinking goes. ``"auto"`` splits it from the content (the reply's reasoning,
+#: ``reasoning_content`` in the chat API); ``"none"`` leaves it in the content, markers and
+#: all. ``"deepseek"`` is llama-server's name for the split, which its ``"auto"`` also
+#: means: it is taken as ``"auto"`` (the markers are the model's template's, whatever the
+#: family). llama-server's ``"deepseek-legacy"`` (the thinking in both places) is refused.
+REASONING_FORMATS = {"auto": "auto", "deepseek": "auto", "none": "none"}
+
+
+def check_reasoning_format(value: object) -> str:
+    """``"auto"`` or ``"none"`` (:data:`REASONING_FORMATS`: ``"deepseek"`` is ``"auto"``)."""
+    if not isinstance(value, str) or value not in REASONING_FORMATS:
+        raise InvalidSettingError(
+            f"reasoning_format must be 'auto' (thinking apart from the content, in reasoning_content; "
+            f"'deepseek' means the same) or 'none' (thinking left in the content), got {value!r}",
+            param="reasoning_format",
+        )
+    return REASONING_FORMATS[value]
 
 
 #: the largest thinking budget accepted (tokens)

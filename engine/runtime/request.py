@@ -6,24 +6,21 @@ left out is ``None``. Two steps turn it into a decode, both here:
 
 * :func:`resolve` (no model needed) fills each value left out from the defaults, in
   layers — the job's own, then the submitter's (``Generate.defaults``: the endpoint's
-  settings), then the engine's (:data:`INTERACTIVE` for the app, ``serve`` and
+  settings, the chat page's preferences), then the engine's (:data:`INTERACTIVE` for the app, ``serve`` and
   ``generate``), then :data:`BUILTIN` — and checks every value with
-  :mod:`engine.runtime.limits`, the one place ranges are written. It also normalizes the
+  :mod:`engine.runtime.limits`, the one place ranges are written (an API checks only the
+  JSON types of its fields, and that a field it requires is there). It also normalizes the
   conversation (tool calls' arguments, tool results) and decides ``tool_choice``. A
   resolved job is complete and marked so: the endpoint resolves before it queues a job
   (a bad value is its 400 at once) and nothing resolves it again — not the engine thread,
   not the worker process a model pooled over RPC runs in, which therefore runs exactly
   what a local one would.
-* :func:`prepare` meets the model: renders and tokenizes the prompt (reusing the
-  conversation's tokens), takes the model's limits (its end tokens, its deepest draft)
-  and chooses the draft source and depth policy, giving :class:`Prepared`.
-
-Tools and reasoning hook in here: :func:`prepare` renders the tools and the template's
-own arguments with what was found of the template when the model loaded (its call format
-and thinking markers: ``ChatTemplate.calls``/``thinking``), reads whether the reply
-starts thinking from the rendered prompt, and gives one grammar for the whole reply
-(:mod:`engine.runtime.prompt.replygrammar`) and the plan the reply is split by
-(:class:`ReplyPlan`).
+* :func:`prepare` meets the model: has the conversation rendered
+  (:mod:`engine.runtime.prompt.render`, with the tools, the template's own arguments and
+  what the reply is split by) and tokenizes it (reusing the conversation's tokens), takes
+  the model's limits (its end tokens, its deepest draft), gives one grammar for the whole
+  reply (:mod:`engine.runtime.prompt.replygrammar`) and the depth policy
+  (:func:`engine.runtime.decode.policy.store.depth_policy`), giving :class:`Prepared`.
 """
 
 from __future__ import annotations
@@ -36,27 +33,27 @@ from engine.runtime.decode.depth import AUTO, DraftDepth, Mtp
 from engine.runtime.decode.grammar import Constraint, GrammarSpec, compile_grammar
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.penalties import Penalties
-from engine.runtime.decode.policy.base import DepthPolicy, FixedDepth
+from engine.runtime.decode.policy.store import depth_policy
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model
 from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer, shown_markers
 from engine.runtime.load.loader import LoadedModel, MtpSource
-from engine.runtime.prompt import cachepoints, toolturns
+from engine.runtime.prompt import cachepoints
 from engine.runtime.prompt.chat import template_kwargs
 from engine.runtime.prompt.reasoning import Thinking
-from engine.runtime.prompt.reply import ReplyParser
-from engine.runtime.prompt.tokenized import TokenizedTexts
+from engine.runtime.prompt.render import RenderedChat, ReplyPlan, render_chat
 from engine.runtime.prompt.replygrammar import reply_grammar
-from engine.runtime.prompt.calls import ToolFormat
-from engine.runtime.prompt.tools import Tool, ToolChoice, check_tool_schemas, normalize_messages
+from engine.runtime.prompt.tokenized import TokenizedTexts
+from engine.runtime.prompt.tools import ToolChoice, check_tool_schemas, normalize_messages
 
 _OFF = SamplingParams()  # the decoder's neutral values: greedy, no top-p/top-k cut
 _NO_PENALTY = Penalties()
 
 #: The one table of built-in values: what a request gets when no layer sets one (plain
-#: greedy, MTP on at depth 1, no penalties, thinking unlimited). Every caller passes only
-#: what its user set — as the job's own values or as a layer of :class:`Defaults`.
+#: greedy, MTP on at depth 1, no penalties, thinking unlimited and split from the content,
+#: tool calls several to a reply). Every caller passes only what its user set — as the
+#: job's own values or as a layer of :class:`Defaults`.
 BUILTIN = Defaults(
     max_tokens=256,
     temperature=_OFF.temperature,
@@ -70,6 +67,8 @@ BUILTIN = Defaults(
     frequency_penalty=_NO_PENALTY.frequency,
     repeat_penalty=_NO_PENALTY.repeat,
     thinking_budget=None,
+    reasoning_format="auto",
+    parallel_tool_calls=True,
 )
 #: The engine layer of what people use — the app (its chat page and endpoint), ``serve``
 #: and ``generate``: auto depth, drafts from the conversation beside the head's
@@ -83,24 +82,15 @@ _DEFAULTED = tuple(f.name for f in fields(Defaults))
 
 def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
     """``job`` with every value decided and checked, marked resolved (a resolved job is
-    returned as it is). Raises :class:`InvalidRequestError` naming the field at fault."""
+    returned as it is). Raises :class:`InvalidRequestError` naming the field at fault.
+    Needs no model; any thread (an endpoint resolves on its own before it queues)."""
     if job.resolved:
         return job
-    layers = BUILTIN if engine_defaults is None else engine_defaults.over(BUILTIN)
-    if job.defaults is not None:
-        layers = job.defaults.over(layers)
-    values = {name: getattr(job, name) for name in _DEFAULTED}
-    values = {name: getattr(layers, name) if v is None else v for name, v in values.items()}
-    try:
-        mtp = Mtp(values["mtp"])
-    except ValueError:
-        raise InvalidRequestError(f"mtp must be 'on' or 'off', got {values['mtp']!r}", param="mtp") from None
+    values = _layered(job, engine_defaults)
     if job.grammar is not None:
         compile_grammar(job.grammar)  # a grammar that cannot be used is refused before the job runs
     if job.tools:
         check_tool_schemas(job.tools)
-    if job.reasoning_format not in (None, "auto", "deepseek", "none"):
-        raise InvalidRequestError("reasoning_format must be 'auto', 'deepseek' or 'none'", param="reasoning_format")
     template_kwargs(job.chat_template_kwargs)
     budget = values["thinking_budget"]
     return replace(
@@ -112,15 +102,17 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
         top_k=limits.check_top_k(values["top_k"]),
         seed=limits.check_seed(job.seed),
         stop=limits.check_stop(job.stop),
-        mtp=mtp,
+        mtp=_mtp(values["mtp"]),
         draft_depth=_depth(values["draft_depth"]),
-        sampled_draft=bool(values["sampled_draft"]),
-        suffix_drafts=bool(values["suffix_drafts"]),
+        sampled_draft=limits.check_flag("sampled_draft", values["sampled_draft"]),
+        suffix_drafts=limits.check_flag("suffix_drafts", values["suffix_drafts"]),
         presence_penalty=limits.check_penalty("presence_penalty", values["presence_penalty"]),
         frequency_penalty=limits.check_penalty("frequency_penalty", values["frequency_penalty"]),
         repeat_penalty=limits.check_repeat_penalty(values["repeat_penalty"]),
         logprobs=None if job.logprobs is None else limits.check_top_logprobs(job.logprobs),
         thinking_budget=None if budget is None else limits.check_thinking_budget(budget),
+        reasoning_format=limits.check_reasoning_format(values["reasoning_format"]),
+        parallel_tool_calls=limits.check_flag("parallel_tool_calls", values["parallel_tool_calls"]),
         # offered tools may be called unless the request says otherwise
         tool_choice=job.tool_choice or ToolChoice("auto" if job.tools else "none"),
         defaults=None,
@@ -128,29 +120,28 @@ def resolve(job: Generate, engine_defaults: Defaults | None = None) -> Generate:
     )
 
 
+def _layered(job: Generate, engine_defaults: Defaults | None) -> dict[str, object]:
+    """Each defaulted value from the first layer that sets it: the job's own, the
+    submitter's (``job.defaults``), the engine's, :data:`BUILTIN`."""
+    layers = BUILTIN if engine_defaults is None else engine_defaults.over(BUILTIN)
+    if job.defaults is not None:
+        layers = job.defaults.over(layers)
+    own = {name: getattr(job, name) for name in _DEFAULTED}
+    return {name: getattr(layers, name) if v is None else v for name, v in own.items()}
+
+
+def _mtp(value: object) -> Mtp:
+    try:
+        return Mtp(value)
+    except ValueError:
+        raise InvalidRequestError(f"mtp must be 'on' or 'off', got {value!r}", param="mtp") from None
+
+
 def _depth(value: object) -> DraftDepth:
     try:
         return DraftDepth.parse(value)
     except InvalidRequestError as e:
         raise InvalidRequestError(str(e), param="draft_depth") from None
-
-
-@dataclass(frozen=True)
-class ReplyPlan:
-    """How a chat reply is split into thinking, content and tool calls."""
-
-    #: the template's thinking markers (None: no split, or ``reasoning_format: none``)
-    thinking: Thinking | None = None
-    #: the prompt left a think block open: the reply starts thinking
-    in_thinking: bool = False
-    #: the call format to parse (None: no tools offered, or tool_choice none)
-    fmt: ToolFormat | None = None
-    tools: tuple[Tool, ...] = ()
-
-    def parser(self) -> ReplyParser | None:
-        if self.thinking is None and self.fmt is None:
-            return None
-        return ReplyParser(self.thinking, self.in_thinking, self.fmt, self.tools)
 
 
 @dataclass
@@ -172,57 +163,26 @@ class Prepared:
 
 def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     """The prompt tokens and decode parameters of a resolved ``job`` on ``lm``
-    (``texts``: the model's recent conversations, whose tokens are reused)."""
+    (``texts``: the model's recent conversations, whose tokens are reused). Runs where the
+    job is prepared: the engine thread, or a request's own thread for a model with slots."""
     assert job.resolved, "prepare takes a resolved job (engine.runtime.request.resolve)"
     model = lm.model
-    prompt_text = None
-    end_tokens: frozenset[int] = frozenset()
-    end_strings: tuple[str, ...] = ()
-    plan: ReplyPlan | None = None
-    think: Thinking | None = None
-    grammar = job.grammar
-    points: tuple[int, ...] = ()
     snapshots = lm.snapshots is not None and lm.snapshots.snapshots_in_prefill(model.restores_cut_back)
+    chat: RenderedChat | None = None
+    text: str | None = None
     if job.messages is not None:
-        template = lm.template
-        prompt_text, plan, think, offsets = _render_chat(job, template, model, points=snapshots)
-        # a template that thinks, whose prompt neither opens nor closes the block: the model
-        # may open it itself, and a budget bounds it there too
-        may_open = (
-            template.thinking
-            if (
-                think is None
-                and template.thinking is not None
-                and not prompt_text.rstrip().endswith(template.thinking.end)
-            )
-            else None
-        )
-        # a template that writes the BOS token gets no second one
-        body = texts.tokenize(prompt_text, model.tokenize)
-        prompt = model.with_bos(body)
-        if offsets:
-            points = cachepoints.token_points(offsets, prompt_text, prompt, model.tokenize, len(prompt) - len(body))
-        end_tokens, end_strings = template.end_tokens, template.end_strings
-        grammar = reply_grammar(
-            lit=grammar_literal(model),
-            thinking=think,
-            budget=job.thinking_budget,
-            answer=job.grammar,
-            fmt=plan.fmt,
-            tools=job.tools,
-            choice=job.tool_choice,
-            parallel=job.parallel_tool_calls is not False,
-            may_open=may_open,
-        )
+        chat = _render(job, lm, points=snapshots)
+        text = chat.text
+        prompt, points = _tokenize(text, model, texts, chat.offsets)
     elif isinstance(job.prompt, str):
-        prompt_text = job.prompt
-        prompt = model.with_bos(texts.tokenize(prompt_text, model.tokenize))
+        text = job.prompt
+        prompt, _ = _tokenize(text, model, texts)
         # a completion sent again (a retry, another sample) resumes one token before its end
         points = (len(prompt) - 1,) if snapshots else ()
     elif isinstance(job.prompt, list):
         if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < model.n_vocab for t in job.prompt):
             raise InvalidRequestError(f"prompt token ids must be integers in [0, {model.n_vocab})", param="prompt")
-        prompt = list(job.prompt)
+        prompt, points = list(job.prompt), ()
     else:
         raise InvalidRequestError("give either a prompt or messages", param="prompt")
     if not prompt:
@@ -230,12 +190,10 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     assert job.max_tokens is not None and job.temperature is not None and job.top_p is not None
     assert job.top_k is not None and isinstance(job.draft_depth, DraftDepth)
     assert job.presence_penalty is not None and job.frequency_penalty is not None and job.repeat_penalty is not None
+    template = lm.template
+    end_tokens, end_strings = (template.end_tokens, template.end_strings) if chat is not None else (frozenset(), ())
+    grammar = _reply_grammar(job, model, chat) if chat is not None else job.grammar
     speculate = job.mtp is Mtp.ON and lm.source != MtpSource.OFF
-    shown = lm.template.thinking if job.messages is not None else None  # the model may open it itself
-    markers = (
-        *(plan.fmt.markers if plan is not None and plan.fmt is not None else ()),
-        *((shown.start, shown.end, *shown.answer_headers, *shown.answer_markers) if shown is not None else ()),
-    )
     params = DecodeParams(
         max_tokens=job.max_tokens,
         stop=(*job.stop, *end_strings),
@@ -248,73 +206,68 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
         constraint=_constraint(grammar, model, end_tokens) if grammar is not None else None,
         logprobs=job.logprobs,
         penalties=Penalties(job.presence_penalty, job.frequency_penalty, job.repeat_penalty),
-        shown_tokens=shown_markers(model, markers) if markers else frozenset(),
+        shown_tokens=_shown_tokens(model, chat, template.thinking) if chat is not None else frozenset(),
         cache_points=points,
     )
-    return Prepared(prompt, prompt_text, params, plan)
+    return Prepared(prompt, text, params, chat.plan if chat is not None else None)
 
 
-def _render_chat(
-    job: Generate, template, model: Model, *, points: bool
-) -> tuple[str, ReplyPlan, Thinking | None, list[int]]:
-    """The chat prompt with the request's tools and template arguments, how its reply will
-    be split, the thinking markers when the reply starts thinking, and (with ``points``)
-    the text offsets worth a prompt-cache snapshot (:mod:`engine.runtime.prompt.cachepoints`)."""
-    tools = job.tools
-    assert job.tool_choice is not None and job.messages is not None  # resolved: normalized
-    offered = tools if job.tool_choice.mode != "none" else ()
-    messages, tool_list, fmt = toolturns.conversation(template.calls, job.messages, offered)
+def _render(job: Generate, lm: LoadedModel, *, points: bool) -> RenderedChat:
+    """The job's conversation rendered by the model's template, as the job decided."""
+    assert job.messages is not None and job.tool_choice is not None  # resolved: normalized
+    return render_chat(
+        lm.template,
+        lm.model,
+        job.messages,
+        tools=job.tools,
+        choice=job.tool_choice,
+        extra=job.chat_template_kwargs,
+        split_thinking=job.reasoning_format != "none",
+        points=points,
+    )
 
-    def render(msgs: list[dict], add_generation_prompt: bool = True) -> str:
-        return template.render(
-            msgs,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=model.token_text(model.bos) if model.add_bos and model.bos >= 0 else "",
-            eos_token=model.token_text(model.eos) if model.eos >= 0 else "",
-            tools=tool_list,
-            extra=job.chat_template_kwargs,
-        )
 
-    try:
-        text = render(messages)
-    except InvalidRequestError:
-        # agents send several system messages (Codex: instructions, then a developer
-        # message; pydantic-ai's retry prompt mid-conversation), which many templates refuse
-        # (Qwen3.5: "System message must be at the beginning"): the leading ones are then
-        # merged into one and later ones given as user turns, and only if the template still
-        # refuses is it the request's 400
-        folded = toolturns.fit_system_messages(messages)
-        if folded == messages:
-            raise
-        text = render(folded)
-        messages = folded
-    markers = template.thinking
-    in_thinking = markers is not None and markers.opens(text)
-    plan = ReplyPlan(markers if job.reasoning_format != "none" else None, in_thinking, fmt, tools)
-    offsets = []
-    if points:
-        # what a rendering for these arguments and tools tells is kept with the template
-        key = (repr(sorted((job.chat_template_kwargs or {}).items())), repr(tool_list))
-        offsets = cachepoints.text_points(render, messages, text, template.points, key)
-    return text, plan, markers if in_thinking else None, offsets
+def _tokenize(
+    text: str, model: Model, texts: TokenizedTexts, offsets: tuple[int, ...] = ()
+) -> tuple[list[int], tuple[int, ...]]:
+    """``text`` as prompt tokens (the earlier turns' tokens reused; a BOS added unless the
+    text writes one), and the prompt positions of the text ``offsets``."""
+    body = texts.tokenize(text, model.tokenize)
+    prompt = model.with_bos(body)
+    if not offsets:
+        return prompt, ()
+    return prompt, cachepoints.token_points(list(offsets), text, prompt, model.tokenize, len(prompt) - len(body))
+
+
+def _reply_grammar(job: Generate, model: Model, chat: RenderedChat) -> GrammarSpec | None:
+    """One grammar for the whole chat reply: its thinking (and budget), the answer's own
+    grammar, and the tool calls it may hold (None: nothing to constrain)."""
+    return reply_grammar(
+        lit=grammar_literal(model),
+        thinking=chat.thinking,
+        budget=job.thinking_budget,
+        answer=job.grammar,
+        fmt=chat.plan.fmt,
+        tools=job.tools,
+        choice=job.tool_choice,
+        parallel=bool(job.parallel_tool_calls),
+        may_open=chat.may_open,
+    )
+
+
+def _shown_tokens(model: Model, chat: RenderedChat, thinking: Thinking | None) -> frozenset[int]:
+    """The control tokens of the markers a chat reply is parsed by (its call format's, the
+    template's thinking ones, which the model may write even where the prompt opened no
+    block): shown as their text so the parser sees them."""
+    fmt = chat.plan.fmt
+    markers = (
+        *(fmt.markers if fmt is not None else ()),
+        *((thinking.start, thinking.end, *thinking.answer_headers, *thinking.answer_markers) if thinking else ()),
+    )
+    return shown_markers(model, markers) if markers else frozenset()
 
 
 def _constraint(spec: GrammarSpec, model: Model, end_tokens: frozenset[int]) -> Constraint:
     """A fresh matcher for one generation, over the model's vocabulary as llguidance sees
     it (built once per model and set of end tokens)."""
     return Constraint(grammar_tokenizer(model, end_tokens), compile_grammar(spec), model.n_vocab)
-
-
-def depth_policy(lm: LoadedModel, depth: DraftDepth) -> DepthPolicy:
-    """The policy for ``depth`` on ``lm``: auto's is one per loaded model, starting from
-    what this machine learned before; a fixed depth must fit the contexts' sizing."""
-    if depth.is_auto:
-        return lm.auto_depth()
-    assert depth.fixed is not None
-    if depth.fixed > lm.max_draft_depth:
-        raise InvalidRequestError(
-            f"draft depth {depth.fixed} exceeds this model's maximum of {lm.max_draft_depth} "
-            "(reload it with a larger max draft depth)",
-            param="draft_depth",
-        )
-    return FixedDepth(depth.fixed)

@@ -180,7 +180,7 @@ def parse(
 ) -> MessagesRequest:
     model = model_of(body, models)
     max_tokens = body.get("max_tokens")
-    if not count_only and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+    if not count_only and max_tokens is None:  # Anthropic's API requires it; its range is the decider's
         raise bad("'max_tokens' is required: the most tokens the reply may have (an integer >= 1)", "max_tokens")
     messages = conversation(body)
     tools, skipped = function_tools(body.get("tools"), _function)

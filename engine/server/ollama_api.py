@@ -3,11 +3,12 @@ Ollama (VS Code Copilot, Open WebUI, Continue, Cline, aider's ``ollama_chat/``, 
 
 ``/api/chat`` and ``/api/generate`` take ``messages`` (with ``tool_calls``, ``thinking``
 and tool results) or a ``prompt``, ``tools``, ``think`` (on/off, or an effort), ``format``
-(``"json"`` or a JSON schema: the job's grammar) and ``options`` (``num_predict``,
-``temperature``, ``top_p``, ``top_k``, ``seed``, ``stop``; ``num_ctx`` is honoured up to the
-loaded context and refused with words beyond it); ``keep_alive`` sets how long the model
-stays loaded after the reply (engine.runtime.ondemand; a body without a prompt only loads,
-or with ``keep_alive: 0`` unloads). Replies stream as NDJSON, one object a line, the last with ``done: true``
+(``"json"`` or a JSON schema: the job's grammar) and ``options`` (``num_predict``, whose "no
+limit" values, 0 and below, give the defaults' length, ``temperature``, ``top_p``,
+``top_k``, ``seed``, ``stop``; ``num_ctx`` is honoured up to the loaded context and refused
+with words beyond it); ``keep_alive`` sets how long the model stays loaded after the reply
+(engine.runtime.ondemand; a body without a prompt only loads, or with ``keep_alive: 0``
+unloads). Replies stream as NDJSON, one object a line, the last with ``done: true``
 and Ollama's counts and durations. The job is decided where every request is
 (:meth:`Engine.resolve <engine.runtime.engine.Engine.resolve>`).
 """
@@ -181,6 +182,22 @@ def _think(raw: Any) -> tuple[dict | None, int | None]:
     raise bad("'think' must be true, false, 'low', 'medium' or 'high'", "think")
 
 
+def _num_predict(opts: dict) -> int | None:
+    """``options.num_predict`` as the job's ``max_tokens`` (None: the defaults'). Its JSON
+    type is checked here; its range, like every API's ``max_tokens``, by the decider.
+
+    Ollama's runner limits a reply only for a positive ``num_predict``: -1 is documented as
+    "no limit", -2 as "fill the context", and 0 limits nothing either. Those are its words
+    for "no limit of the request's own", not values out of range: a reply here is always
+    bounded, so they take the defaults' length."""
+    n = opts.get("num_predict")
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise bad("options.num_predict must be a whole number (the most tokens the reply may have)", "num_predict")
+    return n if n > 0 else None
+
+
 def parse(
     body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaults: J.Defaults | None, *, chat: bool
 ) -> OllamaRequest:
@@ -219,9 +236,7 @@ def parse(
     mtp, depth = mtp_of(body)
     job = J.Generate(
         model=name,
-        max_tokens=opts.get("num_predict")
-        if isinstance(opts.get("num_predict"), int) and opts["num_predict"] > 0
-        else None,
+        max_tokens=_num_predict(opts),
         stop=tuple(stop) if isinstance(stop, list) else ((stop,) if isinstance(stop, str) else ()),
         temperature=opts.get("temperature"),
         top_p=opts.get("top_p"),

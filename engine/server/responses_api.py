@@ -112,37 +112,40 @@ def parse(
     kwargs, budget = _reasoning(body.get("reasoning"))
     max_tokens = get(body, "max_output_tokens", (int,), None)
     stop = body.get("stop")  # not OpenAI's, but llama-server's and agents' habit
-    job = J.Generate(
-        model=model,
-        messages=messages,
-        max_tokens=max_tokens,
-        stop=tuple(stop) if isinstance(stop, list) else ((stop,) if isinstance(stop, str) else ()),
-        **sampling_of(body),
-        grammar=_format(body.get("text")),
-        tools=parsed_tools,
-        tool_choice=choice,
-        parallel_tool_calls=get(body, "parallel_tool_calls", (bool,), None),
-        chat_template_kwargs=kwargs,
-        thinking_budget=budget,
-        rounds=False,
-        defaults=defaults,
+    job = resolve(
+        J.Generate(
+            model=model,
+            messages=messages,
+            max_tokens=max_tokens,
+            stop=tuple(stop) if isinstance(stop, list) else ((stop,) if isinstance(stop, str) else ()),
+            **sampling_of(body),
+            grammar=_format(body.get("text")),
+            tools=parsed_tools,
+            tool_choice=choice,
+            parallel_tool_calls=get(body, "parallel_tool_calls", (bool,), None),
+            chat_template_kwargs=kwargs,
+            thinking_budget=budget,
+            rounds=False,
+            defaults=defaults,
+        )
     )
     echo = {
         "instructions": instructions,
         "tools": [t for t in (body.get("tools") or []) if isinstance(t, dict) and t.get("type") == "function"],
         "tool_choice": body.get("tool_choice", "auto"),
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        # what the job runs with, decided by the one decider (a default is not written twice)
+        "parallel_tool_calls": job.parallel_tool_calls,
         "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
         "text": body.get("text") or {"format": {"type": "text"}},
         "metadata": body.get("metadata") or {},
         "max_output_tokens": max_tokens,
-        "temperature": body.get("temperature", 1.0),
-        "top_p": body.get("top_p", 1.0),
+        "temperature": job.temperature,
+        "top_p": job.top_p,
         "truncation": "disabled",
         "user": body.get("user"),
     }
     return ResponsesRequest(
-        resolve(job),
+        job,
         model,
         bool(get(body, "stream", (bool,), False)),
         bool(get(body, "store", (bool,), True)),

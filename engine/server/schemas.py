@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.runtime import jobs as J
-from engine.runtime import limits
 from engine.runtime.decode.depth import AUTO_TEXT, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
 from engine.errors import InvalidRequestError
@@ -66,8 +65,6 @@ def _common(body: dict, models: dict[str, ModelInfo]) -> dict[str, Any]:
     if body.get("functions") or body.get("function_call"):
         raise bad("'functions' is OpenAI's retired form: send 'tools' (and 'tool_choice') instead", "functions")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None:
-        limits.check_max_tokens(max_tokens, low=1)
     stream = bool(get(body, "stream", (bool,), False))
     opts = get(body, "stream_options", (dict,), {}) or {}
     include_usage = bool(opts.get("include_usage", False))

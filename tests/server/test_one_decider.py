@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import pytest
 
+from engine.errors import InvalidRequestError
 from engine.runtime import engine as engine_mod
 from engine.runtime import jobs as J
 from engine.runtime import request as request_mod
 from engine.runtime.engine import Engine, EngineDefaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
+from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt import calls, reasoning
 from engine.runtime.prompt.templates import ChatTemplate
-from engine.runtime.request import INTERACTIVE
+from engine.runtime.prompt.tokenized import TokenizedTexts
+from engine.runtime.request import BUILTIN, INTERACTIVE
+from engine.server import messages_api, ollama_api, responses_api, schemas
+from engine.server.errors import HTTPError
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
@@ -106,3 +111,95 @@ def test_template_facts_are_found_at_load_not_per_request(qwen_server, monkeypat
     # the second request: its prompt alone (the system prompt's end and the generation
     # prompt were learned by the first)
     assert first > 1 and len(renders) - first == 1  # the first also learned where snapshots go
+
+
+# ------------------------------------------------------- every API, one decider
+MODELS = {"m": ModelInfo(name="m", path="m.gguf", n_ctx=512)}
+ASK = [{"role": "user", "content": "Hi"}]
+
+
+def _decide(job: J.Generate) -> J.Generate:
+    return request_mod.resolve(job, INTERACTIVE)
+
+
+def _job(api: str, body: dict, defaults: J.Defaults | None = None) -> J.Generate:
+    """``body`` (the model and the conversation added) as ``api``'s parser decides it."""
+    if api == "chat":
+        return schemas.parse_chat({"model": "m", "messages": ASK, **body}, MODELS, _decide, defaults).job
+    if api == "completions":
+        return schemas.parse_completion({"model": "m", "prompt": "Hi", **body}, MODELS, _decide, defaults).job
+    if api == "responses":
+        return responses_api.parse({"model": "m", "input": "Hi", **body}, MODELS, _decide, defaults).job
+    if api == "messages":
+        return messages_api.parse({"model": "m", "messages": ASK, **body}, MODELS, _decide, defaults).job
+    assert api == "ollama"
+    return ollama_api.parse({"model": "m", "messages": ASK, **body}, MODELS, _decide, defaults, chat=True).job
+
+
+#: each API's name for the reply's length
+LENGTH = {
+    "chat": "max_tokens",
+    "completions": "max_tokens",
+    "responses": "max_output_tokens",
+    "messages": "max_tokens",
+}
+
+
+@pytest.mark.parametrize("api", LENGTH)
+@pytest.mark.parametrize("bad", [0, -5])
+def test_every_api_bounds_the_reply_length_by_the_deciders_one_rule(api, bad):
+    with pytest.raises(InvalidRequestError) as direct:
+        request_mod.resolve(J.Generate(prompt="x", max_tokens=bad))
+    with pytest.raises(InvalidRequestError) as err:
+        _job(api, {LENGTH[api]: bad})
+    assert (type(err.value), err.value.param, str(err.value)) == (type(direct.value), "max_tokens", str(direct.value))
+    assert _job(api, {LENGTH[api]: 1}).max_tokens == 1
+
+
+def test_messages_requires_max_tokens_in_its_own_words():
+    with pytest.raises(HTTPError) as err:
+        _job("messages", {})
+    assert err.value.status == 400 and err.value.param == "max_tokens" and "required" in str(err.value)
+
+
+def test_ollama_num_predict_no_limit_values_take_the_default_and_a_non_number_is_refused():
+    for n in (0, -1, -2):  # Ollama limits nothing for these: here the defaults' length
+        assert _job("ollama", {"options": {"num_predict": n}}).max_tokens == INTERACTIVE.max_tokens
+    assert _job("ollama", {"options": {"num_predict": 7}}).max_tokens == 7
+    with pytest.raises(HTTPError) as err:
+        _job("ollama", {"options": {"num_predict": 2.5}})  # no longer ignored in silence
+    assert err.value.param == "num_predict" and "whole number" in str(err.value)
+
+
+def test_the_responses_api_echoes_the_values_the_job_runs_with():
+    echo = responses_api.parse({"model": "m", "input": "Hi"}, MODELS, _decide, None).echo
+    assert (echo["temperature"], echo["top_p"]) == (BUILTIN.temperature, BUILTIN.top_p)  # not OpenAI's 1.0
+    assert echo["parallel_tool_calls"] is BUILTIN.parallel_tool_calls
+    echo = responses_api.parse(
+        {"model": "m", "input": "Hi", "parallel_tool_calls": False},
+        MODELS,
+        _decide,
+        J.Defaults(temperature=0.5),
+    ).echo
+    assert echo["temperature"] == 0.5 and echo["parallel_tool_calls"] is False
+
+
+def test_reasoning_format_is_decided_once_for_the_chat_api():
+    assert _job("chat", {"reasoning_format": "deepseek"}).reasoning_format == "auto"
+    assert _job("chat", {}).reasoning_format == "auto" and _job("chat", {}).parallel_tool_calls is True
+    with pytest.raises(InvalidRequestError) as err:
+        _job("chat", {"reasoning_format": "deepseek-legacy"})
+    assert err.value.param == "reasoning_format"
+
+
+@pytest.mark.parametrize("fmt,split", [("auto", True), ("deepseek", True), ("none", False)])
+def test_reasoning_format_decides_whether_the_reply_is_split(qwen_server, fmt, split):
+    """What a decided ``reasoning_format`` does when the prompt is rendered: the thinking
+    markers go to the reply's parser ("deepseek" as "auto"), or not at all ("none")."""
+    eng, _srv = qwen_server
+    job = eng.resolve(J.Generate(messages=list(CHAT), reasoning_format=fmt))
+    plan = eng.submit(
+        J.Call(lambda st, _c, _e: request_mod.prepare(job, st.get("q"), TokenizedTexts()).reply, access="read")
+    ).result(30)
+    assert plan.in_thinking  # the template opens the block either way
+    assert (plan.thinking is not None) is split

@@ -231,7 +231,7 @@ def test_engine_keeps_one_auto_policy_per_model_and_it_survives_a_restart(fixtur
     from engine.runtime.decode.depth import AUTO
     from engine.runtime.decode.policy.store import load_policy, policy_path
     from engine.runtime.engine import Engine
-    from engine.runtime.request import depth_policy
+    from engine.runtime.decode.policy.store import depth_policy
 
     monkeypatch.setenv("MTP_STUDIO_HOME", str(tmp_path / "home"))
     model = tmp_path / "random.gguf"

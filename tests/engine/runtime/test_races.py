@@ -14,7 +14,7 @@ from engine.runtime.decode.depth import DraftDepth
 from engine.runtime.llama.model import Model
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.runtime.prompt.tokenized import TokenizedTexts
-from engine.runtime.request import depth_policy
+from engine.runtime.decode.policy.store import depth_policy
 from engine.synth.demo import demo_model_path
 
 

@@ -43,6 +43,10 @@ def test_resolving_is_idempotent_and_parses_each_value_once(monkeypatch):
     "field,value",
     [
         ("max_tokens", -1),
+        ("max_tokens", 0),  # the one lower bound, for every entry point
+        ("reasoning_format", "deepseek-legacy"),
+        ("parallel_tool_calls", "false"),  # a truthy string is not an on/off value
+        ("suffix_drafts", 1),
         ("temperature", 2.5),
         ("top_p", 0.0),
         ("top_k", -3),
@@ -71,6 +75,38 @@ def test_a_bad_value_is_refused_naming_its_field_in_the_same_words_from_any_laye
                 field,
                 str(err.value),
             )
+
+
+def test_reply_length_is_at_least_one_token_and_says_what_to_do():
+    with pytest.raises(InvalidRequestError) as err:
+        resolve(J.Generate(prompt="x", max_tokens=0))
+    assert str(err.value) == (
+        "max_tokens must be at least 1, got 0. It is the most tokens the reply may have; leave it out for the default."
+    )
+    assert resolve(J.Generate(prompt="x", max_tokens=1)).max_tokens == 1
+
+
+def test_reasoning_format_and_parallel_calls_are_decided_like_every_value():
+    job = resolve(J.Generate(messages=[{"role": "user", "content": "x"}]))
+    assert job.reasoning_format == BUILTIN.reasoning_format == "auto"
+    assert job.parallel_tool_calls is BUILTIN.parallel_tool_calls is True
+    # from any layer, the request's own value first
+    engine = J.Defaults(reasoning_format="none", parallel_tool_calls=False)
+    by_engine = resolve(J.Generate(prompt="x"), engine)
+    assert by_engine.reasoning_format == "none" and by_engine.parallel_tool_calls is False
+    submitter = J.Generate(prompt="x", defaults=J.Defaults(reasoning_format="auto"))
+    assert resolve(submitter, engine).reasoning_format == "auto"
+    assert resolve(J.Generate(prompt="x", parallel_tool_calls=True), engine).parallel_tool_calls is True
+
+
+def test_deepseek_reasoning_format_is_llama_servers_name_for_auto():
+    """llama-server's "deepseek" puts the thinking in reasoning_content, as its "auto"
+    does: here it is resolved to "auto", so the job says what it will do."""
+    assert resolve(J.Generate(prompt="x", reasoning_format="deepseek")).reasoning_format == "auto"
+    assert resolve(J.Generate(prompt="x"), J.Defaults(reasoning_format="deepseek")).reasoning_format == "auto"
+    with pytest.raises(InvalidRequestError, match="'auto'.*'none'") as err:
+        resolve(J.Generate(prompt="x", reasoning_format="raw"))
+    assert err.value.param == "reasoning_format"
 
 
 def test_an_out_of_range_default_layer_is_refused_too():

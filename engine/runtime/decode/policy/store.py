@@ -1,4 +1,5 @@
-"""Learned speed that persists: each loaded model's adaptive-depth policy, on disk.
+"""Learned speed that persists: each loaded model's adaptive-depth policy, on disk, and
+the policy a request's draft depth gets (:func:`depth_policy`).
 
 What ``draft_depth="auto"`` learns — what a round costs at each depth (windows of wall
 times, verify cost by batch width, draft-step and catch-up cost), acceptance by draft
@@ -18,9 +19,12 @@ import json
 import logging
 from pathlib import Path
 
+from engine.errors import InvalidRequestError
 from engine.fileio import write_json_atomic
 from engine.paths import cache_dir
+from engine.runtime.decode.depth import DraftDepth
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
+from engine.runtime.decode.policy.base import DepthPolicy, FixedDepth
 from engine.runtime.llama.cachekey import model_key
 
 log = logging.getLogger(__name__)
@@ -56,3 +60,20 @@ def save_policy(path: Path, policy: AdaptiveDepth) -> None:
         write_json_atomic(path, state, fsync=False)
     except OSError as e:  # learning is an optimisation: never fail a request over it
         log.warning("could not save the adaptive policy: %s", e)
+
+
+def depth_policy(lm, depth: DraftDepth) -> DepthPolicy:
+    """The policy for a request's ``depth`` on ``lm`` (a :class:`LoadedModel`): auto's is
+    the model's one, loaded from this machine's file on first use (``lm.auto_depth()``); a
+    fixed depth must fit the contexts' sizing. Any thread (requests are prepared off the
+    engine thread too)."""
+    if depth.is_auto:
+        return lm.auto_depth()
+    assert depth.fixed is not None
+    if depth.fixed > lm.max_draft_depth:
+        raise InvalidRequestError(
+            f"draft depth {depth.fixed} exceeds this model's maximum of {lm.max_draft_depth} "
+            "(reload it with a larger max draft depth)",
+            param="draft_depth",
+        )
+    return FixedDepth(depth.fixed)
