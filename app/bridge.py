@@ -11,7 +11,7 @@ stays responsive however fast the model generates.
 Bridge signals (GUI thread), for observers of every job:
     started(job_id, job)                 job: the submitted job object; a handler may
                                          call ``bridge.follow(job_id)`` to follow it
-    modelsChanged(dict)                  loaded models (name -> info), after a load/unload
+    modelsChanged(dict)                  loaded models (name -> ModelInfo), after a load/unload
 
 JobSignals (one job's, GUI thread):
     parts(list[Part])                    the same text split into thinking, content and
@@ -31,8 +31,8 @@ import time
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, JobHandle
+from engine.facade import J
+from engine.facade import CacheFigures, Engine, JobHandle, ModelInfo, SlotInfo
 
 FLUSH_MS = 16
 
@@ -103,8 +103,31 @@ class EngineBridge(QObject):
         has ended."""
         return self._jobs.get(job_id)
 
-    def models(self) -> dict[str, dict]:
+    # ------------------------------------------------------------ figures
+    # What the pages show of the engine, read from any thread without waiting on it.
+    def models(self) -> dict[str, ModelInfo]:
+        """The loaded models by name."""
         return self.engine.models()
+
+    def slots(self) -> dict[str, list[SlotInfo]]:
+        """Each loaded model's slots now."""
+        return self.engine.slots()
+
+    def step_depths(self) -> dict[str, dict[int, int]]:
+        """Each loaded model's MTP auto depth by the number of sequences in a step."""
+        return self.engine.step_depths()
+
+    def prompt_cache_info(self) -> CacheFigures:
+        """The prompt caches' figures, summed over the loaded models."""
+        return self.engine.prompt_cache_info()
+
+    def set_prompt_cache_mb(self, mb: int) -> None:
+        """A new prompt-cache budget for every loaded model (and later loads)."""
+        self.engine.set_prompt_cache_mb(mb)
+
+    def stop(self) -> None:
+        """Stop the engine (at the app's end): running jobs are cancelled."""
+        self.engine.stop()
 
     # ------------------------------------------------------------------- drain
     def _flush_soon(self) -> None:

@@ -12,15 +12,15 @@ from PySide6.QtCore import QObject, Signal
 from app.bridge import EngineBridge, JobSignals
 from app.history import ChatStore
 from app.messages import Messages
-from engine import settings as settings_mod
-from engine.hub.library import Library
-from engine.runtime.llama import exact as exact_mod
-from engine.runtime import jobs as J
-from engine.runtime.decode.depth import DraftDepth
-from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.runtime.modelinfo import ModelInfo
-from engine.settings import Settings
-from engine.synth.demo import demo_model_path
+from engine.facade import settings as settings_mod
+from engine.facade import Library
+from engine.facade import exact as exact_mod
+from engine.facade import J
+from engine.facade import DraftDepth
+from engine.facade import LoadSpec, MtpSource
+from engine.facade import ModelInfo
+from engine.facade import Settings
+from engine.facade import demo_model_path
 
 
 @dataclass
@@ -127,7 +127,7 @@ class ModelController(QObject):
     def load_entry(self, entry) -> None:
         """Load a library entry, with its paired MTP head when it has one (loaded without
         it, and told so, when the head is gone)."""
-        from engine.hub.library import LibraryError, MtpStatus
+        from engine.facade import LibraryError, MtpStatus
 
         lib = self.ctx.library
         head = None
@@ -142,8 +142,8 @@ class ModelController(QObject):
 
     def _rpc(self) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
         """The saved RPC pool, or none (with a note) when the saved list is unusable."""
-        from engine.errors import InvalidSettingError
-        from engine.rpc.endpoints import parse_endpoints, parse_tensor_split
+        from engine.facade import InvalidSettingError
+        from engine.facade.machine import parse_endpoints, parse_tensor_split
 
         r = self.ctx.settings.rpc
         try:

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from engine.fileio import write_json_atomic
+from engine.facade import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class Conversation:
 class ChatStore:
     def __init__(self, folder: Path | None = None):
         if folder is None:
-            from engine.paths import data_dir
+            from engine.facade import data_dir
 
             folder = data_dir() / "chats"
         self.folder = folder

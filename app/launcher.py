@@ -17,10 +17,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_gui(argv)
     if argv[0] == "--self-test":
-        from engine.selftest import main as self_test
+        from engine.facade.launch import self_test
 
         return self_test(argv[1:])
-    from engine.cli import main as cli_main
+    from engine.facade.launch import cli_main
 
     return cli_main(argv)
 

@@ -10,7 +10,7 @@ import threading
 
 
 def _setup_logging() -> None:
-    from engine.paths import ensure, log_dir
+    from engine.facade import ensure, log_dir
 
     handler = logging.handlers.RotatingFileHandler(
         ensure(log_dir()) / "mtp-studio.log", maxBytes=2 << 20, backupCount=3
@@ -37,13 +37,14 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
 
     from app.bridge import EngineBridge
     from app.context import AppContext
+    from app.endpoint import Endpoint
     from app.history import ChatStore
     from app.resources import app_icon, style_sheet
     from app.window import MainWindow
-    from engine import settings as settings_mod
-    from engine.hub.library import Library
-    from engine.runtime.engine import Engine, EngineDefaults
-    from engine.runtime.request import INTERACTIVE
+    from engine.facade import settings as settings_mod
+    from engine.facade import Library
+    from engine.facade import Engine, EngineDefaults
+    from engine.facade import INTERACTIVE
 
     app = QApplication.instance() or QApplication(argv or sys.argv[:1])
     app.setApplicationName("MTP Studio")
@@ -52,7 +53,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     app.setStyleSheet(style_sheet())
     settings, problems = settings_mod.load_checked(settings_path)
     if settings.exact:  # before llama.cpp is loaded: its kernels are chosen once per process
-        from engine.runtime.llama import exact as exact_mod
+        from engine.facade import exact as exact_mod
 
         exact_mod.request()
     if engine is None:
@@ -63,7 +64,9 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     ctx = AppContext(
         settings, EngineBridge(engine), Library(limit_bytes=limit), ChatStore(), settings_path=settings_path
     )
-    window = MainWindow(ctx)
+    window = MainWindow(ctx, Endpoint(ctx))
+    if settings.server.autostart:  # "Start with MTP Studio"
+        window.endpoint.try_start()
     if problems and ctx.messages is not None:
         ctx.messages.error("Some settings could not be used", "\n".join(f"• {p}" for p in problems))
     return app, window, ctx
@@ -113,5 +116,6 @@ def run_gui(argv: list[str]) -> int:
 
         QTimer.singleShot(0, lambda: (print("mtp-studio: window painted", flush=True), app.quit()))
     code = app.exec()
-    ctx.bridge.engine.stop()
+    window.endpoint.stop()
+    ctx.bridge.stop()
     return code

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from PySide6.QtWidgets import QMessageBox, QStatusBar, QWidget
 
-from engine.errors import Cancelled, DiskSpaceError, MtpStudioError
+from engine.facade import Cancelled, DiskSpaceError, MtpStudioError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtGui import QIcon
 
-from engine.synth.demo import resources_dir
+from engine.facade import resources_dir
 
 
 def resource(name: str) -> Path:

@@ -23,7 +23,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.errors import Cancelled
+from engine.facade import Cancelled
 
 log = logging.getLogger(__name__)
 

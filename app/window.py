@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext, ModelController
+from app.endpoint import Endpoint
 from app.messages import Messages
 from app.pages.backend import BackendPage
 from app.pages.chat import ChatPage
@@ -24,8 +25,8 @@ from app.pages.models import ModelsPage
 from app.pages.performance import PerformancePage
 from app.pages.server import ServerPage
 from app.resources import app_icon
-from engine.errors import InsufficientMemoryError
-from engine.runtime.modelinfo import ModelInfo
+from engine.facade import InsufficientMemoryError
+from engine.facade import ModelInfo
 
 PAGES = ("chat", "models", "compose", "performance", "backend", "server")
 TITLES = {
@@ -39,9 +40,11 @@ TITLES = {
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, ctx: AppContext):
+    def __init__(self, ctx: AppContext, endpoint: Endpoint):
         super().__init__()
         self.ctx = ctx
+        #: the local HTTP endpoint (app.endpoint): the Server page shows it; stopped when the window closes
+        self.endpoint = endpoint
         self.setWindowTitle("MTP Studio")
         self.setWindowIcon(app_icon())
         self.resize(1200, 800)
@@ -67,7 +70,7 @@ class MainWindow(QMainWindow):
             "compose": ComposePage(ctx, self.models),
             "performance": PerformancePage(ctx, self.models),
             "backend": BackendPage(ctx, self.models),
-            "server": ServerPage(ctx),
+            "server": ServerPage(ctx, endpoint),
         }
         for i, key in enumerate(PAGES):
             self.nav.addItem(TITLES[key])
@@ -147,7 +150,7 @@ class MainWindow(QMainWindow):
         chat = self.pages["chat"]
         if chat.job is not None:
             chat.stop()
-        self.pages["server"].stop()
+        self.endpoint.stop()
         self.pages["backend"].rpc.stop_serving()
         w = self.ctx.settings.window
         w.geometry = bytes(self.saveGeometry().toBase64()).decode()

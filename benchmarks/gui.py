@@ -5,7 +5,7 @@
   runs during a long reply from a fast model and the largest gap between its ticks is
   reported (goal: under 50 ms).
 
-    python -m app.bench [--tokens 20000]
+    python -m benchmarks.gui [--tokens 20000]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def worst_stall(tokens: int) -> tuple[float, float, int, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.bench")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gui")
     ap.add_argument("--tokens", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--binary", help="time this executable's start instead (e.g. build/dist/mtp-studio/mtp-studio)")

@@ -1,6 +1,8 @@
-"""The layer contracts in pyproject.toml ([tool.importlinter]) hold, no module takes part
-in an import cycle (tools/importcycles.py), and both checkers really check (a reversed
-contract fails; a cycle written on purpose is found)."""
+"""The layer contracts in pyproject.toml ([tool.importlinter]) hold — the app enters the
+engine through engine.facade only — no module takes part in an import cycle
+(tools/importcycles.py), both checkers really check (a reversed contract fails; a cycle
+written on purpose is found), pages reach the engine through the bridge, the code is
+formatted and linted, and no module is over 500 lines."""
 
 from __future__ import annotations
 
@@ -51,6 +53,21 @@ def test_a_cycle_is_found_wherever_its_imports_are_written(tmp_path):
     (pkg / "d.py").write_text("import pkg.a\n")  # imports into the cycle, not part of it
     found = importcycles.cycles(importcycles.graph(tmp_path, ["pkg"]))
     assert found == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_the_pages_reach_the_engine_only_through_the_bridge():
+    """The app enters the engine through engine.facade (the import contract), and the engine
+    object itself is the app's services' (main, the endpoint service, the bridge): a page
+    reads figures and submits jobs through the bridge only."""
+    import re
+
+    services = {"app/bridge.py", "app/main.py", "app/endpoint.py"}
+    reaching = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "app").rglob("*.py"))
+        if str(p.relative_to(ROOT)) not in services and re.search(r"\bbridge\.engine\b", p.read_text())
+    ]
+    assert not reaching, f"pages that reach past the bridge: {reaching}"
 
 
 RUFF = Path(sys.executable).parent / "ruff"

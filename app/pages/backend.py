@@ -28,21 +28,21 @@ from app.widgets.page import page_layout
 
 
 def _detect_and_plan(report, cancel):
-    from engine.backends.builds import load_manifest
-    from engine.backends.detect import detect
-    from engine.runtime.llama.devices import list_devices, loaded_lib_dir
-    from engine.backends.plan import make_plan
+    from engine.facade.machine import load_manifest
+    from engine.facade.machine import detect
+    from engine.facade.machine import list_devices, loaded_lib_dir
+    from engine.facade.machine import make_plan
 
     d = detect()
     plan = make_plan(d, rpc=True)  # builds made here can lend this machine and use others
-    from engine.runtime.load.rpcdevices import rpc_available
+    from engine.facade.machine import rpc_available
 
     try:
         devices, lib = list_devices(), str(loaded_lib_dir())
         rpc = rpc_available()
     except Exception as e:  # a broken build must not break the page
         devices, lib, rpc = [], f"cannot load: {e}", False
-    from engine.runtime.llama.repack import verdict
+    from engine.facade.machine import verdict
 
     # the repacked kernels' verdict: remembered, or probed once per CPU and build (seconds)
     return d, plan, devices, lib, load_manifest(), rpc, verdict()
@@ -207,15 +207,15 @@ class BackendPage(QWidget):
 
     def plan_for(self, exact: bool):
         """The build the buttons make: the recommended plan, or the exact CPU build."""
-        from engine.backends.plan import make_plan
+        from engine.facade.machine import make_plan
 
         if self.plan is None:
             return None
         return make_plan(self.detection, exact=True, rpc=True) if exact else self.plan
 
     def build(self, exact: bool = False) -> Task | None:
-        from engine.backends import builds
-        from engine.runtime.load.buildcheck import run_smoke
+        from engine.facade.machine import builds
+        from engine.facade.machine import run_smoke
 
         if self.plan is None or self.task is not None:
             return None
@@ -259,7 +259,7 @@ class BackendPage(QWidget):
         self.status.setText(f"{b.name}: smoke test {'passed' if report['ok'] else 'FAILED'}: {report['message']}")
 
     def _on_exact(self, on: bool) -> None:
-        from engine.runtime.llama import exact as exact_mod
+        from engine.facade import exact as exact_mod
 
         self.ctx.settings.exact = on
         self.ctx.save_settings()
@@ -279,8 +279,8 @@ class BackendPage(QWidget):
         self.detect()
 
     def use_selected(self) -> None:
-        from engine.backends import builds
-        from engine.errors import MtpStudioError
+        from engine.facade.machine import builds
+        from engine.facade import MtpStudioError
 
         row = self.table.currentRow()
         if row < 0:

@@ -35,10 +35,7 @@ from app.pages.chatfigures import context_line, figures_line
 from app.pages.livereply import LiveReply
 from app.pages.transcript import Transcript
 from app.widgets.page import page_layout
-from engine.runtime import jobs as J
-from engine.runtime.decode.grammar import GrammarSpec
-from engine.runtime.modelinfo import ModelInfo
-from engine.runtime.prompt.reply import Part
+from engine.facade import GrammarSpec, J, ModelInfo, Part
 
 
 class ChatPage(QWidget):
@@ -239,20 +236,12 @@ class ChatPage(QWidget):
         self.conv.system = self.system.toPlainText()
         self.live = LiveReply()
         self.transcript.new_live()
-        s, c = self.ctx.settings, self.controls
+        c = self.controls
         job = J.Generate(
             messages=self.conv.chat_messages(),
-            max_tokens=s.chat.max_tokens or None,  # 0 in the settings: the engine's
-            temperature=s.chat.temperature,
-            top_p=s.chat.top_p,
-            top_k=s.chat.top_k,
-            sampled_draft=s.chat.sampled_draft,
-            suffix_drafts=s.chat.suffix_drafts,
-            draft_depth=c.draft_depth(),
-            mtp=c.mtp(),
             grammar=self._grammar,
             chat_template_kwargs=c.template_kwargs(),
-            thinking_budget=s.chat.thinking_budget or None,  # 0 in the settings: unlimited
+            defaults=self._preferences(),
         )
         self.conv.sampling = c.chat_sampling()
         self.job = self.ctx.bridge.run(job)
@@ -264,6 +253,25 @@ class ChatPage(QWidget):
         self.job.failed.connect(self._on_failed)
         self._set_busy(True)
         self.generationStarted.emit(self.job.id)
+
+    def _preferences(self) -> J.Defaults:
+        """The page's settings and controls as the reply's layer of defaults: the engine
+        fills what they leave unset (0 in the settings) from its own layer, then the
+        built-in one (engine.runtime.request.resolve), and checks every value the same way
+        whatever layer it came from. The reply's own values are only what this reply asks
+        (its grammar, the Think box)."""
+        s, c = self.ctx.settings.chat, self.controls
+        return J.Defaults(
+            max_tokens=s.max_tokens or None,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            sampled_draft=s.sampled_draft,
+            suffix_drafts=s.suffix_drafts,
+            draft_depth=c.draft_depth(),
+            mtp=c.mtp(),
+            thinking_budget=s.thinking_budget or None,
+        )
 
     def _set_busy(self, busy: bool) -> None:
         self.send_btn.setEnabled(not busy)

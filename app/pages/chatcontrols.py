@@ -31,9 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
-from engine.runtime.decode.depth import DraftDepth, Mtp
-from engine.runtime.decode.grammar import GrammarSpec
-from engine.runtime.modelinfo import ModelInfo
+from engine.facade import DraftDepth, GrammarSpec, ModelInfo, Mtp
 
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
 SOURCES = [("Auto", "auto"), ("Integrated", "integrated"), ("External head", "external"), ("Off", "off")]
@@ -133,7 +131,7 @@ class ChatControls(QWidget):
     def refresh_models(self, loaded_path: str | None) -> None:
         """List the library's chat models, the loaded one (by its file) selected; a model
         loaded from outside the library is listed first, as it is."""
-        from engine.hub.library import EntryKind
+        from engine.facade import EntryKind
 
         lib = self.ctx.library
         self.model_pick.blockSignals(True)

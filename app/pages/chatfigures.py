@@ -3,8 +3,7 @@ and the context a load chose."""
 
 from __future__ import annotations
 
-from engine.runtime.decode.stats import GenerationStats
-from engine.runtime.modelinfo import ModelInfo
+from engine.facade import GenerationStats, ModelInfo
 
 
 def figures_line(stats: GenerationStats | None, live_tps: float | None = None, mtp: str = "") -> str:

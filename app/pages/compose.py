@@ -22,8 +22,8 @@ from app.context import AppContext, ModelController
 from app.messages import user_text
 from app.tasks import Task
 from app.widgets.page import page_layout
-from engine.hub.composing import PairCheck, check_files, compose_into_library
-from engine.hub.library import EntryKind, MtpStatus
+from engine.facade.hub import PairCheck, check_files, compose_into_library
+from engine.facade import EntryKind, MtpStatus
 
 
 class FilePicker(QWidget):

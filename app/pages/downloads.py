@@ -15,10 +15,10 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QV
 
 from app.context import AppContext
 from app.tasks import Task
-from engine.gguf.inspect import human_size
-from engine.hub.download import discard_partial
-from engine.hub.files import FileGroup
-from engine.hub.remote import HubConfig
+from engine.facade import human_size
+from engine.facade.hub import discard_partial
+from engine.facade.hub import FileGroup
+from engine.facade.hub import HubConfig
 
 
 def hub_config(ctx: AppContext) -> HubConfig:
@@ -71,7 +71,7 @@ class DownloadRow(QWidget):
         self.state = "idle"
 
     def start(self) -> None:
-        from engine.hub.pull import pull
+        from engine.facade.hub import pull
 
         req, cfg, lib = self.req, hub_config(self.ctx), self.ctx.library
         head = f"{req.repo}:{req.head.name}" if req.head else None
@@ -135,7 +135,7 @@ class DownloadRow(QWidget):
 
     def _on_cancelled(self) -> None:
         if self._discard:
-            from engine.hub.download import Target
+            from engine.facade.hub import Target
 
             for g in (self.req.group, self.req.head):
                 for f in g.files if g else []:

@@ -28,8 +28,8 @@ from app.context import AppContext
 from app.pages.downloads import PullRequest, hub_config
 from app.pages.modelsfit import FitBadges, show_badge
 from app.tasks import Task
-from engine.gguf.inspect import human_size
-from engine.hub.files import FileGroup, head_for
+from engine.facade import human_size
+from engine.facade.hub import FileGroup, head_for
 
 
 class HubBrowser(QWidget):
@@ -93,7 +93,7 @@ class HubBrowser(QWidget):
 
     # ----------------------------------------------------------------- search
     def search(self) -> None:
-        from engine.hub.remote import search
+        from engine.facade.hub import search
 
         q = self.query.text().strip()
         if not q:
@@ -127,7 +127,7 @@ class HubBrowser(QWidget):
 
     # ------------------------------------------------------------------ files
     def _on_repo(self, item, _prev=None) -> None:
-        from engine.hub.remote import list_gguf
+        from engine.facade.hub import list_gguf
 
         repo = item.data(Qt.ItemDataRole.UserRole) if item else None
         if not repo:
@@ -187,7 +187,7 @@ class HubBrowser(QWidget):
         return next((g for g in self._groups if g.name == name), None)
 
     def _on_file(self, item, _prev=None) -> None:
-        from engine.hub.remote import read_remote_header
+        from engine.facade.hub import read_remote_header
 
         self._update_buttons()
         g = self._current_group()

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 
-from engine.runtime.decode.stats import GenerationStats, RoundStats
-from engine.runtime.prompt.reply import Part, Reply
+from engine.facade import GenerationStats, RoundStats
+from engine.facade import Part, Reply
 
 
 class LiveReply:

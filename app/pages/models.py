@@ -35,15 +35,15 @@ from app.pages.hubbrowser import HubBrowser
 from app.pages.modelsfit import RecommendedBox
 from app.tasks import Task
 from app.widgets.page import page_layout
-from engine.gguf.inspect import human_size
-from engine.hub.library import EntryKind
+from engine.facade import human_size
+from engine.facade import EntryKind
 
 
 def _answers(path: Path) -> str | None:
     """What a model answers, from its header: chat (with tools, thinking), embeddings or
     reranking (engine.runtime.ondemand.catalog)."""
-    from engine.errors import MtpStudioError
-    from engine.runtime.ondemand.catalog import CHAT, EMBEDDING, header_facts
+    from engine.facade import MtpStudioError
+    from engine.facade import CHAT, EMBEDDING, header_facts
 
     try:
         facts = header_facts(path)
@@ -133,7 +133,7 @@ class ModelsPage(QWidget):
     def loaded_name(self, e) -> str | None:
         """The name ``e`` is loaded as now (by its file), None when it is not loaded."""
         path = str(e.path(self.ctx.library.root))
-        return next((n for n, info in self.ctx.bridge.engine.models().items() if info.path == path), None)
+        return next((n for n, info in self.ctx.bridge.models().items() if info.path == path), None)
 
     def refresh(self) -> None:
         entries = self.ctx.library.entries()
@@ -206,7 +206,7 @@ class ModelsPage(QWidget):
         if e is None:
             return
         if (name := self.loaded_name(e)) is not None:
-            from engine.runtime import jobs as J
+            from engine.facade import J
 
             self.ctx.bridge.run(J.UnloadModel(name))
             if self.ctx.messages is not None:

@@ -18,12 +18,12 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem,
 from app.context import AppContext, load_depth
 from app.messages import user_text
 from app.tasks import Task
-from engine.gguf.inspect import human_size
-from engine.hub.files import FileGroup
-from engine.hub.recommended import RECOMMENDED
-from engine.hub.remote import HubConfig
-from engine.runtime import limits
-from engine.runtime.load.fit import DeviceFree, Fit
+from engine.facade import human_size
+from engine.facade.hub import FileGroup
+from engine.facade.hub import RECOMMENDED
+from engine.facade.hub import HubConfig
+from engine.facade import limits
+from engine.facade.machine import DeviceFree, Fit
 
 #: badge colours by verdict (readable on the white list background)
 VERDICT_COLORS = {"gpu": "#1e7d3c", "partial": "#8a5a00", "cpu": "#2b5fb3", "none": "#b3261e"}
@@ -68,8 +68,8 @@ class FitBadges(QObject):
         self._run = 0  # the current task's number: outcomes of older ones are dropped
 
     def start(self, cfg: HubConfig, ctx: AppContext, repo: str, revision: str, groups: list[FileGroup]) -> Task:
-        from engine.runtime.load.fit import machine_devices
-        from engine.runtime.load.recommend import remote_fit
+        from engine.facade.machine import machine_devices
+        from engine.facade.machine import remote_fit
 
         self.cancel()
         self._run += 1
@@ -172,8 +172,8 @@ class RecommendedBox(QWidget):
     def start(self) -> Task | None:
         """Check the recommended repos against this machine at the context setting (a
         check under way is left to finish)."""
-        from engine.runtime.load.fit import machine_devices
-        from engine.runtime.load.recommend import recommend
+        from engine.facade.machine import machine_devices
+        from engine.facade.machine import recommend
 
         if self.task is not None:
             return self.task

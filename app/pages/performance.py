@@ -1,18 +1,21 @@
 """Performance: live graphs of what speculation is buying, and the A/B benchmark.
 
-While a reply generates (from the Chat page or the endpoint), round statistics stream
-in from the bridge; the graphs redraw at most 5 times a second: tokens/s over time,
-acceptance over time, acceptance per draft position, the accepted-length distribution,
-and MTP on vs off speed once a plain baseline exists (a reply with MTP off, or a
-benchmark run).
+While replies generate (from the Chat page or the endpoint, several at once), round
+statistics stream in from the bridge; the graphs redraw at most 5 times a second: tokens/s
+over time, acceptance over time, acceptance per draft position, the accepted-length
+distribution, and MTP on vs off speed once a plain baseline exists (a reply with MTP off, or
+a benchmark run). They show every request together (tokens/s of all streams on one clock),
+or the one chosen in the list: a new request adds to them, it does not restart them
+(app.pages.perftracks).
 """
 
 from __future__ import annotations
 
-from collections import deque
+import time
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
+    QComboBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -25,14 +28,13 @@ from PySide6.QtWidgets import (
 
 from app.bridge import JobSignals
 from app.context import AppContext
+from app.pages.perftracks import Tracks, View
 from app.widgets.charts import GREEN, ORANGE, BarChart, LineChart
 from app.widgets.page import page_layout
-from engine.runtime import jobs as J
-from engine.runtime.measure.bench import DEFAULT_PROMPTS, bench_job, parse_depths
-from engine.runtime.decode.stats import GenerationStats, RoundStats
-from engine.runtime.slots.pool import SlotInfo
-
-WINDOW_S = 1.0  # tokens/s is measured over the last second of rounds
+from engine.facade import J
+from engine.facade import DEFAULT_PROMPTS, bench_job, parse_depths
+from engine.facade import GenerationStats
+from engine.facade import SlotInfo
 
 
 class PerformancePage(QWidget):
@@ -41,13 +43,9 @@ class PerformancePage(QWidget):
         self.ctx = ctx
         #: the window's model controller: the bench runs on the window's model
         self.models = models
-        self.job: JobSignals | None = None  # the generation being followed (any source)
-        self.stats = GenerationStats()
-        self.tps_points: list[tuple[float, float]] = []
-        self.acc_points: list[tuple[float, float]] = []
-        self._recent: deque[RoundStats] = deque()
-        self._recent_sums = [0, 0, 0]  # emitted, drafted, accepted over _recent
-        self._emitted = 0
+        #: every generation followed (any source), each and together
+        self.tracks = Tracks()
+        self._epoch = time.monotonic()  # the page's clock: the aggregate's time axis
         self._dirty = False
         self.speeds: dict[str, float] = {}  # "MTP off" / "MTP on" -> tok/s of the last reply each way
         self.bench_job: JobSignals | None = None
@@ -62,6 +60,14 @@ class PerformancePage(QWidget):
         self.summary = QLabel("Generate a reply to see live figures.")
         self.summary.setObjectName("Figures")
         lay = page_layout(self, "Performance", aside=self.summary)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Showing"))
+        self.showing = QComboBox()  # every request together, or one of them
+        self.showing.addItem("All requests", None)
+        self.showing.currentIndexChanged.connect(lambda _i: self._mark_dirty())
+        row.addWidget(self.showing)
+        row.addStretch(1)
+        lay.addLayout(row)
         grid = QGridLayout()
         self.tps_chart = LineChart("Tokens per second", "tok/s")
         self.acc_chart = LineChart("Acceptance over time", "accepted / drafted", y_max=1.0, color=GREEN)
@@ -116,51 +122,51 @@ class PerformancePage(QWidget):
 
     # ------------------------------------------------------------- live data
     def _on_started(self, jid: int, job: object) -> None:
-        if isinstance(job, J.Generate):
-            followed = self.ctx.bridge.follow(jid)
-            assert followed is not None  # a started job has signals until it ends
-            self.job = followed
-            followed.rounds.connect(lambda rounds: self._on_rounds(followed, rounds))
-            followed.finished.connect(lambda result, cancelled: self._on_finished(followed, result))
-            self.stats = GenerationStats()
-            self.tps_points, self.acc_points = [], []
-            self._recent.clear()
-            self._recent_sums = [0, 0, 0]
-            self._emitted = 0
-            self._mtp_on = job.mtp != "off" and job.temperature == 0
-            self._dirty = True
-
-    def _on_rounds(self, job: JobSignals, rounds: list) -> None:
-        if job is not self.job:  # a generation that another has since replaced
+        if not isinstance(job, J.Generate):
             return
-        sums = self._recent_sums
-        for r in rounds:
-            self.stats.record(r)
-            self._emitted += r.emitted
-            self._recent.append(r)
-            sums[0] += r.emitted
-            sums[1] += r.drafted
-            sums[2] += r.accepted
-            while r.t - self._recent[0].t > WINDOW_S:
-                old = self._recent.popleft()
-                sums[0] -= old.emitted
-                sums[1] -= old.drafted
-                sums[2] -= old.accepted
-            span = r.t - self._recent[0].t if len(self._recent) > 1 else r.t
-            n = sums[0] if len(self._recent) > 1 else self._emitted
-            if span > 0:
-                self.tps_points.append((r.t, n / span))
-            if sums[1]:
-                self.acc_points.append((r.t, sums[2] / sums[1]))
+        followed = self.ctx.bridge.follow(jid)
+        assert followed is not None  # a started job has signals until it ends
+        label = f"request {jid}" + (f" · {job.model}" if job.model else "")
+        self.tracks.start(jid, label, time.monotonic() - self._epoch, mtp_on=job.mtp != "off" and job.temperature == 0)
+        followed.rounds.connect(lambda rounds: self._on_rounds(jid, rounds))
+        followed.finished.connect(lambda result, _cancelled: self._on_finished(jid, result))
+        self._list_tracks()
+
+    def _on_rounds(self, jid: int, rounds: list) -> None:
+        self.tracks.add(jid, rounds)
         self._dirty = True
 
-    def _on_finished(self, job: JobSignals, result: object) -> None:
-        if job is self.job and isinstance(result, J.GenerateResult):
-            s = result.stats
-            if s.generated > 8 and not s.sampled:
-                self.speeds["MTP on" if s.mtp == "on" else "MTP off"] = s.tokens_per_second
-            self.stats = s
-            self._dirty = True
+    def _on_finished(self, jid: int, result: object) -> None:
+        final = result.stats if isinstance(result, J.GenerateResult) else None
+        self.tracks.finish(jid, final)
+        if final is not None and final.generated > 8 and not final.sampled:
+            self.speeds["MTP on" if final.mtp == "on" else "MTP off"] = final.tokens_per_second
+        self._list_tracks()
+
+    def _list_tracks(self) -> None:
+        """The list of requests to choose from (newest first), keeping the choice."""
+        chosen = self.showing.currentData()
+        self.showing.blockSignals(True)
+        self.showing.clear()
+        self.showing.addItem("All requests", None)
+        for t in reversed(list(self.tracks.tracks.values())):
+            self.showing.addItem(t.label + ("" if t.done else " (running)"), t.jid)
+        at = self.showing.findData(chosen)
+        self.showing.setCurrentIndex(at if at >= 0 else 0)
+        self.showing.blockSignals(False)
+        self._mark_dirty()
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+
+    def view(self) -> View:
+        """What the charts show: the chosen request's figures, or every request's."""
+        return self.tracks.view(self.showing.currentData())
+
+    @property
+    def stats(self) -> GenerationStats:
+        """The speculation figures shown now."""
+        return self.view().stats
 
     # ------------------------------------------------------------------ draw
     def _redraw(self) -> None:
@@ -170,16 +176,17 @@ class PerformancePage(QWidget):
         if not self._dirty and len(streams) < 2:
             return
         self._dirty = False
-        self.tps_chart.set_points(self.tps_points)
-        self.acc_chart.set_points(self.acc_points)
-        pos = self.stats.acceptance_by_position
+        v = self.view()
+        self.tps_chart.set_points(v.tps)
+        self.acc_chart.set_points(v.acc)
+        pos = v.stats.acceptance_by_position
         self.pos_chart.set_bars([str(i + 1) for i in range(len(pos))], pos)
-        hist = self.stats.accept_len_hist
+        hist = v.stats.accept_len_hist
         self.len_chart.set_bars([str(i) for i in range(len(hist))], [float(x) for x in hist])
         labels = sorted(self.speeds, key=lambda k: k != "MTP off")  # the baseline first
         self.onoff_chart.set_bars(labels, [self.speeds[k] for k in labels])
-        s = self.stats
-        text = f"{s.generated} tokens · {s.tokens_per_second:.1f} tok/s"
+        s = v.stats
+        text = f"{v.emitted} tokens" + (f" · {v.rate:.1f} tok/s" if v.running else "")
         if s.drafted:
             text += f" · acceptance {s.acceptance:.2f} · mean accepted {s.mean_accept_len:.2f}"
         if s.suffix_drafted:  # drafts from the conversation itself (engine.runtime.decode.drafting.suffix)
@@ -196,7 +203,7 @@ class PerformancePage(QWidget):
 
     def streams(self) -> list[SlotInfo]:
         """The slots decoding a request now, over every loaded model."""
-        return [x for per in self.ctx.bridge.engine.slots().values() for x in per if x.busy]
+        return [x for per in self.ctx.bridge.slots().values() for x in per if x.busy]
 
     def showEvent(self, event) -> None:
         self._dirty = True
@@ -209,7 +216,7 @@ class PerformancePage(QWidget):
         # the window's model: the bench has it to itself once its own streams end, and the
         # endpoint's other models go on meanwhile
         current = self.models.current if self.models is not None else None
-        model = current.name if current else next(iter(self.ctx.bridge.engine.models()), None)
+        model = current.name if current else next(iter(self.ctx.bridge.models()), None)
         fn = bench_job(
             parse_depths("0,1,2,3,auto"),
             list(DEFAULT_PROMPTS),

@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
 
 from app.context import AppContext
 from app.tasks import Task
-from engine.errors import MtpStudioError
-from engine.runtime.modelinfo import ModelInfo
+from engine.facade import MtpStudioError
+from engine.facade import ModelInfo
 
 
 class RpcPanel(QGroupBox):
@@ -109,7 +109,7 @@ class RpcPanel(QGroupBox):
 
     # ---------------------------------------------------------------- sharing
     def options(self):
-        from engine.rpc.server import ServerOptions
+        from engine.facade.machine import ServerOptions
 
         return ServerOptions(
             host="0.0.0.0" if self.network.isChecked() else "127.0.0.1",
@@ -122,7 +122,7 @@ class RpcPanel(QGroupBox):
         if self.server is not None and self.server.running:
             self.stop_serving()
             return
-        from engine.rpc.server import RpcServer
+        from engine.facade.machine import RpcServer
 
         opts = self.options()
         r = self.ctx.settings.rpc
@@ -176,14 +176,14 @@ class RpcPanel(QGroupBox):
 
     # ---------------------------------------------------------------- using
     def _read(self):
-        from engine.rpc.endpoints import parse_endpoints, parse_tensor_split
+        from engine.facade.machine import parse_endpoints, parse_tensor_split
 
         eps = parse_endpoints(self.endpoints.text())
         split = parse_tensor_split(self.split.text().strip() or None)
         return eps, split
 
     def check(self) -> Task | None:
-        from engine.runtime.load.rpcsurvey import survey_in_child
+        from engine.facade.machine import survey_in_child
 
         try:
             eps, split = self._read()

@@ -8,7 +8,7 @@ import secrets
 import time
 from collections import Counter
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -25,9 +25,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.context import AppContext
+from app.endpoint import Endpoint
 from app.widgets.page import page_layout
-from engine.settings import DEFAULT_PROMPT_CACHE_MB
-from engine.runtime.decode.cache.snapshotcache import CacheFigures
+from engine.facade import DEFAULT_PROMPT_CACHE_MB
+from engine.facade import CacheFigures
 
 
 def cache_text(c: CacheFigures) -> str:
@@ -62,21 +63,17 @@ def _duration(seconds: float) -> str:
     return f"{s} s" if s < 120 else f"{s // 60} min" if s < 7200 else f"{s // 3600} h {s % 3600 // 60} min"
 
 
-class _RequestRelay(QObject):
-    """Carries request-log entries from the server thread to the GUI thread."""
-
-    entry = Signal(dict)
-
-
 class ServerPage(QWidget):
     MAX_ROWS = 500
 
-    def __init__(self, ctx: AppContext, parent: QWidget | None = None):
+    def __init__(self, ctx: AppContext, endpoint: Endpoint, parent: QWidget | None = None):
         super().__init__(parent)
         self.ctx = ctx
-        self.server = None
-        self.relay = _RequestRelay(self)
-        self.relay.entry.connect(self._log_request)
+        #: the app's HTTP endpoint service: this page shows it and asks it to start and stop
+        self.endpoint = endpoint
+        self.endpoint.request.connect(self._log_request)
+        self.endpoint.started.connect(self._show_started)
+        self.endpoint.stopped.connect(self._show_stopped)
         s = ctx.settings.server
         lay = page_layout(self, "Server")
         box = QGroupBox("Local endpoint: OpenAI, Anthropic and Ollama APIs")
@@ -138,8 +135,6 @@ class ServerPage(QWidget):
         self.gen_key.clicked.connect(
             lambda: (self.key.setText(secrets.token_urlsafe(24)), self.key.setEchoMode(QLineEdit.EchoMode.Normal))
         )
-        if s.autostart:
-            self.start()
 
     def _models_box(self) -> QGroupBox:
         """Which models the endpoint serves, and the ones loaded now: memory, requests, idle
@@ -183,16 +178,8 @@ class ServerPage(QWidget):
         return box
 
     def loaded_rows(self) -> list:
-        """The loaded models as the table shows them (ResidentInfo): the endpoint's
-        residency while it serves on demand, else what the engine has loaded."""
-        from engine.runtime.ondemand.residency import ResidentInfo
-
-        if self.server is not None and self.server.residency is not None:
-            return self.server.residency.loaded()
-        return [
-            ResidentInfo(n, "loaded", i.memory_bytes, -1, 0, -1.0, None, True, False)
-            for n, i in self.ctx.bridge.engine.models().items()
-        ]
+        """The loaded models as the table shows them (the endpoint service's rows)."""
+        return self.endpoint.loaded()
 
     def refresh_loaded(self) -> None:
         rows = self.loaded_rows()
@@ -218,64 +205,8 @@ class ServerPage(QWidget):
             self.loaded_table.setCellWidget(r, 5, button)
 
     def unload(self, name: str) -> None:
-        """Unload ``name`` (after its running requests end), on the engine."""
-        from engine.runtime import jobs as J
-
-        if self.server is not None and self.server.residency is not None:
-            import threading
-
-            threading.Thread(target=self._unload_quietly, args=(name,), daemon=True).start()
-        else:
-            self.ctx.bridge.run(J.UnloadModel(name))
-
-    def _unload_quietly(self, name: str) -> None:
-        from engine.errors import MtpStudioError
-
-        try:
-            self.server.residency.unload(name)  # type: ignore[union-attr]
-        except MtpStudioError:
-            pass  # gone already
-
-    def _residency(self):
-        """Loads on demand for the endpoint, with this app's load settings."""
-        from dataclasses import replace
-
-        from app.context import load_depth
-        from engine.runtime.load.loader import LoadSpec, MtpSource
-        from engine.runtime.ondemand.catalog import Catalog
-        from engine.runtime.ondemand.residency import Residency
-
-        st = self.ctx.settings
-        s = st.server
-        s.serve_library, s.idle_ttl_min, s.max_models = (
-            self.serve_library.isChecked(),
-            self.idle_ttl.value(),
-            self.max_models.value(),
-        )
-        if not s.serve_library:
-            return None
-
-        def spec_for(m) -> LoadSpec:
-            source = st.mtp.source if (m.head is not None or st.mtp.source != "external") else "auto"
-            spec = LoadSpec(
-                m.path,
-                head=m.head,
-                mtp=MtpSource(source),
-                n_ctx=st.n_ctx,
-                max_draft_depth=load_depth(st),
-                fit="shrink",
-                parallel=max(1, min(st.parallel, 16)),
-                name=m.name,
-            )
-            return replace(spec, mtp=MtpSource.OFF, head=None, parallel=1) if m.kind != "chat" else spec
-
-        return Residency(
-            self.ctx.bridge.engine,
-            Catalog(self.ctx.library),
-            spec_for,
-            max_loaded=s.max_models,
-            idle_ttl=s.idle_ttl_min * 60 if s.idle_ttl_min else None,
-        )
+        """Unload ``name`` (after its running requests end)."""
+        self.endpoint.unload(name)
 
     def _cache_box(self) -> QGroupBox:
         """The prompt cache both the chats and the endpoint use: its budget, and what it holds."""
@@ -337,7 +268,7 @@ class ServerPage(QWidget):
         return box
 
     def refresh_slots(self) -> None:
-        slots = [s for per_model in self.ctx.bridge.engine.slots().values() for s in per_model]
+        slots = [s for per_model in self.ctx.bridge.slots().values() for s in per_model]
         self.slot_table.setRowCount(len(slots))
         for r, s in enumerate(slots):
             acc = s.acceptance
@@ -355,77 +286,62 @@ class ServerPage(QWidget):
         if not slots:
             self.slot_figures.setText(
                 "one request at a time (the loaded model has no slots)"
-                if self.ctx.bridge.engine.models()
+                if self.ctx.bridge.models()
                 else "no model loaded"
             )
         else:
             total = sum(s.tokens_per_second for s in busy)
             text = f"{len(busy)} of {len(slots)} busy · {total:.1f} tok/s together"
             # MTP auto's depth for steps of n sequences (one choice per step: slots' batchdepth)
-            steps = {n: d for per in self.ctx.bridge.engine.step_depths().values() for n, d in per.items()}
+            steps = {n: d for per in self.ctx.bridge.step_depths().values() for n, d in per.items()}
             if steps:
                 text += " · auto's depth in steps of " + ", ".join(f"{n}: {d}" for n, d in sorted(steps.items()))
             self.slot_figures.setText(text)
 
     def _set_cache_mb(self, mb: int) -> None:
         self.ctx.settings.prompt_cache_mb = mb
-        self.ctx.bridge.engine.set_prompt_cache_mb(mb)
+        self.ctx.bridge.set_prompt_cache_mb(mb)
         self.refresh_cache()
 
     def refresh_cache(self) -> None:
-        info = self.ctx.bridge.engine.prompt_cache_info()
+        info = self.ctx.bridge.prompt_cache_info()
         self.cache_figures.setText(cache_text(info))
 
-    def _settings(self):
-        from engine.server.settings import ServerSettings
-
+    def _save_settings(self) -> None:
+        """The form's values into the settings the endpoint starts with."""
         s = self.ctx.settings.server
         s.host, s.port, s.api_key = self.host.text().strip() or "127.0.0.1", self.port.value(), self.key.text().strip()
         s.cors_origins = [o.strip() for o in self.cors.text().split(",") if o.strip()]
         s.autostart = self.autostart.isChecked()
-        return ServerSettings(
-            host=s.host,
-            port=s.port,
-            api_key=s.api_key or None,
-            cors_origins=tuple(s.cors_origins),
-            thinking_budget=s.thinking_budget or None,
+        s.serve_library, s.idle_ttl_min, s.max_models = (
+            self.serve_library.isChecked(),
+            self.idle_ttl.value(),
+            self.max_models.value(),
         )
 
     def toggle_server(self) -> None:
-        self.stop() if self.server is not None else self.start()
+        self.stop() if self.endpoint.running else self.start()
 
     def start(self) -> bool:
-        from engine.server.runner import ServerThread
+        """Start the endpoint with the form's settings; False (and a message) when it cannot."""
+        self._save_settings()
+        return self.endpoint.try_start()
 
-        try:
-            settings = self._settings()
-            settings.check()
-            self.server = ServerThread(
-                self.ctx.bridge.engine, settings, on_request=self.relay.entry.emit, residency=self._residency()
-            ).start()
-            self.server.wait_ready()
-        except (ValueError, OSError, TimeoutError) as e:
-            self.server = None
-            if self.ctx.messages is not None:
-                self.ctx.messages.error("Cannot start the server", e)
-            return False
-        state = f"running at {self.server.url}/v1  ·  API key {'required' if settings.api_key else 'off'}"
-        for name, info in self.ctx.bridge.engine.models().items():
+    def stop(self) -> None:
+        self.endpoint.stop()
+
+    def _show_started(self, url: str) -> None:
+        key = "required" if self.ctx.settings.server.api_key else "off"
+        state = f"running at {url}/v1  ·  API key {key}"
+        for name, info in self.ctx.bridge.models().items():
             state += f"\n{name}: chat template {info.chat_template}"
-        if self.server.residency is not None:
-            n = len(self.server.residency.catalog.items())
-            state += f"\n{n} library model(s) served by name, loaded on demand"
+        if (residency := self.endpoint.residency) is not None:
+            state += f"\n{len(residency.catalog.items())} library model(s) served by name, loaded on demand"
         self.state.setText(state)
         self.toggle.setText("Stop")
         self._editable(False)
-        return True
 
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            if self.server.residency is not None:
-                self.server.residency.close()
-            self.server = None
+    def _show_stopped(self) -> None:
         self.state.setText("stopped")
         self.toggle.setText("Start")
         self._editable(True)

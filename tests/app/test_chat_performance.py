@@ -214,3 +214,35 @@ def test_round_count_chart_ticks_are_whole_numbers(qtbot, counts):
     top, n = chart.y.max(), chart.y.tickCount()
     step = top / (n - 1)
     assert top >= max(counts) and step == int(step) and step >= 1 and n <= 6
+
+
+def test_the_performance_page_follows_several_requests_each_and_together(qtbot, window, fixtures):
+    """Two requests decoding together: the page lists both, its charts show them together
+    (the second adds to what the first drew, it does not restart the charts), and either
+    one on its own."""
+    from engine.runtime import jobs as J
+
+    load(qtbot, window, fixtures["partial"].path, "integrated")
+    eng = window.ctx.bridge.engine
+    perf = window.pages["performance"]
+    window.show_page("performance")
+    first = eng.submit(J.Generate(prompt="one", max_tokens=3500, ignore_eog=True))
+    qtbot.waitUntil(lambda: perf.tracks.view().emitted > 100, timeout=30000)
+    perf._redraw()
+    drawn = perf.tps_chart.points()[:5]
+    assert len(drawn) == 5
+    second = eng.submit(J.Generate(prompt="two", max_tokens=3500, ignore_eog=True))
+    qtbot.waitUntil(lambda: perf.tracks.view().running == 2 and perf.tracks.view(second.id).emitted > 50, timeout=30000)
+    perf._redraw()
+    assert perf.tps_chart.points()[:5] == drawn  # added to, not restarted
+    listed = [perf.showing.itemText(i) for i in range(perf.showing.count())]
+    assert listed[0] == "All requests" and sum(t.endswith("(running)") for t in listed) == 2
+    perf.showing.setCurrentIndex(perf.showing.findData(second.id))
+    perf._redraw()
+    own, together = perf.view(), perf.tracks.view()
+    assert own.running == 1 and 0 < own.emitted < together.emitted
+    assert perf.tps_chart.points() == own.tps
+    for h in (first, second):
+        h.cancel()
+    qtbot.waitUntil(lambda: perf.tracks.view().running == 0, timeout=30000)
+    assert perf.showing.currentData() == second.id  # the choice stays while the list changes

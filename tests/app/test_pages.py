@@ -314,7 +314,7 @@ def test_many_signals_do_not_corrupt_the_interpreter():
 def test_window_starts_without_the_heavy_parts(tmp_path):
     """The window comes up without importing the heavy parts (llama.cpp, numpy-heavy
     runtime, huggingface_hub, matplotlib); they load on the engine thread or on demand.
-    (How long start-up takes is a figure: `python -m app.bench`.)"""
+    (How long start-up takes is a figure: `python -m benchmarks.gui`.)"""
     import subprocess
     import sys
 

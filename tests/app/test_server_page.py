@@ -18,7 +18,7 @@ def test_server_page_start_request_log_stop(qtbot, window, fixtures):
     page.port.setValue(_free_port())
     assert page.start()
     assert "full: chat template the model's own (tokenizer.chat_template)" in page.state.text()
-    url = page.server.url
+    url = window.endpoint.url
     r = httpx2.post(url + "/v1/completions", json={"model": "full", "prompt": "Hi", "max_tokens": 4})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
     qtbot.waitUntil(lambda: page.table.rowCount() == 1, timeout=5000)
@@ -37,7 +37,7 @@ def test_server_page_start_request_log_stop(qtbot, window, fixtures):
     qtbot.waitUntil(lambda: page.table.rowCount() == 3, timeout=5000)
     assert page.api_counts.text() == "Requests by API: OpenAI 1  ·  Anthropic 1  ·  Ollama 1"
     page.stop()
-    assert page.server is None and page.toggle.text() == "Start"
+    assert not window.endpoint.running and page.toggle.text() == "Start"
     page.host.setText("0.0.0.0")
     page.key.setText("")
     assert not page.start()  # beyond loopback without a key: refused, with a message
@@ -118,7 +118,7 @@ def test_server_page_loads_library_models_on_demand_and_lists_them_with_unload(q
     assert page.start()
     assert "library model(s) served by name, loaded on demand" in page.state.text()
     r = httpx2.post(
-        page.server.url + "/v1/completions",
+        window.endpoint.url + "/v1/completions",
         json={"model": "On Demand Partial", "prompt": "Hi", "max_tokens": 3},
         timeout=60,
     )
