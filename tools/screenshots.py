@@ -152,23 +152,23 @@ def main() -> int:
     w.show_page("server")
     srv.port.setValue(18080)
     srv.start()
-    name = w.models.current["name"]
-    httpx2.get(srv.server.url + "/v1/models")
+    name = w.models.current.name
+    httpx2.get(w.endpoint.url + "/v1/models")
     httpx2.post(
-        srv.server.url + "/v1/chat/completions",
+        w.endpoint.url + "/v1/chat/completions",
         json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32},
     )
-    httpx2.post(srv.server.url + "/v1/completions", json={"model": "gpt-4o", "prompt": "hi"})
-    httpx2.get(srv.server.url + "/health")
+    httpx2.post(w.endpoint.url + "/v1/completions", json={"model": "gpt-4o", "prompt": "hi"})
+    httpx2.get(w.endpoint.url + "/health")
     httpx2.post(
-        srv.server.url + "/v1/messages",
+        w.endpoint.url + "/v1/messages",
         json={"model": name, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]},
     )
-    httpx2.get(srv.server.url + "/api/tags")
+    httpx2.get(w.endpoint.url + "/api/tags")
     system = {"role": "system", "content": "You are a careful assistant. Answer briefly. " * 20}
     for who in ("first", "second", "first"):  # two conversations taking turns: the prompt cache
         httpx2.post(
-            srv.server.url + "/v1/chat/completions",
+            w.endpoint.url + "/v1/chat/completions",
             json={
                 "model": name,
                 "max_tokens": 16,
@@ -177,7 +177,7 @@ def main() -> int:
         )
     # a library model named by a request: loaded on demand beside the window's model
     httpx2.post(
-        srv.server.url + "/v1/completions",
+        w.endpoint.url + "/v1/completions",
         json={"model": entries["model"].id, "prompt": "hi", "max_tokens": 8},
         timeout=120,
     )

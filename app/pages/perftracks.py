@@ -56,6 +56,14 @@ class RateWindow:
             if len(series) > MAX_POINTS:
                 del series[1:-1:2]
 
+    def idle(self, t: float) -> None:
+        """Nothing decodes from ``t`` on: the rate drops to 0 there (a chart draws no line
+        across an idle gap as if tokens had flowed), and the window starts again."""
+        if self.tps and (self.tps[-1][0] < t or self.tps[-1][1] != 0.0):
+            self.tps.append((t, 0.0))
+        self._recent.clear()
+        self._sums = [0, 0, 0]
+
     @property
     def rate(self) -> float:
         """Tokens per second now (the last point), 0 before any."""
@@ -105,6 +113,8 @@ class Tracks:
         self._all_stats = GenerationStats()
 
     def start(self, jid: int, label: str, now: float, *, mtp_on: bool) -> Track:
+        if not self.running:
+            self._all.idle(now)
         track = self.tracks[jid] = Track(jid, label, now, mtp_on)
         ended = [t for t in self.tracks.values() if t.done]
         for old in ended[: max(0, len(ended) - KEEP_ENDED)]:
@@ -127,6 +137,8 @@ class Tracks:
             track.done = True
             if stats is not None:
                 track.stats = stats
+            if not self.running and track.window.tps:
+                self._all.idle(track.t0 + track.window.tps[-1][0])
         return track
 
     @property

@@ -3,6 +3,8 @@ each on its own, and all together on one clock."""
 
 from __future__ import annotations
 
+import pytest
+
 from app.pages.perftracks import KEEP_ENDED, Tracks
 from engine.facade import GenerationStats
 from engine.runtime.decode.stats import RoundStats
@@ -55,3 +57,18 @@ def test_an_ended_request_keeps_its_final_figures_and_old_ones_are_let_go():
         tracks.finish(jid, None)
     assert len(tracks.tracks) == KEEP_ENDED + 1  # the ended ones kept, and the newest
     assert 1 not in tracks.tracks
+
+
+def test_the_aggregate_drops_to_zero_while_nothing_decodes():
+    """Between one request's end and the next one's start the aggregate's rate is 0, not a
+    line drawn across the gap."""
+    tracks = Tracks()
+    tracks.start(1, "request 1", 0.0, mtp_on=True)
+    tracks.add(1, rounds(20, every=0.01))
+    tracks.finish(1, None)
+    tracks.start(2, "request 2", 5.0, mtp_on=True)
+    tracks.add(2, rounds(20, every=0.01))
+    tps = tracks.view().tps
+    i = next(i for i, (_, v) in enumerate(tps) if v == 0.0)  # the first end of decoding
+    assert tps[i][0] == pytest.approx(0.2) and tps[i + 1] == (5.0, 0.0)  # flat at 0 until the next start
+    assert max(v for t, v in tps if t > 5.0) < 1000  # the new window does not count the old rounds
