@@ -43,7 +43,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
     from app.window import MainWindow
     from engine.facade import settings as settings_mod
     from engine.facade import Library
-    from engine.facade import Engine, EngineDefaults
+    from engine.facade import Engine, EngineConfig
     from engine.facade import INTERACTIVE
 
     app = QApplication.instance() or QApplication(argv or sys.argv[:1])
@@ -57,7 +57,7 @@ def build_app(argv: list[str] | None = None, *, settings_path=None, engine=None)
 
         exact_mod.request()
     if engine is None:
-        engine = Engine(EngineDefaults(request=INTERACTIVE, prompt_cache_mb=settings.prompt_cache_mb)).start()
+        engine = Engine(EngineConfig(request=INTERACTIVE, prompt_cache_mb=settings.prompt_cache_mb)).start()
     else:
         engine.set_prompt_cache_mb(settings.prompt_cache_mb)
     limit = int(settings.library_limit_gb * 2**30) if settings.library_limit_gb > 0 else None

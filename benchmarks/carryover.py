@@ -19,13 +19,13 @@ from pathlib import Path
 CHILD = r"""
 import json, statistics, sys
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec
 path, tokens, requests = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 prompts = ["The history of the river town", "Write a story about a lighthouse", "def parse(items):", "Dear team,"]
 out = {"auto": [], "plain": []}
-with Engine(EngineDefaults(request=Defaults(draft_depth="auto"))) as eng:
+with Engine(EngineConfig(request=Defaults(draft_depth="auto"))) as eng:
     eng.submit(J.LoadModel(LoadSpec(path, n_ctx=2048, max_draft_depth=8))).result()
     for i in range(requests):
         p = prompts[i % len(prompts)] + f" ({i})"

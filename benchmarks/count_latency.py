@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from anthropic import Anthropic
     from openai import OpenAI
 
-    eng = Engine(EngineDefaults(prompt_cache_mb=0)).start()
+    eng = Engine(EngineConfig(prompt_cache_mb=0)).start()
     eng.submit(J.LoadModel(LoadSpec(a.model, n_ctx=2048, fit="off", parallel=a.streams, name="m"))).result(300)
     srv = ServerThread(eng, ServerSettings(port=0)).start()
     srv.wait_ready()

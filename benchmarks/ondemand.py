@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
 from engine.runtime.measure.slots import ServerProcess, find_llama_server
 from engine.runtime.ondemand.catalog import Catalog
@@ -49,7 +49,7 @@ TEXTS = [
 
 
 def _serve(paths: list[Path]) -> tuple[Engine, Residency, ServerThread]:
-    eng = Engine(EngineDefaults(prompt_cache_mb=0)).start()
+    eng = Engine(EngineConfig(prompt_cache_mb=0)).start()
 
     def spec_for(s):
         return LoadSpec(s.path, n_ctx=4096, parallel=2, name=s.name, fit="off")

@@ -48,7 +48,7 @@ def record(model: Path, depths: list[int], tokens: int, runs: int) -> dict:
                         kept.append(
                             [
                                 round(r.verify_ms, 4),
-                                round(r.draft_ms, 4),
+                                round(r.draft_settle_ms, 4),
                                 round(r.sync_ms, 4),
                                 round((r.t - prev.t) * 1000, 4),
                             ]
@@ -59,7 +59,7 @@ def record(model: Path, depths: list[int], tokens: int, runs: int) -> dict:
     finally:
         lm.close()
     out["acceptance"] = [round(a / n, 4) if n else None for a, n in zip(acc, reach)]
-    out["fields"] = ["verify_ms", "draft_ms", "sync_ms", "wall_ms"]
+    out["fields"] = ["verify_ms", "draft_settle_ms", "sync_ms", "wall_ms"]
     return out
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import Mtp
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
 from engine.synth.demo import demo_model_path
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args(argv)
     clients = [int(x) for x in a.clients.split(",")]
-    with Engine(EngineDefaults(prompt_cache_mb=0)) as eng:
+    with Engine(EngineConfig(prompt_cache_mb=0)) as eng:
         eng.submit(J.LoadModel(LoadSpec(a.model, n_ctx=1024, fit="off", parallel=max(clients), name="m"))).result(300)
         batcher = eng.submit(J.Call(lambda st, *_: st.get("m").slots.batcher)).result(60)
         for depth in a.depths.split(","):

@@ -46,7 +46,7 @@ class ChatPrefs:
     """The chat page's preferences. The page sends them with each reply as the reply's
     layer of defaults (``Generate.defaults``), never as its own values: a preference left
     unset (0 where it says so) lets the engine's value through (its request defaults,
-    then the built-in ones: engine.runtime.request), and each is checked where every
+    then the built-in ones: engine.runtime.decider), and each is checked where every
     request's values are. The sampling values are what the page's controls show."""
 
     system_prompt: str = ""

@@ -257,7 +257,7 @@ class ChatPage(QWidget):
     def _preferences(self) -> J.Defaults:
         """The page's settings and controls as the reply's layer of defaults: the engine
         fills what they leave unset (0 in the settings) from its own layer, then the
-        built-in one (engine.runtime.request.resolve), and checks every value the same way
+        built-in one (engine.runtime.decider.resolve), and checks every value the same way
         whatever layer it came from. The reply's own values are only what this reply asks
         (its grammar, the Think box)."""
         s, c = self.ctx.settings.chat, self.controls

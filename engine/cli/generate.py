@@ -221,8 +221,8 @@ def rpc_options(args) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
 
 def run(args) -> int:
     from engine.runtime import jobs as J
-    from engine.runtime.engine import Engine, EngineDefaults
-    from engine.runtime.request import INTERACTIVE
+    from engine.runtime.engine import Engine, EngineConfig
+    from engine.runtime.decider import INTERACTIVE
 
     messages = None
     if args.chat_json is not None:
@@ -238,7 +238,7 @@ def run(args) -> int:
     except MtpStudioError as e:
         return die(str(e), EXIT_USAGE)
     # what the app and `serve` give a request: the options above only say what the user set
-    with Engine(EngineDefaults(request=INTERACTIVE)) as engine:
+    with Engine(EngineConfig(request=INTERACTIVE)) as engine:
         try:
             info = engine.submit(J.LoadModel(spec)).result()
             if not args.json:

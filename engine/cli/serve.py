@@ -109,8 +109,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from engine.errors import MtpStudioError
     from engine.runtime import jobs as J
-    from engine.runtime.engine import Engine, EngineDefaults
-    from engine.runtime.request import INTERACTIVE
+    from engine.runtime.engine import Engine, EngineConfig
+    from engine.runtime.decider import INTERACTIVE
     from engine.server.runner import ServerThread
     from engine.server.settings import ServerSettings
 
@@ -167,7 +167,7 @@ def run(args) -> int:
             return replace(base, path=s.path, head=None, mtp=MtpSource.OFF, parallel=1, name=s.name)
         return replace(base, path=s.path, head=s.head if not s.named else base.head, name=s.name)
 
-    with Engine(EngineDefaults(request=INTERACTIVE, prompt_cache_mb=args.cache_ram)) as engine:
+    with Engine(EngineConfig(request=INTERACTIVE, prompt_cache_mb=args.cache_ram)) as engine:
         infos = []
         try:
             for stem in stems:

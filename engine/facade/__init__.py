@@ -37,7 +37,7 @@ from engine.runtime.decode.cache.snapshotcache import CacheFigures
 from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.decode.stats import GenerationStats, RoundStats
-from engine.runtime.engine import Engine, EngineDefaults, JobHandle
+from engine.runtime.engine import Engine, EngineConfig, JobHandle
 from engine.runtime.llama import exact
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.runtime.measure.bench import DEFAULT_PROMPTS, bench_job, parse_depths
@@ -45,7 +45,7 @@ from engine.runtime.modelinfo import CHAT, EMBEDDING, RERANK, ModelInfo
 from engine.runtime.ondemand.catalog import Catalog, header_facts
 from engine.runtime.ondemand.residency import Residency, ResidentInfo
 from engine.runtime.prompt.reply import Part, Reply
-from engine.runtime.request import INTERACTIVE
+from engine.runtime.decider import INTERACTIVE
 from engine.runtime.slots.pool import SlotInfo
 from engine.settings import DEFAULT_PROMPT_CACHE_MB, Settings
 from engine.synth.demo import demo_model_path, resources_dir
@@ -63,7 +63,7 @@ __all__ = [
     "DiskSpaceError",
     "DraftDepth",
     "Engine",
-    "EngineDefaults",
+    "EngineConfig",
     "EntryKind",
     "GenerationStats",
     "GrammarSpec",

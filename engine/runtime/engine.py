@@ -48,7 +48,7 @@ from engine.errors import (
     RpcConnectionLostError,
 )
 from engine.runtime import jobs as J
-from engine.runtime.defaults import EngineDefaults
+from engine.runtime.config import EngineConfig
 from engine.runtime.admission import beside_streams, can_run_beside, run_in_steps, run_off_path, slotted
 from engine.runtime.generatejob import decode_prepared, prepare_in_slot
 from engine.runtime.handle import EventFn, JobHandle
@@ -58,13 +58,13 @@ from engine.runtime.decode.cache.snapshotcache import CacheFigures
 from engine.runtime.modelinfo import CHAT, ModelInfo
 from engine.runtime.modelstate import EngineState, Published
 from engine.runtime.pooledjob import refusal, run_pooled
-from engine.runtime.request import resolve
+from engine.runtime.decider import resolve
 from engine.runtime.slots.pool import STEP_WAIT, SlotInfo
 from engine.runtime.worker import WorkerModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Engine", "EngineDefaults", "EngineState", "JobHandle", "EventFn"]
+__all__ = ["Engine", "EngineConfig", "EngineState", "JobHandle", "EventFn"]
 
 #: no job taken ahead (Engine._peeked; None is stop()'s end marker)
 _NOTHING = object()
@@ -73,8 +73,8 @@ _NOTHING = object()
 class Engine:
     """Owns the engine thread. Create, :meth:`start`, submit jobs, :meth:`stop`."""
 
-    def __init__(self, defaults: EngineDefaults | None = None):
-        self.defaults = defaults or EngineDefaults()
+    def __init__(self, defaults: EngineConfig | None = None):
+        self.defaults = defaults or EngineConfig()
         self._queue: queue.Queue = queue.Queue(maxsize=self.defaults.max_queue)
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
@@ -181,7 +181,7 @@ class Engine:
     def resolve(self, job: J.Generate) -> J.Generate:
         """``job`` with every value decided: its own, then its ``defaults`` (the
         submitter's), then this engine's, then the built-in ones
-        (:func:`engine.runtime.request.resolve`), checked. Any thread; a job submitted
+        (:func:`engine.runtime.decider.resolve`), checked. Any thread; a job submitted
         resolved is not resolved again. Raises :class:`~engine.errors.InvalidRequestError`."""
         return resolve(job, self.defaults.request)
 

@@ -1,6 +1,6 @@
 """One generation on a model in this process: a resolved :class:`~engine.runtime.jobs.Generate`
 met with its model, decoded, its events emitted, and what it leaves behind kept (the
-conversation's tokens, what auto learned). Preparing (:func:`~engine.runtime.request.prepare`)
+conversation's tokens, what auto learned). Preparing (:func:`~engine.runtime.decider.prepare`)
 and choosing a slot (:func:`prepare_in_slot`) may run on any thread; decoding runs on the engine
 thread (a slot's, in a sequence of its batcher's steps).
 """
@@ -16,7 +16,7 @@ from engine.runtime.decode.stopping import StopReason
 from engine.runtime.handle import JobHandle
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.prompt.tokenized import TokenizedTexts
-from engine.runtime.request import Prepared, prepare
+from engine.runtime.decider import Prepared, prepare
 from engine.runtime.slots.pool import Reservation, Slot
 
 

@@ -38,7 +38,7 @@ class UnloadModel:
 @dataclass(frozen=True)
 class Defaults:
     """Values for what a :class:`Generate` leaves out; ``None`` here means "not set in
-    this layer". Layers stack with :meth:`over` (engine.runtime.request)."""
+    this layer". Layers stack with :meth:`over` (engine.runtime.decider)."""
 
     max_tokens: int | None = None
     temperature: float | None = None
@@ -71,7 +71,7 @@ class Generate:
     """Generate from a prompt (text or token ids) or from chat messages.
 
     A value left ``None`` takes its default when the engine resolves the job
-    (:func:`engine.runtime.request.resolve`): the submitter's ``defaults``, then the
+    (:func:`engine.runtime.decider.resolve`): the submitter's ``defaults``, then the
     engine's, then the built-in ones."""
 
     model: str | None = None  # None: the only / first loaded model
@@ -122,7 +122,7 @@ class Generate:
     defaults: Defaults | None = field(default=None, compare=False)
     #: test seam: called on the engine thread at every cancellation point
     phase_hook: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
-    #: every value is decided and checked (:func:`engine.runtime.request.resolve` sets it;
+    #: every value is decided and checked (:func:`engine.runtime.decider.resolve` sets it;
     #: the engine does not resolve such a job again)
     resolved: bool = field(default=False, compare=False)
 

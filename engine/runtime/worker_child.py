@@ -18,7 +18,7 @@ import threading
 from dataclasses import replace
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.worker import _EOF, error_frame, recv_frame, send_frame
 
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         elif not isinstance(ev, J.Started):
             send(("event", ev))
 
-    engine = Engine(EngineDefaults(isolate_rpc=False)).start()
+    engine = Engine(EngineConfig(isolate_rpc=False)).start()
     current = None
     try:
         while True:

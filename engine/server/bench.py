@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec
 from engine.server.runner import ServerThread
@@ -94,7 +94,7 @@ def _http(client: _Client, model: str, prompt: str, max_tokens: int) -> Sample:
 
 
 def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int], ctx: int, as_json: bool) -> int:
-    with Engine(EngineDefaults(request=Defaults(draft_depth="auto"))) as engine:
+    with Engine(EngineConfig(request=Defaults(draft_depth="auto"))) as engine:
         info = engine.submit(J.LoadModel(LoadSpec(model_path, n_ctx=ctx))).result()
         model = info.name
         server = ServerThread(engine, ServerSettings(port=0, max_pending=256)).start()

@@ -7,7 +7,7 @@ may offer ``tools`` (with ``tool_choice`` and ``parallel_tool_calls``) and steer
 Output constraints (``response_format``, ``json_schema``, ``grammar``, ``regex``) become
 the job's grammar. JSON types are checked here; the job is then decided once, before it
 is queued, by the engine's request step (:meth:`Engine.resolve
-<engine.runtime.engine.Engine.resolve>`: :mod:`engine.runtime.request`, ranges in
+<engine.runtime.engine.Engine.resolve>`: :mod:`engine.runtime.decider`, ranges in
 :mod:`engine.runtime.limits`), with the endpoint's settings as the submitter's layer of
 defaults over the engine's — a bad value is a 400 now, not after the job waited its turn,
 and the resolved job is what runs.
@@ -57,7 +57,7 @@ def get(body: dict, key: str, types: tuple[type, ...], default: Any = None) -> A
 
 def _common(body: dict, models: dict[str, ModelInfo]) -> dict[str, Any]:
     """The request's fields as job values (JSON types checked here; ranges by the engine's
-    request step, :func:`engine.runtime.request.resolve`)."""
+    request step, :func:`engine.runtime.decider.resolve`)."""
     model = model_of(body, models)
     n = get(body, "n", (int,), 1)
     if n != 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.request import INTERACTIVE
+from engine.runtime.decider import INTERACTIVE
 from tests.app.test_chat_reasoning import Seam, send
 
 

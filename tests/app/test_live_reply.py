@@ -79,7 +79,7 @@ def test_a_reply_stopped_while_thinking_keeps_its_count_and_time():
 def test_rounds_give_the_live_rate():
     live = LiveReply()
     live.add_text("abcdef", 11, now=0.0)
-    r = dict(depth=2, drafted=2, accepted=1, emitted=2, draft_ms=1.0, verify_ms=2.0)
+    r = dict(depth=2, drafted=2, accepted=1, emitted=2, draft_settle_ms=1.0, verify_ms=2.0)
     live.add_rounds([RoundStats(index=0, t=0.5, **r), RoundStats(index=1, t=2.0, **r)])
     assert live.stats.rounds == 2 and live.stats.drafted == 4 and live.stats.accepted == 2
     assert live.rate == 5.0  # (11 - 1) tokens in 2 s: the first token comes with the prompt

@@ -18,7 +18,7 @@ def rounds(n: int, *, every: float, drafted: int = 2, accepted: int = 1) -> list
             drafted=drafted,
             accepted=accepted,
             emitted=accepted + 1,
-            draft_ms=0.1,
+            draft_settle_ms=0.1,
             verify_ms=0.5,
             t=(i + 1) * every,
         )

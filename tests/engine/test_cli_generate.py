@@ -112,7 +112,7 @@ def test_generate_with_a_json_schema_and_a_bad_grammar(tmp_path):
 def test_generate_leaves_what_the_user_did_not_set_to_the_engine(fixtures):
     """The command line passes only what was given: the rest comes from the same layer the
     app and `serve` use (auto depth), not from copies of the defaults in its options."""
-    from engine.runtime.request import INTERACTIVE
+    from engine.runtime.decider import INTERACTIVE
 
     out = mtp_json("generate", "--model", str(fixtures["full"].path), "--prompt", "Hello", "--max-tokens", "4")
     assert out["stats"]["draft_depth"] == INTERACTIVE.draft_depth.to_json() == "auto"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.runtime.request import INTERACTIVE
+from engine.runtime.decider import INTERACTIVE
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
@@ -17,7 +17,7 @@ MODEL = "partial"
 
 @pytest.fixture(scope="package")
 def engine(fixtures):
-    eng = Engine(EngineDefaults(request=Defaults(draft_depth=2))).start()
+    eng = Engine(EngineConfig(request=Defaults(draft_depth=2))).start()
     eng.submit(J.LoadModel(LoadSpec(fixtures["partial"].path, mtp=MtpSource.INTEGRATED, n_ctx=512, name=MODEL))).result(
         60
     )
@@ -70,7 +70,7 @@ def agent_served(qwen35_template_model, hermes_template_model):
         for path, name in ((qwen35_template_model, QWEN), (hermes_template_model, HERMES))
     ]
     settings = ServerSettings(port=0, max_tokens=64, thinking_budget=12)
-    with serving(specs, settings, EngineDefaults(request=INTERACTIVE)) as served:
+    with serving(specs, settings, EngineConfig(request=INTERACTIVE)) as served:
         yield served
 
 

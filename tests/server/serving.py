@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
@@ -14,11 +14,11 @@ from engine.server.settings import ServerSettings
 
 @contextmanager
 def serving(
-    specs: list[LoadSpec], settings: ServerSettings | None = None, defaults: EngineDefaults | None = None
+    specs: list[LoadSpec], settings: ServerSettings | None = None, defaults: EngineConfig | None = None
 ) -> Iterator[tuple[ServerThread, Engine]]:
     """``specs`` loaded side by side on an engine started with ``defaults``, served with
     ``settings`` (port 0 unless said) once it answers; both stopped afterwards."""
-    eng = Engine(defaults or EngineDefaults()).start()
+    eng = Engine(defaults or EngineConfig()).start()
     srv = None
     try:
         for spec in specs:

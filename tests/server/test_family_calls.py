@@ -11,7 +11,7 @@ import json
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.runtime.prompt import calls, reasoning
@@ -67,7 +67,7 @@ ASK = [{"role": "system", "content": "You set alarms."}, {"role": "user", "conte
 @pytest.fixture(scope="module")
 def served():
     found = templates()
-    eng = Engine(EngineDefaults(request=Defaults(draft_depth=3))).start()
+    eng = Engine(EngineConfig(request=Defaults(draft_depth=3))).start()
     srv = ServerThread(eng, ServerSettings(port=0, max_tokens=200, thinking_budget=8)).start()
     srv.wait_ready()
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from engine.hub.library import Library
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.runtime.ondemand.catalog import Catalog
@@ -76,7 +76,7 @@ class Served:
     """An engine with nothing loaded, a residency over the library, and a server."""
 
     def __init__(self, library: Library, **kw):
-        self.engine = Engine(EngineDefaults(request=Defaults(draft_depth=2))).start()
+        self.engine = Engine(EngineConfig(request=Defaults(draft_depth=2))).start()
         self.catalog = Catalog(library)
         self.residency = Residency(self.engine, self.catalog, spec_for, **kw)
         self.server = ServerThread(

@@ -9,14 +9,14 @@ import pytest
 from engine.errors import InvalidRequestError
 from engine.runtime import engine as engine_mod
 from engine.runtime import jobs as J
-from engine.runtime import request as request_mod
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime import decider as request_mod
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt import calls, reasoning
 from engine.runtime.prompt.templates import ChatTemplate
 from engine.runtime.prompt.tokenized import TokenizedTexts
-from engine.runtime.request import BUILTIN, INTERACTIVE
+from engine.runtime.decider import BUILTIN, INTERACTIVE
 from engine.server import messages_api, ollama_api, responses_api, schemas
 from engine.server.errors import HTTPError
 from engine.server.runner import ServerThread
@@ -27,7 +27,7 @@ CHAT = [{"role": "system", "content": "You answer in one word."}, {"role": "user
 
 @pytest.fixture(scope="module")
 def qwen_server(qwen35_template_model):
-    eng = Engine(EngineDefaults(request=INTERACTIVE)).start()
+    eng = Engine(EngineConfig(request=INTERACTIVE)).start()
     eng.submit(J.LoadModel(LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=1024, name="q"))).result(60)
     srv = ServerThread(eng, ServerSettings(port=0)).start()
     srv.wait_ready()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import httpx2 as httpx
-from engine.runtime.engine import EngineDefaults
+from engine.runtime.engine import EngineConfig
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.server.settings import ServerSettings
 from tests.server.serving import serving
@@ -19,7 +19,7 @@ SYSTEM = {"role": "system", "content": " ".join(f"Rule {i}: be brief." for i in 
 def served(qwen35_template_model):
     spec = LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL)
     settings = ServerSettings(port=0, max_tokens=24, thinking_budget=8)
-    with serving([spec], settings, EngineDefaults(prompt_cache_mb=32)) as (srv, _):
+    with serving([spec], settings, EngineConfig(prompt_cache_mb=32)) as (srv, _):
         yield srv
 
 

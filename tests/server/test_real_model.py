@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec
 from engine.server.runner import ServerThread
@@ -22,7 +22,7 @@ MARKUP = ("<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>", "<bo
 def gemma_client(gemma):
     from openai import OpenAI
 
-    eng = Engine(EngineDefaults(request=Defaults(draft_depth="auto"))).start()
+    eng = Engine(EngineConfig(request=Defaults(draft_depth="auto"))).start()
     eng.submit(J.LoadModel(LoadSpec(gemma, n_ctx=1024, name=NAME))).result(120)
     srv = ServerThread(eng, ServerSettings(port=0)).start()
     srv.wait_ready()

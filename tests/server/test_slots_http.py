@@ -10,7 +10,7 @@ import time
 import pytest
 
 import httpx2 as httpx
-from engine.runtime.engine import EngineDefaults
+from engine.runtime.engine import EngineConfig
 from engine.runtime.load.loader import LoadSpec
 from tests.server.serving import serving
 
@@ -20,7 +20,7 @@ PROMPTS = ["Hello there, how are you today?", "The quick brown fox jumps over", 
 @pytest.fixture(scope="module")
 def served(fixtures):
     spec = LoadSpec(fixtures["partial"].path, n_ctx=512, probe=False, fit="off", parallel=2, name="tiny")
-    with serving([spec], defaults=EngineDefaults(prompt_cache_mb=0)) as served:
+    with serving([spec], defaults=EngineConfig(prompt_cache_mb=0)) as served:
         yield served
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import AUTO
-from engine.runtime.engine import EngineDefaults
+from engine.runtime.engine import EngineConfig
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.synth.demo import demo_model_path
 from tests.server.serving import serving
@@ -33,7 +33,7 @@ class Pet(BaseModel):
 @pytest.fixture(scope="module")
 def served():
     spec = LoadSpec(demo_model_path(), mtp=MtpSource.INTEGRATED, n_ctx=1024, name=MODEL)
-    with serving([spec], defaults=EngineDefaults(request=J.Defaults(draft_depth=AUTO))) as (srv, _):
+    with serving([spec], defaults=EngineConfig(request=J.Defaults(draft_depth=AUTO))) as (srv, _):
         yield srv
 
 

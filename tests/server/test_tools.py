@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import Field
 
-from engine.runtime.engine import EngineDefaults
+from engine.runtime.engine import EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.server.settings import ServerSettings
@@ -54,7 +54,7 @@ MAX_TOKENS = 240
 def served(qwen35_template_model):
     spec = LoadSpec(qwen35_template_model, mtp=MtpSource.INTEGRATED, n_ctx=4096, name=MODEL)
     settings = ServerSettings(port=0, max_tokens=MAX_TOKENS, thinking_budget=12)
-    with serving([spec], settings, EngineDefaults(request=Defaults(draft_depth=2))) as served:
+    with serving([spec], settings, EngineConfig(request=Defaults(draft_depth=2))) as served:
         yield served
 
 

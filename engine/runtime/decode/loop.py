@@ -46,7 +46,10 @@ from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST
 
 
 @dataclass
-class Generation:
+class Decoded:
+    """What one sequence's decode loop produced: its tokens and text, its statistics and
+    logprobs. (The job's result, with what the engine adds, is jobs.GenerateResult.)"""
+
     tokens: list[int]
     text: str
     stats: GenerationStats
@@ -69,7 +72,7 @@ def generate(
     cache: SnapshotCache | None = None,
     splitter: Splitter | None = None,
     outputs: OutputStore | None = None,
-) -> Generation:
+) -> Decoded:
     """Generate after ``prompt``. Speculation is used when ``params.depth`` is set and
     the session has an MTP context, greedy or sampling. With a prompt ``cache`` (the
     loaded model's), the prefill resumes from and saves snapshots of prompt prefixes.
@@ -145,7 +148,7 @@ def generate(
     except Cancelled:
         stats.stop_reason = StopReason.CANCELLED
         stats.prompt_ms = (time.perf_counter() - t0) * 1000
-        return Generation([], "", stats)
+        return Decoded([], "", stats)
     stats.prompt_tokens_reused = pf.reused
     stats.prompt_tokens_restored = pf.restored
     run.t_gen = time.perf_counter()
@@ -170,7 +173,7 @@ def generate(
     lps = run.emitted_lps if params.logprobs is not None else None
     if outputs is not None:
         outputs.add(checker.tokens)
-    return Generation(list(checker.tokens), checker.text, stats, lps)
+    return Decoded(list(checker.tokens), checker.text, stats, lps)
 
 
 class _Run:
@@ -290,7 +293,7 @@ class _Run:
                     drafted=0,
                     accepted=0,
                     emitted=1 + len(forced),
-                    draft_ms=0.0,
+                    draft_settle_ms=0.0,
                     verify_ms=(now - t) * 1000,
                     t=now - self.t_gen,
                     forced=len(forced),
@@ -365,14 +368,14 @@ class _Run:
         self._settle(sources, planner, plan, pos0, kept, accepted, hv)
         t3 = time.perf_counter()
         r = RoundStats(
-            source=MTP if forced else plan.source,
+            drafter=MTP if forced else plan.drafter,
             index=index,
             depth=0 if forced else len(drafts),
             drafted=0 if forced else len(drafts),
             accepted=0 if forced else a,
             forced=a if forced else 0,
             emitted=emitted,
-            draft_ms=((t1 - t0) + (t3 - t2)) * 1000,
+            draft_settle_ms=((t1 - t0) + (t3 - t2)) * 1000,
             verify_ms=(t2 - t1) * 1000,
             t=t3 - self.t_gen,
             drafts=tuple(drafts),

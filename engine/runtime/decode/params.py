@@ -1,9 +1,9 @@
 """What one generation is told: the decode loop's parameters, every one decided before
-the loop runs (:func:`engine.runtime.request.prepare` makes them from a resolved job).
+the loop runs (:func:`engine.runtime.decider.prepare` makes them from a resolved job).
 
 The defaults here are the decoder's neutral values — no stop strings, plain decoding,
 no grammar, no penalties — not policy: what a request gets when it says nothing is
-decided in one table, :data:`engine.runtime.request.BUILTIN`.
+decided in one table, :data:`engine.runtime.decider.BUILTIN`.
 """
 
 from __future__ import annotations

@@ -21,11 +21,13 @@ class RoundStats:
     drafted: int
     accepted: int
     emitted: int
-    draft_ms: float
+    #: the round's time outside its verify decode: drafting (the head's catch-up included), then
+    #: accepting, committing, emitting and settling the draft sources
+    draft_settle_ms: float
     verify_ms: float
     t: float  # seconds since generation start, at the end of the round
     drafts: tuple[int, ...] = ()  # the drafted tokens (tests compare draft sources)
-    sync_rows: int = 0  # MTP catch-up entries fed before the first draft (part of draft_ms)
+    sync_rows: int = 0  # MTP catch-up entries fed before the first draft (part of draft_settle_ms)
     sync_ms: float = 0.0
     #: tokens a grammar forced this round: decoded in the same forward, chosen by no model
     forced: int = 0
@@ -34,7 +36,7 @@ class RoundStats:
     #: where the drafts came from: "mtp", "suffix", "mtp+suffix" (an MTP chain whose last
     #: tokens start an earlier match, extended by what followed it) or "suffix+mtp" (a suffix
     #: draft whose match ended, extended by the head's chain) (engine.runtime.decode.drafting.suffix)
-    source: str = "mtp"
+    drafter: str = "mtp"
     #: of the drafts, the last ones the second source added (the suffix's after the chain,
     #: or the head's after the suffix draft)
     extended: int = 0
@@ -43,9 +45,9 @@ class RoundStats:
 
     def split(self) -> tuple[int, int, int, int]:
         """(suffix drafts, of them kept, the head's drafts, of them kept)."""
-        if self.source == "suffix":
+        if self.drafter == "suffix":
             return self.drafted, self.accepted, 0, 0
-        if self.source == "suffix+mtp":
+        if self.drafter == "suffix+mtp":
             n = self.drafted - self.extended
             return n, min(self.accepted, n), self.extended, max(0, self.accepted - n)
         head = self.drafted - self.extended  # "mtp", "mtp+suffix"
@@ -72,7 +74,7 @@ class GenerationStats:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
-    draft_ms: float = 0.0
+    draft_settle_ms: float = 0.0
     verify_ms: float = 0.0
     target_forwards: int = 0  # target decodes after the prompt
     rollback_repairs: int = 0  # rollbacks llama.cpp refused, repaired by re-prefill
@@ -126,7 +128,7 @@ class GenerationStats:
         self.rounds += 1
         self.drafted += r.drafted
         self.accepted += r.accepted
-        self.draft_ms += r.draft_ms
+        self.draft_settle_ms += r.draft_settle_ms
         self.verify_ms += r.verify_ms
         if r.thinking:
             self.thinking_drafted += r.drafted
@@ -139,7 +141,7 @@ class GenerationStats:
         # by draft position and per round: the MTP head's chains from the target's last token
         # (a suffix draft is not the head's, and its lengths would stretch the head's figures;
         # it has counts of its own; the head's drafts after one count in the totals only)
-        if head and r.source != "suffix+mtp":
+        if head and r.drafter != "suffix+mtp":
             _grow(self.drafted_at, head)
             _grow(self.accepted_at, head)
             _grow(self.accept_len_hist, head + 1)
@@ -155,7 +157,7 @@ class GenerationStats:
         self.drafted += other.drafted
         self.accepted += other.accepted
         self.generated += other.generated
-        self.draft_ms += other.draft_ms
+        self.draft_settle_ms += other.draft_settle_ms
         self.verify_ms += other.verify_ms
         self.generation_ms += other.generation_ms
         for mine, theirs in (

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import httpx2 as httpx
 
-from engine.runtime.decode.loop import Generation, generate
+from engine.runtime.decode.loop import Decoded, generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.base import FixedDepth
@@ -167,7 +167,7 @@ def run_ours(
         raise ValueError(f"arm {arm!r} needs an MTP head")
     p = policy if depth == "auto" else (FixedDepth(int(depth)) if depth is not None else None)  # type: ignore[arg-type]
     lm.session.reset()
-    g: Generation = generate(
+    g: Decoded = generate(
         lm.session,
         prompt,
         DecodeParams(max_tokens=max_tokens, depth=p, suffix_drafts=suffix),

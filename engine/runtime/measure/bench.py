@@ -21,7 +21,7 @@ from typing import Any
 from engine.errors import Cancelled, InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.policy.adaptive import AdaptiveDepth
-from engine.runtime.decode.loop import Generation, generate
+from engine.runtime.decode.loop import Decoded, generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.decode.policy.base import DepthPolicy, FixedDepth
 from engine.runtime.measure.batchnoise import top2_margin
@@ -91,7 +91,8 @@ class BenchResult:
         plain = self.arm("0").totals
         n, n0 = max(t.generated, 1), max(plain.generated, 1)
         return (
-            f"depth {arm.depth}: drafting {t.draft_ms / n:.3f} ms + verifying {t.verify_ms / n:.3f} ms per token "
+            f"depth {arm.depth}: drafting and settling {t.draft_settle_ms / n:.3f} ms + verifying "
+            f"{t.verify_ms / n:.3f} ms per token "
             f"against {plain.generation_ms / n0:.3f} ms plain; acceptance {t.acceptance:.2f}, "
             f"{1 + t.mean_accept_len:.2f} tokens per round"
         )
@@ -163,10 +164,10 @@ def parse_depths(spec: str) -> list[str]:
     return list(dict.fromkeys(arms))
 
 
-GenerateFn = Callable[[LoadedModel, list[int], DecodeParams, str], Generation]
+GenerateFn = Callable[[LoadedModel, list[int], DecodeParams, str], Decoded]
 
 
-def _generate(lm: LoadedModel, prompt: list[int], params: DecodeParams, arm: str) -> Generation:
+def _generate(lm: LoadedModel, prompt: list[int], params: DecodeParams, arm: str) -> Decoded:
     return generate(lm.session, prompt, params)
 
 

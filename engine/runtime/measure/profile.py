@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from engine.runtime.decode.grammar import Constraint
-from engine.runtime.decode.loop import Generation
+from engine.runtime.decode.loop import Decoded
 from engine.runtime.decode.sampling import Sampler
 from engine.runtime.load.loader import LoadedModel
 
@@ -99,7 +99,7 @@ class Profiler:
             for cls, name, real in classes:
                 setattr(cls, name, real)
 
-    def add(self, g: Generation, calls_before: float) -> None:
+    def add(self, g: Decoded, calls_before: float) -> None:
         """Account one measured generation: its time not spent in timed calls is Python's.
         ``calls_before``: :meth:`calls_total` before the generation ran."""
         st = g.stats

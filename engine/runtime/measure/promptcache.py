@@ -25,7 +25,7 @@ from typing import Any
 from dataclasses import asdict, dataclass, field, replace
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
@@ -165,7 +165,7 @@ def run_arm(
     progress: Callable[[str], None] = lambda _m: None,
 ) -> Arm:
     defaults = Defaults(draft_depth=1, temperature=0.0, thinking_budget=max(8, max_tokens // 2))
-    with Engine(EngineDefaults(request=defaults, prompt_cache_mb=budget_mb)) as eng:
+    with Engine(EngineConfig(request=defaults, prompt_cache_mb=budget_mb)) as eng:
         # the template as a load option (the demo with Qwen3.5's real template)
         eng.submit(J.LoadModel(replace(spec, chat_template=template) if template else spec)).result(600)
         progress(f"{scenario}: cache {'on' if budget_mb else 'off'}")

@@ -7,7 +7,7 @@ The tool turns are put in the template's own terms (:mod:`engine.runtime.prompt.
 whether the reply starts thinking is read from the rendered text
 (:meth:`~engine.runtime.prompt.reasoning.Thinking.opens`), and, where prompt-cache
 snapshots are taken, the text offsets worth one (:mod:`engine.runtime.prompt.cachepoints`).
-What the request asks is decided before (:func:`engine.runtime.request.resolve`); this
+What the request asks is decided before (:func:`engine.runtime.decider.resolve`); this
 module only applies it. Runs on whichever thread prepares the request.
 """
 

@@ -62,7 +62,7 @@ YIELD_S = 0.005
 
 
 @dataclass(eq=False)
-class Request:
+class StepRows:
     """Rows one sequence decodes in the next step, and afterwards where its output is."""
 
     ctx: Context
@@ -114,14 +114,14 @@ class Batcher:
         #: owner thread only: sequences taking part, those to resume, rows waiting for a step
         self._sequences: set[greenlet] = set()
         self._runnable: deque[greenlet] = deque()
-        self._pending: list[Request] = []
+        self._pending: list[StepRows] = []
         self._waiters: dict[int, greenlet] = {}  # id(request) -> the sequence waiting for it
         self._batches: dict[int, Batch] = {}
         #: the thread that runs every step and every sequence
         self.owner = threading.get_ident()
         self._closed = False
         #: per context, the requests whose rows are views of its output buffers
-        self._holders: dict[int, list[Request]] = {}
+        self._holders: dict[int, list[StepRows]] = {}
         #: target steps run, and when the last one ended (perf_counter seconds): the
         #: clock of the steps' depth policies (engine.runtime.decode.policy.steps)
         self.steps = 0
@@ -176,7 +176,7 @@ class Batcher:
         self._resume()
 
     # ---------------------------------------------------------------- submit
-    def submit(self, req: Request) -> Request:
+    def submit(self, req: StepRows) -> StepRows:
         """Decode ``req`` in the next step. From a sequence: it waits (the scheduler runs
         the others and the step meanwhile); from the owner thread outside any sequence (a
         tool on a slot while none is busy): the steps run here until its rows are decoded.
@@ -200,7 +200,7 @@ class Batcher:
             raise req.error
         return req
 
-    def _alone(self, req: Request) -> bool:
+    def _alone(self, req: StepRows) -> bool:
         """Whether a sequence's decode may run its step at once, in the sequence: it is the
         only sequence, nothing else waits for a step or to start, and it gave the thread
         back (to the scheduler, so the engine's other work and arrivals are seen) within
@@ -257,7 +257,7 @@ class Batcher:
             g.parent = getcurrent()
             g.switch()
 
-    def _wake(self, r: Request) -> None:
+    def _wake(self, r: StepRows) -> None:
         g = self._waiters.pop(id(r), None)
         if g is not None:
             self._runnable.append(g)
@@ -275,7 +275,7 @@ class Batcher:
             pending, self._pending = self._pending, []
         try:
             with self.lock:
-                groups: dict[tuple[int, int], list[Request]] = {}
+                groups: dict[tuple[int, int], list[StepRows]] = {}
                 for r in pending:
                     groups.setdefault((id(r.ctx), r.head), []).append(r)
                 for (_, head), reqs in groups.items():
@@ -288,7 +288,7 @@ class Batcher:
                 r.done = True
                 self._wake(r)
 
-    def _step_alone(self, req: Request) -> None:
+    def _step_alone(self, req: StepRows) -> None:
         """:meth:`_step` for the one request of a sequence alone (:meth:`_alone`): the same
         decode and rows, without the grouping a step of several needs."""
         self._pending.clear()
@@ -308,13 +308,13 @@ class Batcher:
         if req.error is None:
             self._holders[id(ctx)] = [req]
 
-    def _run(self, reqs: list[Request], head: int) -> None:
+    def _run(self, reqs: list[StepRows], head: int) -> None:
         ctx = reqs[0].ctx
         decoding = {r.seq for r in reqs}
         for old in self._holders.pop(id(ctx), []):
             if old.seq not in decoding:  # its sequence may still read them: keep a copy
                 old.materialize()
-        calls: list[list[Request]] = [[]]
+        calls: list[list[StepRows]] = [[]]
         rows = outs = 0
         # by sequence: llama.cpp splits a batch whose sequences come out of order into a
         # micro-batch per sequence (4 sequences: 31 ms where one micro-batch takes 18)
@@ -338,7 +338,7 @@ class Batcher:
             b = self._batches[id(ctx)] = Batch(ctx.n_batch, ctx.model.n_embd_out if ctx.is_mtp else 0)
         return b
 
-    def _decode(self, ctx: Context, call: list[Request], head: int, *, copy: bool) -> None:
+    def _decode(self, ctx: Context, call: list[StepRows], head: int, *, copy: bool) -> None:
         if len(call) == 1 and call[0].batch is not None:
             b = call[0].batch  # one sequence's rows: its own batch, as it is
         else:
@@ -368,7 +368,7 @@ class Batcher:
             self.verify_costs.add_verify(b.n, ms)
         self._hand_out(ctx, call, copy)
 
-    def _hand_out(self, ctx: Context, call: list[Request], copy: bool) -> None:
+    def _hand_out(self, ctx: Context, call: list[StepRows], copy: bool) -> None:
         """Each request's logit rows (output rows, in batch order) and hidden rows (a
         target's: by batch row; an MTP context's: by output row)."""
         logits = ctx.logit_rows_view() if any(r.n_logits for r in call) else None

@@ -23,7 +23,7 @@ from engine.runtime.decode.policy.base import DepthPolicy
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.stats import RoundStats
 from engine.runtime.slots.batcher import Batcher
-from engine.runtime.decode.policy.steps import BatchDepth, StepDepth
+from engine.runtime.decode.policy.steps import SteppedDepth, StepDepth
 
 
 #: most seconds the owner thread waits for a step before it looks at its other work
@@ -172,7 +172,7 @@ class SlotPool:
         and the step's, chosen for its batch size, while others decode with it."""
         if not policy.learns:
             return policy
-        return BatchDepth(policy, self.batcher, self.steppers)
+        return SteppedDepth(policy, self.batcher, self.steppers)
 
     def close(self) -> None:
         self.batcher.close()

@@ -15,7 +15,7 @@ import numpy as np
 from engine.errors import DecodeError
 from engine.runtime.llama.batch import Batch
 from engine.runtime.llama.context import Context
-from engine.runtime.slots.batcher import Batcher, Request
+from engine.runtime.slots.batcher import Batcher, StepRows
 
 
 #: most prompt rows a sequence decodes in one step while others decode too (a step of
@@ -38,7 +38,7 @@ class SeqContext:
         self.is_mtp = ctx.is_mtp
         self.shares_memory = ctx.shares_memory
         self._head = 0
-        self._req: Request | None = None
+        self._req: StepRows | None = None
 
     @property
     def n_batch(self) -> int:
@@ -74,7 +74,7 @@ class SeqContext:
             )
         # views of the session's own batch: the sequence waits for the step that decodes
         # them and touches nothing meanwhile, so its rows are copied once, into the step's batch
-        req = Request(
+        req = StepRows(
             self.ctx,
             self.seq,
             batch.tokens[:n],
@@ -94,7 +94,7 @@ class SeqContext:
         """Rows the step of this sequence's last decode carried, every sequence's."""
         return self._req.step_rows if self._req is not None else 0
 
-    def _out(self) -> Request:
+    def _out(self) -> StepRows:
         if self._req is None:
             raise DecodeError("no logits: nothing was decoded on this sequence")
         return self._req

@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec
 from engine.server.runner import ServerThread
@@ -20,7 +20,7 @@ from tests.engine.rpc.conftest import start_server
 def test_streamed_chat_over_rpc_and_a_helper_lost_mid_stream():
     helper = start_server()
     try:
-        with Engine(EngineDefaults(request=Defaults(draft_depth="auto"))) as engine:
+        with Engine(EngineConfig(request=Defaults(draft_depth="auto"))) as engine:
             engine.submit(J.LoadModel(LoadSpec(demo_model_path(), n_ctx=1024, rpc=(str(helper.endpoint),)))).result(120)
             srv = ServerThread(engine, ServerSettings(port=0)).start()
             srv.wait_ready()

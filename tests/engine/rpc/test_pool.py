@@ -27,7 +27,7 @@ from engine.rpc.endpoints import hello
 from engine.rpc.proxy import CountingProxy
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import AUTO, Mtp
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.measure.batchnoise import check_within_noise, reference, replay
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
@@ -282,7 +282,7 @@ def test_a_request_without_a_depth_gets_the_engines_default_locally_and_pooled()
     try:
         got = {}
         for where, spec in (("local", _spec()), ("pooled", _spec(helper.endpoint))):
-            with Engine(EngineDefaults(request=Defaults(draft_depth="auto"))) as engine:
+            with Engine(EngineConfig(request=Defaults(draft_depth="auto"))) as engine:
                 engine.submit(J.LoadModel(spec)).result(120)
                 got[where] = engine.submit(J.Generate(prompt=PROMPTS[0], max_tokens=16, ignore_eog=True)).result(120)
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.runtime.decode.loop import Generation, generate
+from engine.runtime.decode.loop import Decoded, generate
 from engine.runtime.decode.params import DecodeParams
 
 from engine.runtime.decode.policy.base import FixedDepth
@@ -27,7 +27,7 @@ def load_fixture(fx, source: str, *, max_depth: int = 4, n_ctx: int = 1024, **kw
     return load(LoadSpec(fx.path, mtp=MtpSource(source), n_ctx=n_ctx, max_draft_depth=max_depth, **kw))
 
 
-def run(lm: LoadedModel, prompt, depth: int | None, max_tokens: int = 48, **kw) -> Generation:
+def run(lm: LoadedModel, prompt, depth: int | None, max_tokens: int = 48, **kw) -> Decoded:
     tokens = lm.model.tokenize(prompt) if isinstance(prompt, str) else prompt
     params = DecodeParams(max_tokens=max_tokens, depth=FixedDepth(depth) if depth else None, **kw)
     return generate(lm.session, tokens, params)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.runtime import jobs as J
 from engine.runtime.decode.grammar import GrammarSpec
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
 
 PROMPTS = [
@@ -32,7 +32,7 @@ ASKS = [
 
 
 def engine_with(path: Path, parallel: int, **defaults) -> Engine:
-    e = Engine(EngineDefaults(**defaults)).start()
+    e = Engine(EngineConfig(**defaults)).start()
     e.submit(J.LoadModel(LoadSpec(path, n_ctx=512, probe=False, fit="off", parallel=parallel))).result()
     return e
 

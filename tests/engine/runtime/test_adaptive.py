@@ -97,7 +97,7 @@ def _simulate(
                 drafted=k,
                 accepted=a,
                 emitted=a + 1,
-                draft_ms=draft,
+                draft_settle_ms=draft,
                 verify_ms=verify,
                 t=t,
                 sync_rows=1 if k else 0,

@@ -173,7 +173,7 @@ def test_no_verdict_where_mtp_pays():
 
     def arm(depth, tps):
         return ArmResult(
-            depth, [tps, tps], GenerationStats(generated=100, generation_ms=10.0, draft_ms=3.0, verify_ms=6.0)
+            depth, [tps, tps], GenerationStats(generated=100, generation_ms=10.0, draft_settle_ms=3.0, verify_ms=6.0)
         )
 
     assert BenchResult("m", [arm("0", 100.0), arm("1", 104.0)], 2, 32, 1).verdict() is None

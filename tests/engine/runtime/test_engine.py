@@ -8,7 +8,7 @@ import pytest
 
 from engine.errors import InvalidRequestError, NoModelLoadedError, QueueFullError
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec, MtpSource
 
 
@@ -111,7 +111,7 @@ def test_no_model_loaded():
 
 
 def test_bounded_queue_rejects_when_full():
-    with Engine(EngineDefaults(max_queue=2)) as eng:
+    with Engine(EngineConfig(max_queue=2)) as eng:
         release, started = threading.Event(), threading.Event()
         eng.submit(_blocker(release, started))
         started.wait(10)

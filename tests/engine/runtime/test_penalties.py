@@ -11,7 +11,7 @@ import pytest
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.penalties import Penalties
-from engine.runtime.request import resolve
+from engine.runtime.decider import resolve
 from engine.synth.demo import demo_model_path
 from tests.engine.cli_helpers import mtp_json
 

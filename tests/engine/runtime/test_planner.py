@@ -40,7 +40,7 @@ def _trained(verify_scale: float) -> tuple[AdaptiveDepth, SuffixLearned]:
         for verify, draft, _sync, _wall in rounds[:9]:
             learned.costs.add_verify(k + 1, verify * verify_scale)
             if k:
-                learned.draft_ms.add(draft)
+                learned.draft_settle_ms.add(draft)
     return auto, learned
 
 
@@ -89,7 +89,7 @@ def _candidates(planner: RoundPlanner, k: int, n: int, b: int, room: int) -> dic
 
 def _learned_with(base: SuffixLearned, rng: random.Random) -> SuffixLearned:
     L = SuffixLearned()
-    L.costs, L.draft_ms = base.costs, base.draft_ms
+    L.costs, L.draft_settle_ms = base.costs, base.draft_settle_ms
     for b in range(3):
         L.reach[b] = rng.uniform(0.0, 40.0)
         L.acc[b] = L.reach[b] * rng.choice([0.0, 0.3, 0.6, 0.85, 0.97, 1.0])
@@ -111,10 +111,10 @@ def test_the_planner_never_picks_a_plan_that_expects_fewer_tokens_per_ms(recorde
         plan = planner.plan(k, rows, [], lambda width: (tokens[:width], length))
         b = 0 if length >= 8 else 1 if length >= 4 else 2
         rates = _candidates(planner, k, n, b, rows - n)
-        picked = {MTP: (0, 0), SUFFIX: (plan.suffix, 0), SUFFIX_MTP: (plan.suffix, plan.depth)}[plan.source]
+        picked = {MTP: (0, 0), SUFFIX: (plan.suffix, 0), SUFFIX_MTP: (plan.suffix, plan.depth)}[plan.drafter]
         assert rates[picked] >= max(rates.values()) * (1 - 1e-9), (plan, picked, max(rates, key=rates.get))
-        kinds.add(plan.source)
-        if plan.source == MTP:
+        kinds.add(plan.drafter)
+        if plan.drafter == MTP:
             assert plan.depth == k and not plan.tokens
         else:
             assert plan.tokens == tokens[: plan.suffix]
@@ -148,7 +148,7 @@ def test_a_chain_is_extended_by_a_match_only_as_far_as_that_pays(recorded):
             gain = sum(math.prod(ps[: k + j]) for j in range(1, w + 1))
             rates.append((chain_e + gain) / (chain_ms + v(k + 1 + w) - v(k + 1) + rep[k + w] - rep[k]))
         assert rates[len(more)] >= max(rates) * (1 - 1e-9)
-        assert plan.source == (MTP_SUFFIX if more else MTP) and plan.suffix == len(more)
+        assert plan.drafter == (MTP_SUFFIX if more else MTP) and plan.suffix == len(more)
         taken.add(bool(more))
     assert taken == {True, False}
 
@@ -157,7 +157,7 @@ def test_a_forced_run_is_the_plan_whatever_else_could_be_drafted(recorded):
     auto, base = recorded
     planner = RoundPlanner(auto, base, follows=True)
     plan = planner.plan(3, 10, [7, 8], lambda width: (list(range(width)), 16))
-    assert plan.source == "forced" and plan.tokens == [7, 8] and plan.depth == 0
+    assert plan.drafter == "forced" and plan.tokens == [7, 8] and plan.depth == 0
 
 
 def test_at_a_fixed_depth_the_chain_is_priced_by_what_the_planner_measured():
@@ -167,7 +167,7 @@ def test_at_a_fixed_depth_the_chain_is_priced_by_what_the_planner_measured():
     for rows, ms in ((3, 1.2), (4, 1.3), (5, 1.4)):
         for _ in range(3):
             L.costs.add_verify(rows, ms)
-    L.draft_ms.add(0.4)
+    L.draft_settle_ms.add(0.4)
     planner = RoundPlanner(FixedDepth(3), L)
     for _ in range(30):  # chains of 3 that keep 1: of the 2 drafts reached, 1 kept
         planner.kept(Plan(MTP, 3, chain=3), 1)
@@ -177,20 +177,20 @@ def test_at_a_fixed_depth_the_chain_is_priced_by_what_the_planner_measured():
 
 
 def test_in_slots_the_planner_prices_the_chain_with_auto_while_a_sequence_decodes_alone():
-    """A slot's depth policy (BatchDepth) hands the planner auto's estimates while its
+    """A slot's depth policy (SteppedDepth) hands the planner auto's estimates while its
     sequence decodes alone (a model with one slot included: before one decode path, such a
     model's planner read auto directly); beside others, and at a fixed depth, none (the
     planner's own measurements by the step's rows)."""
     from types import SimpleNamespace
 
     from engine.runtime.decode.policy.costs import RoundCosts
-    from engine.runtime.decode.policy.steps import BatchDepth
+    from engine.runtime.decode.policy.steps import SteppedDepth
 
     clock = SimpleNamespace(active=1, steps=0, step_t=0.0, verify_costs=RoundCosts(1))
     inner = AdaptiveDepth(MAX)
-    planner = RoundPlanner(BatchDepth(inner, clock, {}), SuffixLearned(), follows=True)
+    planner = RoundPlanner(SteppedDepth(inner, clock, {}), SuffixLearned(), follows=True)
     assert planner._auto is inner
     clock.active = 2
     assert planner._auto is None
-    fixed = RoundPlanner(BatchDepth(FixedDepth(3), clock, {}), SuffixLearned())
+    fixed = RoundPlanner(SteppedDepth(FixedDepth(3), clock, {}), SuffixLearned())
     assert fixed._auto is None

@@ -14,7 +14,7 @@ import pytest
 
 from engine.runtime import jobs as J
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
 from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
@@ -34,7 +34,7 @@ WEATHER = {
 
 
 def _engine(model, mb: int) -> Engine:
-    eng = Engine(EngineDefaults(request=Defaults(draft_depth=2, max_tokens=24, thinking_budget=8), prompt_cache_mb=mb))
+    eng = Engine(EngineConfig(request=Defaults(draft_depth=2, max_tokens=24, thinking_budget=8), prompt_cache_mb=mb))
     eng.start()
     eng.submit(J.LoadModel(LoadSpec(model, mtp=MtpSource.INTEGRATED, n_ctx=4096))).result(60)
     return eng
@@ -285,9 +285,7 @@ def test_an_attention_model_restores_a_conversation_another_one_pushed_out(gemma
     """Real Gemma 3 270M (attention only: llama.cpp can cut its KV back, so no snapshots are
     taken during prefill): when a second conversation takes the context, the first one's
     state is saved, and its next turn restores it instead of decoding it again."""
-    engines = {
-        mb: Engine(EngineDefaults(request=Defaults(max_tokens=12), prompt_cache_mb=mb)).start() for mb in (64, 0)
-    }
+    engines = {mb: Engine(EngineConfig(request=Defaults(max_tokens=12), prompt_cache_mb=mb)).start() for mb in (64, 0)}
     try:
         out = {}
         for mb, eng in engines.items():

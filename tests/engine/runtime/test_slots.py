@@ -17,7 +17,7 @@ import pytest
 
 from engine.errors import QueueFullError
 from engine.runtime import jobs as J
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
 from tests.engine.runtime.slothelpers import PROMPTS, alone, engine_with, job
 
@@ -134,7 +134,7 @@ def test_prompt_cache_restores_into_a_busy_engine(fixtures):
 
 def test_a_full_queue_refuses_work_while_every_slot_is_busy(fixtures):
     path = fixtures["partial"].path
-    e = Engine(EngineDefaults(max_queue=2)).start()
+    e = Engine(EngineConfig(max_queue=2)).start()
     try:
         e.submit(J.LoadModel(LoadSpec(path, n_ctx=512, probe=False, fit="off", parallel=2))).result()
         handles, refused = [], None

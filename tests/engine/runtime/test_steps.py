@@ -11,7 +11,7 @@ from engine.runtime.decode.policy.adaptive import AdaptiveDepth
 from engine.runtime.decode.policy.costs import RoundCosts
 from engine.runtime.decode.policy.store import load_policy, save_policy
 from engine.runtime.decode.stats import RoundStats
-from engine.runtime.decode.policy.steps import BatchDepth, StepDepth
+from engine.runtime.decode.policy.steps import SteppedDepth, StepDepth
 
 
 class Clock:
@@ -80,7 +80,7 @@ def _steps(policies: list, clock: Clock, steps: int, accept, seed: int = 1, targ
                     drafted=k,
                     accepted=a,
                     emitted=a + 1,
-                    draft_ms=draft,
+                    draft_settle_ms=draft,
                     verify_ms=verify,
                     t=clock.step_t,
                     sync_rows=1 if k else 0,
@@ -93,10 +93,10 @@ def _steps(policies: list, clock: Clock, steps: int, accept, seed: int = 1, targ
     return out
 
 
-def _seqs(model: AdaptiveDepth, clock: Clock, n: int) -> list[BatchDepth]:
+def _seqs(model: AdaptiveDepth, clock: Clock, n: int) -> list[SteppedDepth]:
     """``n`` sequences' policies over one model's, sharing the steps' (as a pool's slots do)."""
     steppers: dict = {}
-    return [BatchDepth(model, clock, steppers) for _ in range(n)]
+    return [SteppedDepth(model, clock, steppers) for _ in range(n)]
 
 
 def _goodput(n: int, d: int, accept: float) -> float:
@@ -109,7 +109,7 @@ def test_every_sequence_of_a_step_drafts_the_steps_depth():
     same; the policy counts one round per step, not one per sequence."""
     model = AdaptiveDepth(4)
     clock, steppers = Clock(3), {}
-    seqs = [BatchDepth(model, clock, steppers) for _ in range(3)]
+    seqs = [SteppedDepth(model, clock, steppers) for _ in range(3)]
     picked = _steps(seqs, clock, 120, 0.7)
     assert all(len(set(d)) == 1 for d in picked)
     assert len({d[0] for d in picked}) > 1  # it did choose: tries and changes, not one depth throughout
@@ -137,7 +137,7 @@ def test_a_steps_time_is_taken_once_and_its_acceptance_from_every_sequence():
                     drafted=k,
                     accepted=k,
                     emitted=k + 1,
-                    draft_ms=1.0,
+                    draft_settle_ms=1.0,
                     verify_ms=15.0,
                     t=t + seq * 0.001,
                     sync_rows=1 if k else 0,
@@ -165,12 +165,12 @@ def test_the_steps_depth_follows_the_steps_goodput_on_given_costs():
 
     alone = AdaptiveDepth(4)
     clock = Clock(1)
-    picked = _steps([BatchDepth(alone, clock, {})], clock, 300, accept)
+    picked = _steps([SteppedDepth(alone, clock, {})], clock, 300, accept)
     assert [d[0] for d in picked[-100:]].count(best[1]) > 70
 
     for n in (2, 4):
         clock, steppers = Clock(n), {}
-        seqs = [BatchDepth(alone, clock, steppers) for _ in range(n)]
+        seqs = [SteppedDepth(alone, clock, steppers) for _ in range(n)]
         picked = _steps(seqs, clock, 400, accept, seed=n)
         tail = [d[0] for d in picked[-150:]]
         assert tail.count(best[n]) > 0.75 * len(tail), (n, best[n], tail)
@@ -184,7 +184,7 @@ def test_a_step_of_four_probes_as_seldom_as_a_round_alone_where_drafts_fail():
     quarter of the steps drafted)."""
     model = AdaptiveDepth(4)
     clock, steppers = Clock(4), {}
-    picked = _steps([BatchDepth(model, clock, steppers) for _ in range(4)], clock, 600, 0.02)
+    picked = _steps([SteppedDepth(model, clock, steppers) for _ in range(4)], clock, 600, 0.02)
     drafting = [d[0] > 0 for d in picked[100:]]
     assert sum(drafting) / len(drafting) < 0.02, sum(drafting)
     assert model.batch[4].probe_gap >= 128
@@ -207,7 +207,7 @@ def test_a_sequence_whose_drafts_do_not_pay_for_their_rows_sits_the_steps_drafti
         model = AdaptiveDepth(4)
         clock, steppers = Clock(3), {}
         picked = _steps(
-            [BatchDepth(model, clock, steppers) for _ in range(3)], clock, 600, accepts, seed=3, target_ms=target
+            [SteppedDepth(model, clock, steppers) for _ in range(3)], clock, 600, accepts, seed=3, target_ms=target
         )
         return picked, clock.tokens / clock.step_t
 
@@ -256,7 +256,7 @@ def test_batch_sizes_policies_are_saved_and_restored_with_the_models(tmp_path):
     model = AdaptiveDepth(4)
     for n in (2, 4):
         clock, steppers = Clock(n), {}
-        _steps([BatchDepth(model, clock, steppers) for _ in range(n)], clock, 80, 0.8)
+        _steps([SteppedDepth(model, clock, steppers) for _ in range(n)], clock, 80, 0.8)
     path = tmp_path / "policy.json"
     save_policy(path, model)
     saved = json.loads(path.read_text())

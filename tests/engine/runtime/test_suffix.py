@@ -97,7 +97,7 @@ def test_suffix_drafts_under_a_grammar(copying):
     text = lm.model.detokenize(_gen(lm, prompt).tokens[:40])
     words = sorted({w for w in text.split() if w.isalnum()}) or ["a"]
     spec = GrammarSpec("regex", "(" + "|".join(map(__import__("re").escape, words)) + r"|[ \S])*")
-    from engine.runtime.request import _constraint
+    from engine.runtime.decider import _constraint
 
     def run(**kw):
         c = _constraint(spec, lm.model, frozenset())
@@ -111,8 +111,8 @@ class _Costs:
     """A cost model's estimates (what the choice reads of it): verifies of w rows cost
     1 + 0.1 w ms, a round of depth k that verify plus k draft steps."""
 
-    def __init__(self, verify, draft_ms):
-        self.verify, self.draft_ms = verify, draft_ms
+    def __init__(self, verify, draft_settle_ms):
+        self.verify, self.draft_settle_ms = verify, draft_settle_ms
 
     def verify_ms(self, rows: int) -> float:
         return self.verify(rows)
@@ -121,13 +121,13 @@ class _Costs:
         return [0.0] + [self.verify(r) for r in range(1, n + 1)]
 
     def round_ms(self, k: int) -> float:
-        return self.verify(k + 1) + self.draft_ms * k
+        return self.verify(k + 1) + self.draft_settle_ms * k
 
     def sync_ms(self) -> float:
-        return self.draft_ms
+        return self.draft_settle_ms
 
     def step_ms(self) -> float:
-        return self.draft_ms
+        return self.draft_settle_ms
 
 
 class _Policy:
@@ -135,9 +135,9 @@ class _Policy:
 
     max_depth = 4
 
-    def __init__(self, p_mtp, verify, draft_ms):
+    def __init__(self, p_mtp, verify, draft_settle_ms):
         self.p_mtp = p_mtp
-        self.costs = _Costs(verify, draft_ms)
+        self.costs = _Costs(verify, draft_settle_ms)
 
     def acceptances(self):
         return [self.p_mtp] * self.max_depth
@@ -150,8 +150,8 @@ class _Policy:
         return [sum(self.p_mtp**i for i in range(k + 1)) / self.costs.round_ms(k) for k in range(self.max_depth + 1)]
 
 
-def _consistent_policy(p_mtp: float, draft_ms: float = 0.3) -> _Policy:
-    return _Policy(p_mtp, lambda rows: 1.0 + 0.1 * rows, draft_ms)
+def _consistent_policy(p_mtp: float, draft_settle_ms: float = 0.3) -> _Policy:
+    return _Policy(p_mtp, lambda rows: 1.0 + 0.1 * rows, draft_settle_ms)
 
 
 def _source(policy) -> RoundPlanner:
@@ -195,10 +195,10 @@ def test_without_a_cost_model_the_choice_uses_its_own_verify_times():
                     drafted=rows - 1,
                     accepted=0,
                     emitted=1,
-                    draft_ms=0.0,
+                    draft_settle_ms=0.0,
                     verify_ms=ms,
                     t=0.0,
-                    source="suffix",
+                    drafter="suffix",
                 ),
                 constrained=False,
             )
@@ -329,7 +329,7 @@ def test_an_mtp_chain_that_runs_into_an_earlier_match_is_extended_by_it(copying)
         on_round=rounds.append,
     )
     assert g.tokens == plain
-    ext = [r for r in rounds if r.source == "mtp+suffix"]
+    ext = [r for r in rounds if r.drafter == "mtp+suffix"]
     assert ext and all(0 < r.extended < r.drafted for r in ext)
     assert sum(r.extended for r in ext) <= g.stats.suffix_drafted
 
@@ -339,7 +339,7 @@ def test_the_head_goes_on_after_a_suffix_draft_only_where_that_pays():
     expects the most tokens per ms, counted only if every suffix token is kept and paying
     a head step per suffix token; none where the head or the suffix draft is unreliable."""
     for p_mtp in (0.3, 0.7, 0.95):
-        src = _source(_consistent_policy(p_mtp, draft_ms=0.05))
+        src = _source(_consistent_policy(p_mtp, draft_settle_ms=0.05))
         src.learned.acc[0], src.learned.reach[0] = 50.0, 50.0  # the suffix draft is always kept
         p = src.acceptance(0)
         for width, room in ((2, 13), (8, 7)):
@@ -352,13 +352,13 @@ def test_the_head_goes_on_after_a_suffix_draft_only_where_that_pays():
             taken = src.tail_width(width, 0, room)
             assert rate(taken) == rate(best), (p_mtp, width, taken, best)
     # a head that drafts well but costs as much as a verify row per step never pays after 8 tokens
-    src = _source(_consistent_policy(0.95, draft_ms=0.5))
+    src = _source(_consistent_policy(0.95, draft_settle_ms=0.5))
     assert src.tail_width(8, 0, 7) == 0
     # a suffix bucket whose drafts are rejected: the head's drafts after them would never count
-    src = _source(_consistent_policy(0.95, draft_ms=0.05))
+    src = _source(_consistent_policy(0.95, draft_settle_ms=0.05))
     src.learned.acc[2], src.learned.reach[2] = 0.0, 50.0
     assert src.tail_width(4, 2, 11) == 0
-    assert _source(_consistent_policy(0.95, draft_ms=0.05)).tail_width(4, 0, 11) > 0
+    assert _source(_consistent_policy(0.95, draft_settle_ms=0.05)).tail_width(4, 0, 11) > 0
 
 
 def test_a_suffix_draft_whose_match_ends_is_extended_by_the_head(copying):
@@ -377,7 +377,7 @@ def test_a_suffix_draft_whose_match_ends_is_extended_by_the_head(copying):
     for _ in range(9):
         for rows in range(1, 65):
             L.costs.add_verify(rows, 1.0 + 0.02 * rows)
-        L.draft_ms.add(0.03)
+        L.draft_settle_ms.add(0.03)
     L.mtp_acc = L.mtp_reach = 50.0
     other = lm.model.prompt_tokens("Twice upon a time")
     plain = _gen(lm, other).tokens
@@ -391,12 +391,12 @@ def test_a_suffix_draft_whose_match_ends_is_extended_by_the_head(copying):
         on_round=rounds.append,
     )
     assert g.tokens == plain
-    tail = [r for r in rounds if r.source == "suffix+mtp"]
+    tail = [r for r in rounds if r.drafter == "suffix+mtp"]
     assert tail and all(0 < r.extended < r.drafted for r in tail)
     assert sum(r.accepted for r in tail) > sum(r.drafted - r.extended for r in tail)  # the head's drafts were kept
     # the suffix tokens count as suffix drafts; the head's after them in its totals, not by position
     assert g.stats.suffix_drafted == sum(r.split()[0] for r in rounds)
-    assert sum(g.stats.drafted_at) == sum(r.split()[2] for r in rounds if r.source != "suffix+mtp")
+    assert sum(g.stats.drafted_at) == sum(r.split()[2] for r in rounds if r.drafter != "suffix+mtp")
 
 
 def test_on_a_recurrent_model_the_width_pays_for_its_replays():
@@ -433,10 +433,10 @@ def test_in_slots_a_width_is_priced_as_the_step_it_makes():
                 drafted=3,
                 accepted=3,
                 emitted=4,
-                draft_ms=0.0,
+                draft_settle_ms=0.0,
                 verify_ms=6.0,
                 t=0.0,
-                source="suffix",
+                drafter="suffix",
                 step_rows=12,
             ),
             constrained=False,
@@ -452,10 +452,10 @@ def test_in_slots_a_width_is_priced_as_the_step_it_makes():
                 drafted=3,
                 accepted=3,
                 emitted=4,
-                draft_ms=0.0,
+                draft_settle_ms=0.0,
                 verify_ms=2.0,
                 t=0.0,
-                source="suffix",
+                drafter="suffix",
                 step_rows=4,
             ),
             constrained=False,

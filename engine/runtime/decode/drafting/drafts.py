@@ -52,10 +52,10 @@ class Drafts:
         """The drafts of ``plan`` after ``id_last`` (at ``pos0``); ``rows``: the widest
         verify. An MTP chain whose last tokens start an earlier match may be extended by
         what followed it, as far as the planner finds it pays."""
-        if plan.source in (FORCED, SUFFIX):
+        if plan.drafter in (FORCED, SUFFIX):
             return Proposal(list(plan.tokens))
         mtp = self.mtp
-        if plan.source == SUFFIX_MTP:
+        if plan.drafter == SUFFIX_MTP:
             assert mtp is not None
             return mtp.draft_after(id_last, pos0, plan.tokens, plan.depth)
         proposal = mtp.draft(id_last, pos0, plan.depth) if mtp is not None and plan.depth > 0 else Proposal()

@@ -49,7 +49,6 @@ class MtpDraft:
     (token ``p``, the target's hidden row of ``p - 1``). After a verify, the kept tokens'
     entries wait in the session's lag and are fed in one batch before the next draft."""
 
-    source = "mtp"
     needs_hidden = True
 
     def __init__(self, session: Session, sampler: Sampler | None, cancel: threading.Event | None):

@@ -114,12 +114,12 @@ class RoundCosts:
             if r.sync_rows <= self.max_depth + 1:  # not a lag flush after drafting was off
                 self.sync.add(r.sync_ms)
             if r.drafted >= 2:
-                self.step.add((r.draft_ms - r.sync_ms) / (r.drafted - 1))
+                self.step.add((r.draft_settle_ms - r.sync_ms) / (r.drafted - 1))
         if wall_ms is not None:
             self.rounds += 1
             self.measured_at[depth] = self.rounds
             _window(self.wall, depth).add(wall_ms)
-            self.python[depth > 0].add(max(0.0, wall_ms - r.verify_ms - r.draft_ms))
+            self.python[depth > 0].add(max(0.0, wall_ms - r.verify_ms - r.draft_settle_ms))
 
     def add_verify(self, rows: int, ms: float) -> None:
         """A verify's time alone (for a source that keeps only these)."""

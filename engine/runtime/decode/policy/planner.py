@@ -55,7 +55,7 @@ from engine.runtime.decode.policy.tuning import (
 )
 from engine.runtime.decode.stats import RoundStats
 
-#: a plan's source (the round's statistics read it): a grammar's forced run, the MTP chain,
+#: a plan's drafter (the round's statistics read it): a grammar's forced run, the MTP chain,
 #: a suffix draft, a suffix draft followed by the head's chain, the chain followed by a match
 FORCED, MTP, SUFFIX, SUFFIX_MTP, MTP_SUFFIX = "forced", "mtp", "suffix", "suffix+mtp", "mtp+suffix"
 
@@ -80,7 +80,7 @@ class SuffixLearned:
         #: verify times by rows and an MTP chain's draft time, measured on every round:
         #: what a fixed depth, plain decoding or the widest verifies cost
         self.costs = RoundCosts(MAX_DRAFT)
-        self.draft_ms = Window()
+        self.draft_settle_ms = Window()
 
 
 @dataclass(eq=False, slots=True)
@@ -89,7 +89,7 @@ class Plan:
     suffix tokens); ``depth``: the head's drafts to make (the chain's, or the tail's after
     the suffix tokens). The proposing fills in what followed (:meth:`RoundPlanner.extension`)."""
 
-    source: str
+    drafter: str
     depth: int = 0
     tokens: list[int] = field(default_factory=list)
     #: the suffix match's length bucket (suffix tokens in the plan), and how many of them
@@ -192,7 +192,7 @@ class RoundPlanner:
         b = bucket(length)
         take = self.extension_width(len(tokens), b, k)
         if take:
-            plan.source, plan.bucket, plan.suffix = MTP_SUFFIX, b, take
+            plan.drafter, plan.bucket, plan.suffix = MTP_SUFFIX, b, take
         return tokens[:take]
 
     # --------------------------------------------------------------- learning
@@ -201,13 +201,13 @@ class RoundPlanner:
         tokens by bucket and, at a fixed depth, of the chain (auto learns its own from the
         round's statistics: :meth:`observe`)."""
         L = self.learned
-        if L is None or plan.source == FORCED:
+        if L is None or plan.drafter == FORCED:
             return
-        if plan.source in (MTP, MTP_SUFFIX) and plan.chain:
+        if plan.drafter in (MTP, MTP_SUFFIX) and plan.chain:
             L.mtp_acc = L.mtp_acc * SUFFIX_DECAY + min(kept, plan.chain)
             L.mtp_reach = L.mtp_reach * SUFFIX_DECAY + min(kept + 1, plan.chain)
         if plan.suffix:
-            start = plan.chain if plan.source == MTP_SUFFIX else 0  # the suffix tokens' first
+            start = plan.chain if plan.drafter == MTP_SUFFIX else 0  # the suffix tokens' first
             if kept >= start:  # reached
                 b = plan.bucket
                 L.acc[b] = L.acc[b] * SUFFIX_DECAY + min(kept - start, plan.suffix)
@@ -220,7 +220,7 @@ class RoundPlanner:
         grammar's masks and its drafts were cut to what the grammar allows: it would teach
         auto about the grammar, not the model; nor would a suffix draft's round teach it
         about the head)."""
-        if not constrained and r.source == MTP:
+        if not constrained and r.drafter == MTP:
             self.policy.observe(r)
         L = self.learned
         if L is None or r.forced:
@@ -231,8 +231,8 @@ class RoundPlanner:
             L.costs.add_verify(rows, r.verify_ms)
         self._prev_rows = rows
         self._others = rows - own
-        if r.source == MTP and r.drafted:
-            L.draft_ms.add(r.draft_ms)
+        if r.drafter == MTP and r.drafted:
+            L.draft_settle_ms.add(r.draft_settle_ms)
 
     # ---------------------------------------------------------------- pricing
     def acceptance(self, b: int) -> float:
@@ -297,7 +297,11 @@ class RoundPlanner:
             cost = self.verify_ms(k + 1)
             if k:
                 L = self.learned
-                cost += L.draft_ms.median if L is not None and L.draft_ms else DEFAULT_SLOPE * k * self.verify_ms(1)
+                cost += (
+                    L.draft_settle_ms.median
+                    if L is not None and L.draft_settle_ms
+                    else DEFAULT_SLOPE * k * self.verify_ms(1)
+                )
         return ps, expected_tokens(ps)[-1], math.prod(ps), max(cost, 1e-6)
 
     def _suffix_rates(self, n: int, b: int) -> list[float]:
@@ -386,8 +390,8 @@ class RoundPlanner:
         if self._auto is not None:
             return self._auto.costs.sync_ms(), self._auto.costs.step_ms()
         L = self.learned
-        if L is not None and L.draft_ms:
-            one = L.draft_ms.median / max(1, self.policy.max_depth)
+        if L is not None and L.draft_settle_ms:
+            one = L.draft_settle_ms.median / max(1, self.policy.max_depth)
         else:
             one = DEFAULT_SLOPE * self.verify_ms(1)
         return one, one

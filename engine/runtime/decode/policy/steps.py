@@ -224,7 +224,7 @@ class OwnDrafts:
 _MAKING = threading.Lock()
 
 
-class BatchDepth:
+class SteppedDepth:
     """A slot's depth policy for one generation: ``inner`` (the model's auto policy)
     while it decodes alone, the model's :class:`StepDepth` for the batch size (kept in
     ``steppers`` by the slots' pool) while others decode with it."""

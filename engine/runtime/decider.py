@@ -165,7 +165,7 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     """The prompt tokens and decode parameters of a resolved ``job`` on ``lm``
     (``texts``: the model's recent conversations, whose tokens are reused). Runs where the
     job is prepared: the engine thread, or a request's own thread for a model with slots."""
-    assert job.resolved, "prepare takes a resolved job (engine.runtime.request.resolve)"
+    assert job.resolved, "prepare takes a resolved job (engine.runtime.decider.resolve)"
     model = lm.model
     snapshots = lm.snapshots is not None and lm.snapshots.snapshots_in_prefill(model.restores_cut_back)
     chat: RenderedChat | None = None

@@ -1,4 +1,4 @@
-"""What an engine is started with (:class:`EngineDefaults`): the defaults a request gets for
+"""What an engine is started with (:class:`EngineConfig`): the defaults a request gets for
 the values it leaves out, the queue's bound, where models with RPC devices run, and the prompt
 cache's budget."""
 
@@ -11,9 +11,13 @@ from engine.settings import DEFAULT_PROMPT_CACHE_MB
 
 
 @dataclass(frozen=True)
-class EngineDefaults:
+class EngineConfig:
+    """How an engine runs, fixed when it starts: the request defaults it puts under every
+    job's own values (one layer of the decider's), its queue, whether RPC models run in a
+    worker process, and each loaded model's prompt-cache budget."""
+
     #: what a request gets for the values it leaves out (the app's or the CLI's
-    #: defaults, under the submitter's own: engine.runtime.request)
+    #: defaults, under the submitter's own: engine.runtime.decider)
     request: J.Defaults = J.Defaults()
     max_queue: int = 64
     #: run models with remote (RPC) devices in a worker process (engine.runtime.worker);

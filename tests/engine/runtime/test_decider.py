@@ -9,9 +9,9 @@ import pytest
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
 from engine.runtime.decode.depth import AUTO, DraftDepth, Mtp
-from engine.runtime.engine import Engine, EngineDefaults
+from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.runtime.request import BUILTIN, resolve
+from engine.runtime.decider import BUILTIN, resolve
 
 
 def test_a_value_comes_from_the_first_layer_that_sets_it():
@@ -26,7 +26,7 @@ def test_a_value_comes_from_the_first_layer_that_sets_it():
 
 
 def test_resolving_is_idempotent_and_parses_each_value_once(monkeypatch):
-    from engine.runtime import request as request_mod
+    from engine.runtime import decider as request_mod
 
     parses = []
     real = DraftDepth.parse.__func__
@@ -117,7 +117,7 @@ def test_an_out_of_range_default_layer_is_refused_too():
 
 @pytest.fixture(scope="module")
 def auto_engine(fixtures):
-    with Engine(EngineDefaults(request=J.Defaults(draft_depth=AUTO))) as eng:
+    with Engine(EngineConfig(request=J.Defaults(draft_depth=AUTO))) as eng:
         eng.submit(J.LoadModel(LoadSpec(fixtures["full"].path, mtp=MtpSource.INTEGRATED, name="full"))).result(60)
         yield eng
 
