@@ -32,7 +32,7 @@ from app.pages.perftracks import Tracks, View
 from app.widgets.charts import GREEN, ORANGE, BarChart, LineChart
 from app.widgets.page import page_layout
 from engine.facade import J
-from engine.facade import DEFAULT_PROMPTS, bench_job, parse_depths
+from engine.facade import DEFAULT_PROMPTS, BenchResult, bench_job, parse_depths
 from engine.facade import GenerationStats
 from engine.facade import SlotInfo
 
@@ -251,28 +251,28 @@ class PerformancePage(QWidget):
         if cancelled or result is None:
             self.bench_result.setText("Benchmark cancelled." if cancelled else "Benchmark failed.")
             return
-        body = result.to_json()
+        r: BenchResult = result  # type: ignore[assignment]
         rows = [
-            f"{a['depth']:>5}: {a['tokens_per_second_median']:7.1f} tok/s  {a['speedup']:.2f}x  acceptance "
-            f"{a['acceptance']:.2f}" + ("" if a["identical"] else "  OUTPUT DIFFERS")
-            for a in body["arms"]
+            f"{a.depth:>5}: {a.median:7.1f} tok/s  {r.speedup(a):.2f}x  acceptance {a.totals.acceptance:.2f}"
+            + ("  OUTPUT DIFFERS" if a.mismatches else "")
+            for a in r.arms
         ]
         verdict = (
             "identical outputs in every arm"
-            if body["identical"]
+            if r.identical
             else (
                 "outputs differ at near-ties: llama.cpp's kernels are not batch-invariant in this configuration "
                 "(Backend page: exact arithmetic)"
             )
         )
-        auto = next((a for a in body["arms"] if a["depth"] == "auto" and a["depth_choices"]), None)
+        auto = next((a for a in r.arms if a.depth == "auto" and a.depth_choices), None)
         if auto is not None:
-            rows.append("auto chose depths: " + ", ".join(f"{k}: {v}" for k, v in auto["depth_choices"].items()))
+            rows.append("auto chose depths: " + ", ".join(f"{k}: {v}" for k, v in sorted(auto.depth_choices.items())))
         self.bench_result.setText("<pre>" + "\n".join(rows) + f"\n{verdict}</pre>")
-        self.bench_verdict.setText(body.get("verdict") or "")
-        self.bench_verdict.setVisible(bool(body.get("verdict")))
-        self.last_bench = body
-        base = next(a for a in body["arms"] if a["depth"] == "0")["tokens_per_second_median"]
-        best = max(body["arms"], key=lambda a: a["tokens_per_second_median"])
-        self.speeds = {"MTP off": base, f"MTP on ({best['depth']})": best["tokens_per_second_median"]}
+        said = r.verdict()
+        self.bench_verdict.setText(said or "")
+        self.bench_verdict.setVisible(bool(said))
+        self.last_bench = r
+        best = max(r.arms, key=lambda a: a.median)
+        self.speeds = {"MTP off": r.arm("0").median, f"MTP on ({best.depth})": best.median}
         self._dirty = True

@@ -40,7 +40,7 @@ from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.engine import Engine, EngineConfig, JobHandle
 from engine.runtime.llama import exact
 from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.runtime.measure.bench import DEFAULT_PROMPTS, bench_job, parse_depths
+from engine.runtime.measure.bench import DEFAULT_PROMPTS, BenchResult, bench_job, parse_depths
 from engine.runtime.modelinfo import CHAT, EMBEDDING, RERANK, ModelInfo
 from engine.runtime.ondemand.catalog import Catalog, header_facts
 from engine.runtime.ondemand.residency import Residency, ResidentInfo
@@ -57,6 +57,7 @@ __all__ = [
     "EMBEDDING",
     "INTERACTIVE",
     "RERANK",
+    "BenchResult",
     "CacheFigures",
     "Catalog",
     "Cancelled",

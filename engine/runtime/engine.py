@@ -56,7 +56,7 @@ from engine.runtime.llama import owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.decode.cache.snapshotcache import CacheFigures
 from engine.runtime.modelinfo import CHAT, ModelInfo
-from engine.runtime.modelstate import EngineState, Published
+from engine.runtime.modelstate import EngineState, Published, Totals
 from engine.runtime.pooledjob import refusal, run_pooled
 from engine.runtime.decider import resolve
 from engine.runtime.slots.pool import STEP_WAIT, SlotInfo
@@ -96,7 +96,6 @@ class Engine:
             J.Embed: self._pooled,
             J.Rerank: self._pooled,
         }
-        self.counters = {"jobs": 0, "generated_tokens": 0, "drafted": 0, "accepted": 0, "prompt_tokens": 0}
         self._observers: list[Callable[[JobHandle, J.Event], None]] = []
 
     def observe(self, fn: Callable[[JobHandle, J.Event], None]) -> None:
@@ -166,6 +165,10 @@ class Engine:
             )
         return self._queue.qsize() + running + isinstance(self._peeked, JobHandle)
 
+    def totals(self) -> Totals:
+        """Jobs run and tokens processed since the engine started, any thread."""
+        return self._published.totals()
+
     def slots(self) -> dict[str, list[SlotInfo]]:
         """Each loaded model's slots now (:meth:`Published.slots`), safe to call from any thread."""
         return self._published.slots()
@@ -207,7 +210,7 @@ class Engine:
         self._published.clear()
 
     def _execute(self, handle: JobHandle) -> None:
-        self.counters["jobs"] += 1
+        self._published.count_job()
         if handle.cancelled:
             handle._emit(J.Done(None, cancelled=True))
             return
@@ -491,8 +494,4 @@ class Engine:
         return result
 
     def _count(self, r: J.GenerateResult, prompt_tokens: int) -> None:
-        with self._lock:  # read by other threads
-            self.counters["generated_tokens"] += len(r.tokens)
-            self.counters["drafted"] += r.stats.drafted
-            self.counters["accepted"] += r.stats.accepted
-            self.counters["prompt_tokens"] += prompt_tokens
+        self._published.count(len(r.tokens), r.stats.drafted, r.stats.accepted, prompt_tokens)

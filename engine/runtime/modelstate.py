@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from engine.errors import NoModelLoadedError
-from engine.runtime.decode.cache.snapshotcache import CacheFigures, SnapshotCache
+from engine.runtime.decode.cache.snapshotcache import CacheFigures
 from engine.runtime.load.loader import LoadedModel
 from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.tokenized import TokenizedTexts
@@ -46,9 +46,20 @@ class EngineState:
         return self.texts.setdefault(name, TokenizedTexts())
 
 
+@dataclass
+class Totals:
+    """What an engine has done since it started, for /metrics."""
+
+    jobs: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
 class Published:
-    """The loaded models as other threads see them, and the prompt-cache budget. Any
-    thread; the engine thread publishes after every change."""
+    """The loaded models as other threads see them, the prompt-cache budget and the
+    engine's totals. Any thread; the engine thread publishes after every change."""
 
     def __init__(self, prompt_cache_bytes: int):
         self._lock = threading.Lock()
@@ -56,6 +67,7 @@ class Published:
         self._models: list[LoadedModel | WorkerModel] = []
         self._pools: dict[str, SlotPool] = {}  # the models' slot pools (each thread-safe itself)
         self._budget = max(0, int(prompt_cache_bytes))
+        self._totals = Totals()
 
     def publish(self, state: EngineState) -> None:
         with self._lock:
@@ -66,6 +78,23 @@ class Published:
                 for name, lm in state.models.items()
                 if isinstance(lm, LoadedModel) and lm.slots is not None
             }
+
+    def count_job(self) -> None:
+        with self._lock:
+            self._totals.jobs += 1
+
+    def count(self, generated: int, drafted: int, accepted: int, prompt_tokens: int) -> None:
+        """A generation's tokens into the totals (the engine thread, or a worker's result)."""
+        with self._lock:
+            t = self._totals
+            t.generated_tokens += generated
+            t.drafted += drafted
+            t.accepted += accepted
+            t.prompt_tokens += prompt_tokens
+
+    def totals(self) -> Totals:
+        with self._lock:
+            return replace(self._totals)
 
     def clear(self) -> None:
         with self._lock:
@@ -104,11 +133,7 @@ class Published:
 
     def give_cache(self, lm: LoadedModel) -> None:
         """Give ``lm`` its prompt cache at the budget set now (engine thread)."""
-        budget = self.prompt_cache_bytes
-        if lm.snapshots is None:
-            lm.snapshots = SnapshotCache(budget)
-        elif lm.snapshots.budget != budget:
-            lm.snapshots.set_budget(budget)
+        lm.use_prompt_cache(self.prompt_cache_bytes)
 
     def prompt_cache_info(self) -> CacheFigures:
         """The prompt caches' figures summed over the loaded models, those in worker

@@ -109,7 +109,7 @@ def test_bench_from_the_performance_page(qtbot, window, fixtures):
     qtbot.mouseClick(perf.bench_btn, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: perf.bench_job is None, timeout=60000)
     assert "identical outputs in every arm" in perf.bench_result.text()
-    assert [a["depth"] for a in perf.last_bench["arms"]] == ["0", "1", "2", "3", "auto"]
+    assert [a.depth for a in perf.last_bench.arms] == ["0", "1", "2", "3", "auto"]
     perf._redraw()
     assert perf.onoff_chart.labels()[0] == "MTP off" and len(perf.onoff_chart.values()) == 2
 

@@ -40,12 +40,12 @@ def _post(port: int, path: str, body: bytes, *, host: str = "127.0.0.1", extra: 
 
 # ------------------------------------------------------- DNS rebinding, cross-site
 def test_a_foreign_host_name_is_refused_while_loopback_names_are_served(server, engine):
-    jobs = engine.counters["jobs"]
+    jobs = engine.totals().jobs
     status, body = _post(
         server.port, "/v1/chat/completions", json.dumps(CHAT).encode(), host=f"evil.example:{server.port}"
     )
     assert status == 400 and body["error"]["code"] == "invalid_host"
-    assert engine.counters["jobs"] == jobs  # nothing ran
+    assert engine.totals().jobs == jobs  # nothing ran
     for host in (f"127.0.0.1:{server.port}", f"localhost:{server.port}", "localhost", f"[::1]:{server.port}"):
         r = httpx.get(server.url + "/v1/models", headers={"host": host})
         assert r.status_code == 200, host
@@ -59,7 +59,7 @@ def test_allowed_hosts_extend_the_loopback_names(make_server):
 
 def test_a_simple_cross_site_post_runs_nothing(server, engine):
     """A web page may send text/plain POSTs without a preflight; they are refused."""
-    jobs = engine.counters["jobs"]
+    jobs = engine.totals().jobs
     r = httpx.post(
         server.url + "/v1/chat/completions", content=json.dumps(CHAT), headers={"content-type": "text/plain"}
     )
@@ -68,7 +68,7 @@ def test_a_simple_cross_site_post_runs_nothing(server, engine):
     assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
     r = httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"origin": "null"})
     assert r.status_code == 403
-    assert engine.counters["jobs"] == jobs
+    assert engine.totals().jobs == jobs
 
 
 def test_an_allowed_origin_still_works(make_server):

@@ -134,7 +134,7 @@ def test_queue_full_is_429_with_retry_after(engine, make_server):
 def test_disconnect_mid_stream_cancels_and_the_next_request_is_undisturbed(server, engine, request):
     follow = {"model": MODEL, "prompt": "After the disconnect, say something.", "max_tokens": 30}
     want = httpx.post(server.url + "/v1/completions", json=follow).json()["choices"][0]["text"]
-    before = engine.counters["generated_tokens"]
+    before = engine.totals().generated_tokens
     # ignore_eos: nothing but the disconnect can end it before 400 tokens (the context holds them)
     body = {"model": MODEL, "prompt": "A long story: ", "max_tokens": 400, "stream": True, "ignore_eos": True}
     ends: list[J.Done | J.Failed] = []
@@ -155,7 +155,7 @@ def test_disconnect_mid_stream_cancels_and_the_next_request_is_undisturbed(serve
         time.sleep(0.01)
     (end,) = ends
     assert isinstance(end, J.Done) and end.cancelled and end.result.stop_reason is StopReason.CANCELLED
-    assert len(end.result.tokens) < 400 and engine.counters["generated_tokens"] - before < 400
+    assert len(end.result.tokens) < 400 and engine.totals().generated_tokens - before < 400
     again = httpx.post(server.url + "/v1/completions", json=follow).json()["choices"][0]["text"]
     assert again == want
 

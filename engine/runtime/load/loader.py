@@ -144,6 +144,14 @@ class LoadedModel:
                 self.auto_policy = load_policy(self.auto_policy_path, self.max_draft_depth)
             return self.auto_policy
 
+    def use_prompt_cache(self, budget: int) -> None:
+        """Keep snapshots of prompt prefixes within ``budget`` bytes (0: none), made on first
+        use (engine thread)."""
+        if self.snapshots is None:
+            self.snapshots = SnapshotCache(budget)
+        elif self.snapshots.budget != budget:
+            self.snapshots.set_budget(budget)
+
     @property
     def max_draft_depth(self) -> int:
         """The deepest draft: the setting, capped where the family's drafting mode caps it

@@ -19,8 +19,8 @@ def _line(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) ->
 
 async def metrics(request: Request):
     st = request.app.state
-    c = st.engine.counters
-    drafted, accepted = c["drafted"], c["accepted"]
+    c = st.engine.totals()
+    drafted, accepted = c.drafted, c.accepted
     lines: list[str] = []
     lines += _line(
         "mtp_requests_total",
@@ -28,8 +28,8 @@ async def metrics(request: Request):
         "HTTP requests by route and status.",
         [(f'{{route="{r}",status="{s}"}}', n) for (r, s), n in sorted(st.requests.items())] or [("", 0)],
     )
-    lines += _line("mtp_prompt_tokens_total", "counter", "Prompt tokens processed.", [("", c["prompt_tokens"])])
-    lines += _line("mtp_generated_tokens_total", "counter", "Tokens generated.", [("", c["generated_tokens"])])
+    lines += _line("mtp_prompt_tokens_total", "counter", "Prompt tokens processed.", [("", c.prompt_tokens)])
+    lines += _line("mtp_generated_tokens_total", "counter", "Tokens generated.", [("", c.generated_tokens)])
     lines += _line("mtp_draft_tokens_total", "counter", "Tokens drafted by the MTP head.", [("", drafted)])
     lines += _line("mtp_draft_accepted_total", "counter", "Drafted tokens the target accepted.", [("", accepted)])
     lines += _line(
