@@ -125,6 +125,11 @@ class EngineBridge(QObject):
         """A new prompt-cache budget for every loaded model (and later loads)."""
         self.engine.set_prompt_cache_mb(mb)
 
+    def request_defaults(self) -> J.Defaults:
+        """What a reply gets for a value nobody set (the engine's layer over the built-in
+        one): what the chat controls show for a preference left unset."""
+        return self.engine.request_defaults()
+
     def stop(self) -> None:
         """Stop the engine (at the app's end): running jobs are cancelled."""
         self.engine.stop()

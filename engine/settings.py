@@ -45,20 +45,23 @@ class MtpPrefs:
 class ChatPrefs:
     """The chat page's preferences. The page sends them with each reply as the reply's
     layer of defaults (``Generate.defaults``), never as its own values: a preference left
-    unset (0 where it says so) lets the engine's value through (its request defaults,
-    then the built-in ones: engine.runtime.decider), and each is checked where every
-    request's values are. The sampling values are what the page's controls show."""
+    unset (None, or 0 where it says so) lets the engine's value through (its request
+    defaults, then the built-in ones: engine.runtime.decider), and each is checked where
+    every request's values are. The controls show the engine's value for one left unset,
+    and keep a value only where the user set it apart from the engine's: no default is
+    written twice."""
 
     system_prompt: str = ""
     #: most tokens a reply may have (0: unset, the engine's)
     max_tokens: int = 0
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    #: while sampling, sample the drafts too (rejection sampling)
-    sampled_draft: bool = False
-    #: draft from the conversation itself too (docs/agent-speed.md)
-    suffix_drafts: bool = True
+    #: sampling (None: the engine's; greedy unless it says otherwise)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    #: while sampling, sample the drafts too (rejection sampling); None: the engine's
+    sampled_draft: bool | None = None
+    #: draft from the conversation itself too (docs/agent-speed.md); None: the engine's
+    suffix_drafts: bool | None = None
     #: thinking models: most tokens a reply may think (0: unset, the engine's: unlimited
     #: unless it sets one)
     thinking_budget: int = 0
@@ -187,11 +190,29 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "parallel": (1, 16),
 }
 #: settings that may be None besides their default's type
-OPTIONAL = {"last_model", "last_head"}
+#: settings that may be unset (None), with the type of a set value
+OPTIONAL: dict[str, type] = {
+    "last_model": str,
+    "last_head": str,
+    "chat.temperature": float,
+    "chat.top_p": float,
+    "chat.top_k": int,
+    "chat.sampled_draft": bool,
+    "chat.suffix_drafts": bool,
+}
 
 
 def _type_ok(current: Any, value: Any, key: str) -> bool:
-    if current is None or key in OPTIONAL:
+    if key in OPTIONAL:
+        want = OPTIONAL[key]
+        if value is None:
+            return True
+        if want is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if want is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, want)
+    if current is None:
         return value is None or isinstance(value, str)
     if isinstance(current, bool) or isinstance(value, bool):
         return isinstance(current, bool) and isinstance(value, bool)
@@ -223,14 +244,15 @@ def _build(cls, data: Any, problems: list[str], prefix: str = ""):
         if key == "schema_version":
             continue
         if not _type_ok(current, value, key):
-            problems.append(f"{key} = {value!r} is not a {type(current).__name__}; using {current!r}")
+            kind = OPTIONAL[key].__name__ if key in OPTIONAL else type(current).__name__
+            problems.append(f"{key} = {value!r} is not a {kind}; using {current!r}")
             continue
-        if isinstance(current, float) and isinstance(value, int):
+        if (isinstance(current, float) or OPTIONAL.get(key) is float) and isinstance(value, int):
             value = float(value)
         if key in CHOICES and value not in CHOICES[key]:
             problems.append(f"{key} = {value!r} is not one of {', '.join(CHOICES[key])}; using {current!r}")
             continue
-        if key in RANGES:
+        if key in RANGES and value is not None:
             low, high = RANGES[key]
             if value < low or (high is not None and value > high):
                 problems.append(f"{key} = {value!r} is out of range; using {current!r}")

@@ -35,7 +35,6 @@ from engine.facade import DraftDepth, GrammarSpec, ModelInfo, Mtp
 
 DEPTHS = ["auto", "1", "2", "3", "4", "5", "6", "8"]
 SOURCES = [("Auto", "auto"), ("Integrated", "integrated"), ("External head", "external"), ("Off", "off")]
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "sampled_draft")
 
 
 class ChatControls(QWidget):
@@ -51,8 +50,8 @@ class ChatControls(QWidget):
         s = ctx.settings
         self.source.setCurrentIndex(max(0, self.source.findData(s.mtp.source)))
         self.depth.setCurrentText(s.mtp.depth if s.mtp.depth in DEPTHS else "auto")
-        self.show_sampling(s.chat.__dict__)
-        self.suffix_drafts.setChecked(s.chat.suffix_drafts)
+        self.show_sampling({})
+        self.suffix_drafts.setChecked(_chosen(s.chat.suffix_drafts, ctx.bridge.request_defaults().suffix_drafts))
         self._connect()
 
     def _build(self) -> None:
@@ -170,36 +169,50 @@ class ChatControls(QWidget):
     # --------------------------------------------------------------- sampling
     def _on_drafts(self, on: bool) -> None:
         """Conversation drafts are a preference of the app's, not of one chat."""
-        self.ctx.settings.chat.suffix_drafts = bool(on)
+        self.ctx.settings.chat.suffix_drafts = _own(bool(on), self.ctx.bridge.request_defaults().suffix_drafts)
 
     def show_sampling(self, values: dict) -> None:
-        """Show a chat's sampling settings (the defaults for what ``values`` lacks)."""
-        c = self.ctx.settings.chat
+        """Show a chat's sampling settings: its own, else the preferences, else the engine's."""
+        c, engine = self.ctx.settings.chat, self.ctx.bridge.request_defaults()
+
+        def pick(key: str):
+            own = values.get(key)
+            return own if own is not None else _chosen(getattr(c, key), getattr(engine, key))
+
         controls = (self.temperature, self.top_p, self.top_k, self.sampled_draft, self.think_box)
         for w in controls:
             w.blockSignals(True)
-        self.temperature.setValue(float(values.get("temperature", c.temperature)))
-        self.top_p.setValue(float(values.get("top_p", c.top_p)))
-        self.top_k.setValue(int(values.get("top_k", c.top_k)))
-        self.sampled_draft.setChecked(bool(values.get("sampled_draft", c.sampled_draft)))
+        self.temperature.setValue(float(pick("temperature")))
+        self.top_p.setValue(float(pick("top_p")))
+        self.top_k.setValue(int(pick("top_k")))
+        self.sampled_draft.setChecked(bool(pick("sampled_draft")))
         self.think_box.setChecked(values.get("think", True) is not False)
         for w in controls:
             w.blockSignals(False)
         self._on_sampling()
 
     def _on_sampling(self, *_args) -> None:
-        """The controls are the chat's sampling settings, saved with it and as defaults."""
-        c = self.ctx.settings.chat
-        c.temperature = round(self.temperature.value(), 4)
-        c.top_p = round(self.top_p.value(), 4)
-        c.top_k = int(self.top_k.value())
-        c.sampled_draft = self.sampled_draft.isChecked()
-        self.sampled_draft.setEnabled(c.temperature > 0)
+        """The controls are the chat's sampling settings, saved with it, and the preferences:
+        a preference is kept only where it differs from the engine's value (left as the
+        engine has it, it stays unset and follows the engine)."""
+        c, engine = self.ctx.settings.chat, self.ctx.bridge.request_defaults()
+        c.temperature = _own(round(self.temperature.value(), 4), engine.temperature)
+        c.top_p = _own(round(self.top_p.value(), 4), engine.top_p)
+        c.top_k = _own(int(self.top_k.value()), engine.top_k)
+        c.sampled_draft = _own(self.sampled_draft.isChecked(), engine.sampled_draft)
+        self.sampled_draft.setEnabled(self.temperature.value() > 0)
         self.samplingChanged.emit()
 
     def chat_sampling(self) -> dict:
-        """The chat's own settings: sampling, and ``think: False`` when thinking is off."""
-        out = {k: getattr(self.ctx.settings.chat, k) for k in SAMPLING_KEYS}
+        """The chat's own settings as the controls show them (kept with the chat, so it
+        samples the same way when opened again): sampling, and ``think: False`` when
+        thinking is off."""
+        out: dict = {
+            "temperature": round(self.temperature.value(), 4),
+            "top_p": round(self.top_p.value(), 4),
+            "top_k": int(self.top_k.value()),
+            "sampled_draft": self.sampled_draft.isChecked(),
+        }
         if not self.think_box.isChecked():
             out["think"] = False
         return out
@@ -259,3 +272,13 @@ class ChatControls(QWidget):
         self.ctx.settings.mtp.source = value
         if value != "off":  # "off" is per request: the loaded MTP context stays ready
             self.sourceChanged.emit(value)
+
+
+def _chosen(preference, engine):
+    """A preference where the user set one, else the engine's value."""
+    return engine if preference is None else preference
+
+
+def _own(value, engine):
+    """What to keep as a preference: ``value``, or None (unset) where it is the engine's."""
+    return None if value == engine else value

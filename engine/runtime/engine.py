@@ -58,7 +58,7 @@ from engine.runtime.decode.cache.snapshotcache import CacheFigures
 from engine.runtime.modelinfo import CHAT, ModelInfo
 from engine.runtime.modelstate import EngineState, Published, Totals
 from engine.runtime.pooledjob import refusal, run_pooled
-from engine.runtime.decider import resolve
+from engine.runtime.decider import BUILTIN, resolve
 from engine.runtime.slots.pool import STEP_WAIT, SlotInfo
 from engine.runtime.worker import WorkerModel
 
@@ -73,9 +73,9 @@ _NOTHING = object()
 class Engine:
     """Owns the engine thread. Create, :meth:`start`, submit jobs, :meth:`stop`."""
 
-    def __init__(self, defaults: EngineConfig | None = None):
-        self.defaults = defaults or EngineConfig()
-        self._queue: queue.Queue = queue.Queue(maxsize=self.defaults.max_queue)
+    def __init__(self, config: EngineConfig | None = None):
+        self.config = config or EngineConfig()
+        self._queue: queue.Queue = queue.Queue(maxsize=self.config.max_queue)
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._state = EngineState()
@@ -87,7 +87,7 @@ class Engine:
         self._peeked: JobHandle | None | object = _NOTHING
         self._lock = threading.Lock()
         #: the loaded models and prompt-cache figures as other threads see them
-        self._published = Published(self.defaults.prompt_cache_mb << 20)
+        self._published = Published(self.config.prompt_cache_mb << 20)
         self._handlers: dict[type, Callable[[Any, JobHandle], Any]] = {
             J.LoadModel: self._load,
             J.UnloadModel: self._unload,
@@ -153,7 +153,7 @@ class Engine:
             try:
                 self._queue.put_nowait(handle)
             except queue.Full:
-                raise QueueFullError(f"The engine queue is full ({self.defaults.max_queue} jobs waiting).") from None
+                raise QueueFullError(f"The engine queue is full ({self.config.max_queue} jobs waiting).") from None
         return handle
 
     @property
@@ -181,12 +181,16 @@ class Engine:
         """Loaded models (name -> what each load made of it), safe to call from any thread."""
         return self._published.models()
 
+    def request_defaults(self) -> J.Defaults:
+        """What a request that sets nothing gets: this engine's layer over the built-in one. Any thread."""
+        return self.config.request.over(BUILTIN)
+
     def resolve(self, job: J.Generate) -> J.Generate:
         """``job`` with every value decided: its own, then its ``defaults`` (the
         submitter's), then this engine's, then the built-in ones
         (:func:`engine.runtime.decider.resolve`), checked. Any thread; a job submitted
         resolved is not resolved again. Raises :class:`~engine.errors.InvalidRequestError`."""
-        return resolve(job, self.defaults.request)
+        return resolve(job, self.config.request)
 
     # ------------------------------------------------------------------ thread
     def _run(self) -> None:
@@ -384,8 +388,7 @@ class Engine:
 
     # ----------------------------------------------------------- prompt cache
     def prompt_cache_info(self) -> CacheFigures:
-        """The prompt caches' figures summed over the loaded models, those in worker
-        processes included (any thread)."""
+        """The prompt caches' figures summed over the loaded models, workers' too (any thread)."""
         return self._published.prompt_cache_info()
 
     def set_prompt_cache_mb(self, mb: int) -> None:
@@ -409,7 +412,7 @@ class Engine:
         prompt_cache_bytes = self._published.prompt_cache_bytes
 
         def work(progress: Callable[[float, str], None]) -> LoadedModel | WorkerModel:
-            if job.spec.rpc and self.defaults.isolate_rpc:
+            if job.spec.rpc and self.config.isolate_rpc:
                 return WorkerModel.start(
                     job.spec, progress=progress, cancel=h.cancel_event, prompt_cache_bytes=prompt_cache_bytes
                 )

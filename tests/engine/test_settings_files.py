@@ -45,7 +45,7 @@ def test_an_unusable_file_is_kept_aside_and_defaults_are_used(tmp_path, text):
         ({"max_draft_depth": 100}, "max_draft_depth", 4),
         ({"server": {"port": 99999}}, "server.port", 8080),
         ({"server": {"port": "80"}}, "server.port", 8080),
-        ({"chat": {"temperature": float("nan")}}, "chat.temperature", 0.0),
+        ({"chat": {"temperature": float("nan")}}, "chat.temperature", None),
         ({"chat": "loud"}, "chat", None),
         ({"server": {"cors_origins": [1, 2]}}, "server.cors_origins", []),
         ({"last_model": 5}, "last_model", None),
@@ -106,3 +106,21 @@ def test_random_corruptions_always_load(tmp_path):
         assert isinstance(settings, S.Settings)
         assert settings.mtp.source in S.CHOICES["mtp.source"] and 64 <= settings.n_ctx
         assert isinstance(settings.server.port, int) and 0 <= settings.server.port <= 65535
+
+
+def test_sampling_preferences_may_be_unset_and_a_bad_one_is_reset_to_unset(tmp_path):
+    """A sampling preference left unset (None, or absent) stays unset: the engine's value
+    goes through. One of the wrong type or out of range is unset again, and said."""
+    p = tmp_path / "settings.json"
+    chat = {"temperature": 0.7, "top_p": None, "top_k": "40", "sampled_draft": 1, "suffix_drafts": False}
+    p.write_text(json.dumps({"schema_version": 2, "chat": dict(chat, max_tokens=77)}))
+    settings, problems = S.load_checked(p)
+    c = settings.chat
+    assert (c.temperature, c.top_p, c.top_k, c.sampled_draft, c.suffix_drafts) == (0.7, None, None, None, False)
+    assert c.max_tokens == 77
+    assert any("chat.top_k" in x and "not a int" in x for x in problems), problems
+    assert any("chat.sampled_draft" in x and "not a bool" in x for x in problems), problems
+    p.write_text(json.dumps({"schema_version": 2, "chat": {"temperature": 3.5, "top_k": 20}}))
+    settings, problems = S.load_checked(p)
+    assert settings.chat.temperature is None and settings.chat.top_k == 20
+    assert any("chat.temperature" in x and "out of range" in x for x in problems), problems
