@@ -7,6 +7,7 @@ Events are immutable and cheap; a job's event stream always ends with exactly on
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -197,6 +198,19 @@ class Failed:
     message: str
 
 
+class Ending(enum.StrEnum):
+    """How a reply ended, the one rule every API words its own way: its calls when it
+    made whole ones (and was not cut inside another); else cut short (by its length, a
+    full context or a cancel); else a stop string or the model's end of turn. A reply cut
+    inside a call is cut short, whatever calls came before: no client may run a call that
+    was never finished."""
+
+    END_TURN = "end_turn"
+    STOP_STRING = "stop_string"
+    TOOL_CALLS = "tool_calls"
+    CUT = "cut"
+
+
 @dataclass(frozen=True)
 class GenerateResult:
     tokens: list[int]
@@ -214,12 +228,20 @@ class GenerateResult:
         return self.stats.stop_reason
 
     @property
+    def ending(self) -> Ending:
+        """How the reply ended (:class:`Ending`)."""
+        stop, reply = self.stats.stop_reason, self.reply
+        cut = stop is None or stop.finish_reason == "length"
+        if reply is not None and reply.calls and not (cut and reply.unfinished):
+            return Ending.TOOL_CALLS
+        if cut:
+            return Ending.CUT
+        return Ending.STOP_STRING if stop is StopReason.STOP_STRING else Ending.END_TURN
+
+    @property
     def finish_reason(self) -> str:
         """OpenAI's finish reason ("stop", "length" or "tool_calls")."""
-        reason = self.stats.stop_reason.finish_reason if self.stats.stop_reason else "length"
-        if reason == "stop" and self.reply is not None and self.reply.calls:
-            return "tool_calls"
-        return reason
+        return _FINISH_REASONS[self.ending]
 
     def to_json(self) -> dict:
         s = self.stats
@@ -290,3 +312,12 @@ class PooledResult:
 Job = LoadModel | UnloadModel | Generate | Call | Embed | Rerank
 #: everything a job reports, in order: Started, then Progress/Tokens/Round, then Done or Failed
 Event = Started | Progress | Tokens | Round | Done | Failed
+
+
+#: OpenAI's words for how a reply ended (chat, completions)
+_FINISH_REASONS = {
+    Ending.END_TURN: "stop",
+    Ending.STOP_STRING: "stop",
+    Ending.TOOL_CALLS: "tool_calls",
+    Ending.CUT: "length",
+}

@@ -24,7 +24,6 @@ from typing import Any
 
 from engine.errors import InvalidRequestError
 from engine.runtime import jobs as J
-from engine.runtime.decode.stopping import StopReason
 from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, Block, BlockEvent
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
@@ -214,16 +213,22 @@ def parse(
 
 
 # ----------------------------------------------------------------- output
+#: Anthropic's words for how a reply ended (J.Ending: a tool call cut short is "max_tokens",
+#: never "tool_use", so no client runs an unfinished call)
+STOP_REASONS = {
+    J.Ending.END_TURN: "end_turn",
+    J.Ending.STOP_STRING: "stop_sequence",
+    J.Ending.TOOL_CALLS: "tool_use",
+    J.Ending.CUT: "max_tokens",
+}
+
+
 def stop_reason(res: J.GenerateResult, req: MessagesRequest) -> tuple[str, str | None]:
     """Anthropic's ``stop_reason`` and ``stop_sequence``."""
-    if res.reply is not None and res.reply.calls:
-        return "tool_use", None
-    if res.stop_reason in (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL, StopReason.CANCELLED):
-        return "max_tokens", None
-    if res.stop_reason is StopReason.STOP_STRING:
-        # the reply ends before the stop string; which one it was is known when there is one
-        return "stop_sequence", req.stop_sequences[0] if len(req.stop_sequences) == 1 else None
-    return "end_turn", None
+    ending = res.ending
+    # the reply ends before the stop string; which one it was is known when there is one
+    seq = req.stop_sequences[0] if ending is J.Ending.STOP_STRING and len(req.stop_sequences) == 1 else None
+    return STOP_REASONS[ending], seq
 
 
 def usage(res: J.GenerateResult) -> dict:

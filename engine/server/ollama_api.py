@@ -299,7 +299,7 @@ def final(req: OllamaRequest, res: J.GenerateResult, whole: bool) -> dict:
         "model": req.model,
         "created_at": now_iso(),
         "done": True,
-        "done_reason": "length" if res.finish_reason == "length" else "stop",
+        "done_reason": "length" if res.ending is J.Ending.CUT else "stop",
         "total_duration": int((s.prompt_ms + s.generation_ms) * 1e6),
         "load_duration": 0,
         "prompt_eval_count": res.prompt_tokens,

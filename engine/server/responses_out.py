@@ -18,7 +18,7 @@ from engine.server.schemas import new_id
 
 # ----------------------------------------------------------------- output
 def status_of(res: J.GenerateResult) -> tuple[str, dict | None]:
-    if res.finish_reason == "length":
+    if res.ending is J.Ending.CUT:
         return "incomplete", {"reason": "max_output_tokens"}
     return "completed", None
 

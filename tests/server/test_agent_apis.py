@@ -33,6 +33,56 @@ def test_messages_text_thinking_and_usage_match_count_tokens(claude):
     assert counted == m.usage.input_tokens + m.usage.cache_read_input_tokens
 
 
+def test_a_forced_call_cut_short_ends_the_same_way_in_every_api(claude, oai, agent_served):
+    """A call cut by the length limit is unfinished in every API, never a call to run:
+    Messages says max_tokens (it said tool_use, with an empty input a client would run),
+    chat completions length, Responses incomplete, Ollama length."""
+    import ollama
+
+    tool = {"name": WEATHER["name"], "description": WEATHER["description"], "input_schema": WEATHER["parameters"]}
+    for cut in (32, 48):  # inside the call: its name written, its arguments not yet (the demo spells them out)
+        m = claude.messages.create(
+            model=HERMES,
+            max_tokens=cut,
+            tools=[tool],
+            tool_choice={"type": "any"},
+            messages=[{"role": "user", "content": ASK}],
+        )
+        assert m.stop_reason == "max_tokens", (cut, m.content)
+        chat = oai.chat.completions.create(
+            model=HERMES,
+            max_tokens=cut,
+            tools=[{"type": "function", "function": WEATHER}],
+            tool_choice="required",
+            messages=[{"role": "user", "content": ASK}],
+        )
+        assert chat.choices[0].finish_reason == "length"
+        r = oai.responses.create(
+            model=HERMES,
+            max_output_tokens=cut,
+            tools=[{"type": "function", **WEATHER}],
+            tool_choice="required",
+            input=ASK,
+        )
+        assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+        o = ollama.Client(host=agent_served[0].url).chat(
+            model=HERMES,
+            messages=[{"role": "user", "content": ASK}],
+            tools=[{"type": "function", "function": WEATHER}],
+            options={"num_predict": cut},
+        )
+        assert o.done_reason == "length"
+    # a whole call is one to run (one call: a tiny model forced to call writes calls until cut)
+    m = claude.messages.create(
+        model=HERMES,
+        max_tokens=64,
+        tools=[tool],
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        messages=[{"role": "user", "content": ASK}],
+    )
+    assert m.stop_reason == "tool_use" and next(b for b in m.content if b.type == "tool_use").input
+
+
 def test_messages_stream_and_a_tool_round_trip_with_tool_choice_any(claude):
     tools = [
         {"name": WEATHER["name"], "description": WEATHER["description"], "input_schema": WEATHER["parameters"]},

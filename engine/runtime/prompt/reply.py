@@ -40,6 +40,9 @@ class Reply:
     reasoning: str = ""
     content: str = ""
     calls: list[ToolCall] = field(default_factory=list)
+    #: it ended inside a call, cut short: that call's arguments are as far as they were
+    #: written, and no client may run it (jobs.Ending.CUT)
+    unfinished: bool = False
 
     def add(self, parts: list[Part]) -> None:
         for p in parts:
@@ -236,6 +239,7 @@ class ReplyParser:
                 self._close(out, i)
             elif final:
                 rest = None
+                self.reply.unfinished = self.reply.unfinished or self._cut
                 self._close(out, i, broken=not self._cut)
         for i in range(len(parts), len(self._streaming)):  # read no more: it ends as it stands
             self._close(out, i, broken=True)
