@@ -1,22 +1,26 @@
 """``mtp-studio bench agent``: agent workloads (an edit, a quote, a JSON echo, new code)
 under plain decoding, MTP auto, suffix drafts and both, against llama-server's draft-mtp
 and ngram-mod; a long prompt's time with and without MTP; auto's first tokens from a
-fresh start (engine.runtime.measure.agent)."""
+fresh start (the measurements: :mod:`benchmarks.agent_workloads`)."""
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 
-from engine.cli.benchslots import add_llama_server_args
+from benchmarks import agent_workloads as A
+from benchmarks.servers import ServerProcess, add_llama_server_args, find_llama_server
+from engine.cli import EXIT_INVALID, EXIT_USAGE, die
+from engine.runtime.llama.lib import default_threads
+from engine.runtime.load.loader import LoadSpec, MtpSource, load
 
 PARTS = ("workloads", "prompt", "cold")
 
 
-def register(bsub) -> None:
-    p = bsub.add_parser(
-        "agent",
-        help="agent workloads: plain, MTP auto, suffix drafts, both, vs llama-server; long-prompt time; auto's "
-        "first tokens",
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
         description="Replays agent requests with the model's chat template (an edit of a file the prompt holds, a "
         "summary quoting a tool result, a JSON record echoed with one change, new code) under each arm in "
         "alternating rounds; times an N-token prompt with MTP off, with the head's prompt window and feeding it "
@@ -46,18 +50,11 @@ def register(bsub) -> None:
     p.add_argument("--ctx", type=int, default=8192)
     add_llama_server_args(p)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run)
+    return p
 
 
-def run(args) -> int:
-    import json
-
-    from engine.cli import EXIT_INVALID, EXIT_USAGE, die
-    from engine.runtime.llama.lib import default_threads
-    from engine.runtime.load.loader import LoadSpec, MtpSource, load
-    from engine.runtime.measure import agent as A
-    from engine.runtime.measure.slots import ServerProcess, find_llama_server
-
+def main(argv: list[str] | None = None, prog: str = "benchmarks.agent") -> int:
+    args = parser(prog).parse_args(argv)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     names = [x.strip() for x in args.workloads.split(",") if x.strip()]
     bad = [x for x in parts if x not in PARTS] + [x for x in names if x not in A.WORKLOADS]
@@ -147,3 +144,7 @@ def _print(body: dict, args) -> None:
             print(f"  {arm:<8}{v}")
         print(f"  auto / plain: {cold['auto_vs_plain']}")
         print(f"  auto / best fixed (depth {cold['best_fixed']}): {cold['auto_vs_best_fixed']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

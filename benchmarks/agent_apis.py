@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
 
-from engine.runtime.llama import repack
-from engine.rpc.server import free_port
+from benchmarks.servers import ServerError, ServerProcess
 from engine.synth.demo import demo_model_path
 
 APIS = ("chat", "responses", "messages", "ollama")
@@ -148,51 +146,23 @@ def _turns(base: str, model: str, api: str, system: str, n: int, mtp: str | None
     return {"ttft_1": t1, "total_1": total1, "ttft_2": t2, "total_2": total2}
 
 
-def _ours(model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        ["mtp-studio", "serve", "--model", str(model), "--ctx", str(ctx), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _theirs(exe: str, model: Path, ctx: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            exe,
-            "-m",
-            str(model),
-            "--port",
-            str(port),
-            "-c",
-            str(ctx),
-            "-np",
-            "1",
-            "--no-webui",
-            "--jinja",
-            *repack.llama_server_args(),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _wait(base: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server at {base} exited")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"the server at {base} did not come up")
+def _measure(a: argparse.Namespace, system: str) -> list[tuple[str, str, str, dict]]:
+    """Both turns through every API, ours with MTP auto and off, then llama-server's."""
+    rows = []
+    with ServerProcess.ours(a.model, ["--ctx", str(a.ctx)]) as ours:
+        model = ours.model_name()
+        for api in APIS:
+            for mtp in ("on", "off"):
+                arm = run_arm(ours.url, model, api, system, a.max_tokens, mtp)
+                rows.append(("ours", api, "auto" if mtp == "on" else "off", arm))
+    if a.server is not None:
+        args = ["-c", str(a.ctx), "-np", "1", "--jinja"]
+        with ServerProcess.llama_server(str(a.server), a.model, args) as theirs:
+            for api in ("chat", "responses", "messages"):
+                rows.append(
+                    ("llama-server", api, "off", run_arm(theirs.url, a.model.stem, api, system, a.max_tokens, None))
+                )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,33 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     count = lambda t: len(vocab.tokenize(t))  # noqa: E731
     system = _system(a.tokens, count)
     print(f"first prompt: {count(system)} tokens of instructions; {a.max_tokens} tokens a reply; context {a.ctx}")
-    rows = []
-    proc, base = _ours(a.model, a.ctx)
     try:
-        _wait(base, proc)
-        model = json.load(urllib.request.urlopen(base + "/v1/models"))["data"][0]["id"]
-        for api in APIS:
-            for mtp in ("on", "off"):
-                rows.append(
-                    (
-                        "ours",
-                        api,
-                        "auto" if mtp == "on" else "off",
-                        run_arm(base, model, api, system, a.max_tokens, mtp),
-                    )
-                )
-    finally:
-        proc.terminate()
-        proc.wait()
-    if a.server is not None:
-        proc, base = _theirs(str(a.server), a.model, a.ctx)
-        try:
-            _wait(base, proc)
-            for api in ("chat", "responses", "messages"):
-                rows.append(("llama-server", api, "off", run_arm(base, a.model.stem, api, system, a.max_tokens, None)))
-        finally:
-            proc.terminate()
-            proc.wait()
+        rows = _measure(a, system)
+    except ServerError as e:
+        raise SystemExit(str(e)) from None
     print(f"{'server':13} {'API':10} {'MTP':5} {'TTFT 1':>8} {'total 1':>8} {'TTFT 2':>8} {'total 2':>8}   (seconds)")
     for who, api, mtp, r in rows:
         if "error" in r:

@@ -40,6 +40,7 @@ from engine.runtime.decode.policy.base import FixedDepth
 from engine.runtime.decode.session import MTP_PROMPT_WINDOW
 from engine.runtime.decode.drafting.suffix import OutputStore
 from engine.runtime.load.loader import LoadedModel
+from engine.runtime.measure.bench import DEFAULT_PROMPTS
 
 WORKLOADS = ("edit", "quote", "json", "new")
 #: our arms: (MTP depth policy: None, "auto" or a depth; suffix drafts)
@@ -310,8 +311,6 @@ def prompt_cost(lm: LoadedModel, n: int, *, rounds: int, max_tokens: int, depth:
 def cold_start(lm: LoadedModel, *, sessions: int, tokens: int, lines: int) -> dict:
     """Auto from a fresh policy over the first ``tokens`` tokens, ``sessions`` times, next
     to plain decoding and every fixed depth run over the same requests in the same round."""
-    from engine.runtime.measure.bench import DEFAULT_PROMPTS
-
     # the A/B benchmark's prompts (``mtp-studio bench``), as a session's first requests
     prompts = [lm.model.prompt_tokens(p) for p in DEFAULT_PROMPTS]
     arms = ["plain", *(str(d) for d in range(1, lm.max_draft_depth + 1)), "auto"]

@@ -9,6 +9,7 @@ so ``cp`` and compose move the same bytes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -18,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import child_env
 from engine.gguf import codec
 from engine.gguf.constants import TensorType, ValueType, pad
 from engine.gguf.reader import read_header
@@ -119,7 +121,7 @@ def run(size_gb: float, folder: Path | None, runs: int, as_json: bool) -> int:
         n_tokens = h.kvs["tokenizer.ggml.tokens"].count
         n_merges = h.kvs["tokenizer.ggml.merges"].count
         cp_s, cp_sync_s, compose_s, rss = [], [], [], []
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        env = child_env()
         for i in range(runs + 1):  # run 0 warms the page cache and is discarded
             os.sync()
             t = time.perf_counter()
@@ -173,3 +175,22 @@ def run(size_gb: float, folder: Path | None, runs: int, as_json: bool) -> int:
             f"peak RSS: {result['peak_rss_mb']:.0f} MB"
         )
     return 0
+
+
+# ------------------------------------------------------------------ the command
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Compose time vs cp, peak RSS, 262k-vocab header parse time.")
+    p.add_argument("--size-gb", type=float, default=4.0, help="size of the generated target (default 4)")
+    p.add_argument("--dir", type=Path, default=None, help="folder on the disk to test (default: temp dir)")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "benchmarks.compose") -> int:
+    args = parser(prog).parse_args(argv)
+    return run(args.size_gb, args.dir, args.runs, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,7 @@ concurrent clients. Greedy decoding, so every path produces the same tokens.
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import statistics
@@ -170,3 +171,30 @@ def run(model_path: Path, *, max_tokens: int, requests: int, clients: list[int],
         for n, c in conc.items():
             print(f"{n:3d} concurrent clients: {c['tokens_per_second']:.1f} tokens/s total ({c['requests']} requests)")
     return 0
+
+
+# ------------------------------------------------------------------ the command
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="HTTP endpoint overhead vs in-process, and concurrent throughput."
+    )
+    p.add_argument("--model", type=Path, required=True)
+    # long enough that a request's decode rate is not dominated by its first few rounds
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--clients", default="1,4,16")
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "benchmarks.endpoint_overhead") -> int:
+    args = parser(prog).parse_args(argv)
+    clients = [int(x) for x in args.clients.split(",") if x.strip()]
+    return run(
+        args.model, max_tokens=args.max_tokens, requests=args.requests, clients=clients, ctx=args.ctx, as_json=args.json
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from benchmarks import child_env
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 COST = r"""
@@ -45,7 +46,7 @@ def _run(args: list[str], env: dict) -> dict:
 
 
 def _env(exact: bool, lib: str | None) -> dict:
-    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    env = child_env()
     env.pop("GGML_CPU_TILED_MM", None)
     if exact:
         env["MTP_STUDIO_EXACT"] = "1"
@@ -59,9 +60,7 @@ def row(path: Path, label: str, exact: bool, tokens: int, lib: str | None) -> di
     ident = _run(
         [
             "-m",
-            "app.launcher",
-            "bench",
-            "identity",
+            "benchmarks.batch_identity",
             "--model",
             str(path),
             "--tokens",

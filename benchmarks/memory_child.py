@@ -1,9 +1,9 @@
-"""The child side of :mod:`engine.runtime.measure.memory`: load a model as the app does,
+"""The child side of :mod:`benchmarks.memory`: load a model as the app does,
 prefill one full batch and decode a few tokens (so every buffer is touched), and print
 one JSON line: the process's resident memory before the load and its peak after, and
 the buffer sizes llama.cpp logged.
 
-``python -m engine.runtime.measure.memory_child PATH --ctx N [--head H] [--mtp SOURCE]``
+``python -m benchmarks.memory_child PATH --ctx N [--head H] [--mtp SOURCE]``
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import json
 import logging
 import sys
 
-from engine.runtime.measure.memlog import BufferLog, current_rss, peak_rss
+from benchmarks.memlog import BufferLog, current_rss, peak_rss
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="engine.runtime.measure.memory_child")
+    ap = argparse.ArgumentParser(prog="benchmarks.memory_child")
     ap.add_argument("path")
     ap.add_argument("--ctx", type=int, required=True)
     ap.add_argument("--head")

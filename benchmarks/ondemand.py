@@ -33,9 +33,9 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.servers import ServerProcess, find_llama_server
 from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
-from engine.runtime.measure.slots import ServerProcess, find_llama_server
 from engine.runtime.ondemand.catalog import Catalog
 from engine.runtime.ondemand.residency import Residency
 from engine.server.runner import ServerThread
@@ -169,22 +169,7 @@ def embeddings(llama_server: str | None, rounds: int, seconds: float) -> dict:
     )
     model = Path(json.loads(made.stdout.strip().splitlines()[-1])["mean"])
     threads = str(os.cpu_count() or 2)
-    ours = ServerProcess(
-        [
-            sys.executable,
-            "-m",
-            "app.launcher",
-            "serve",
-            "--model",
-            str(model),
-            "--ctx",
-            "2048",
-            "--max-pending",
-            "256",
-            "--threads",
-            threads,
-        ]
-    )
+    ours = ServerProcess.ours(model, ["--ctx", "2048", "--max-pending", "256", "--threads", threads])
     servers = {"ours": ours}
     try:
         if llama_server:

@@ -17,19 +17,27 @@ and reads its ``timings``.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
+from engine.cli import EXIT_INVALID, EXIT_USAGE, die
+from engine.errors import MtpStudioError
 from engine.runtime import jobs as J
+from engine.runtime.decode.cache.snapshotcache import CacheFigures
 from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.jobs import Defaults
-from engine.runtime.load.loader import LoadSpec
+from engine.runtime.llama import exact
+from engine.runtime.load.loader import LoadSpec, MtpSource
 from engine.runtime.prompt.tools import ToolChoice, parse_tools
-from engine.runtime.decode.cache.snapshotcache import CacheFigures
+from engine.settings import DEFAULT_PROMPT_CACHE_MB
+from engine.synth.demo import demo_model_path
 
 SCENARIOS = ("chat", "two", "agent")
 WEATHER = {
@@ -228,3 +236,99 @@ def replay_llama_server(url: str, turns: list[Turn], max_tokens: int) -> dict:
 
 def turns_json(arm: Arm) -> list[dict]:
     return [{k: v for k, v in asdict(t).items() if k not in ("tokens", "messages")} for t in arm.turns]
+
+
+# ------------------------------------------------------------------ the command
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Runs each scenario on two engines, the prompt cache on and off, and compares their outputs "
+        "token for token. Figures: tokens decoded and prompt ms of every turn after each conversation's first.",
+    )
+    p.add_argument("--model", type=Path, default=None, help="GGUF file (default: the bundled demo)")
+    p.add_argument(
+        "--template", type=Path, default=None, help="a chat template file to talk to the model with (e.g. Qwen3.5's)"
+    )
+    p.add_argument("--scenarios", default="chat,two,agent")
+    p.add_argument("--turns", type=int, default=10, help="turns of the chat (the two chats: each; agent: 6)")
+    p.add_argument("--agent-steps", type=int, default=6)
+    p.add_argument("--system-words", type=int, default=1000, help="size of the shared system prompt, in words")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--ctx", type=int, default=8192)
+    p.add_argument("--cache-mb", type=int, default=None, help="the cache arm's budget (default: the app's)")
+    p.add_argument("--exact", action="store_true", help="run in exact mode (bit-identity of the arms)")
+    p.add_argument(
+        "--llama-server",
+        default=None,
+        metavar="URL",
+        help="also replay the cached arm's conversations to a llama-server at URL "
+        "(start it on the same file with --cache-ram, --jinja and the same template)",
+    )
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "benchmarks.prompt_cache") -> int:
+    args = parser(prog).parse_args(argv)
+    if args.exact:
+        exact.request()
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    bad = [s for s in scenarios if s not in SCENARIOS]
+    if bad:
+        return die(f"unknown scenario {', '.join(bad)}; choose from {', '.join(SCENARIOS)}", EXIT_USAGE)
+    model = args.model or demo_model_path()
+    template = args.template.read_text(encoding="utf-8") if args.template else None
+    spec = LoadSpec(model, mtp=MtpSource.AUTO, n_ctx=args.ctx, exact=args.exact)
+    budget = DEFAULT_PROMPT_CACHE_MB if args.cache_mb is None else args.cache_mb
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if not args.json else (lambda m: None)
+    report: dict = {
+        "model": str(model),
+        "template": str(args.template) if args.template else "the model's own",
+        "exact": args.exact,
+        "cache_mb": budget,
+        "scenarios": {},
+    }
+    try:
+        for name in scenarios:
+            turns = args.agent_steps if name == "agent" else args.turns
+            kw = dict(
+                turns=turns, system_words=args.system_words, max_tokens=args.max_tokens, template=template, progress=say
+            )
+            on = run_arm(spec, budget, name, **kw)
+            off = run_arm(spec, 0, name, **kw)
+            entry = {**summary(on, off), "per_turn": {"cache": turns_json(on), "no_cache": turns_json(off)}}
+            if args.llama_server:
+                entry["llama_server"] = replay_llama_server(args.llama_server, on.turns, args.max_tokens)
+            report["scenarios"][name] = entry
+    except MtpStudioError as e:
+        return die(str(e), EXIT_INVALID)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    _print(report)
+    return 0
+
+
+def _print(report: dict) -> None:
+    for name, e in report["scenarios"].items():
+        d, ms = e["later_turns_decoded"], e["later_turns_prompt_ms"]
+        print(
+            f"{name}: {e['turns']} turns, outputs {'identical' if e['identical'] else 'DIFFER'}; after each "
+            f"conversation's first turn: decoded {d['cache']} vs {d['no_cache']} tokens, prompt "
+            f"{ms['cache']} vs {ms['no_cache']} ms (x{e['prompt_ms_ratio']}); {e['snapshots']} snapshots, "
+            f"{e['snapshot_bytes_per_entry'] / 2**20:.2f} MiB each"
+        )
+        if "llama_server" in e:
+            ls = e["llama_server"]
+            print(
+                f"  llama-server: decoded {ls['later_turns_decoded']} tokens, prompt {ls['later_turns_prompt_ms']} ms"
+            )
+        for t in e["per_turn"]["cache"]:
+            print(
+                f"    {t['conversation']:>5}  prompt {t['prompt_tokens']:5d}  decoded {t['decoded']:5d}  "
+                f"restored {t['restored']:5d}  {t['prompt_ms']:8.1f} ms"
+            )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

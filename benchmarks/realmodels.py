@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     from engine.gguf.inspect import inspect_path
-    from engine.runtime.measure.versus import run_versus
+    from benchmarks.versus_llama_cpp_python import run_versus
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="mtp-realmodels-") as tmp:

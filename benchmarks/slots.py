@@ -15,13 +15,9 @@ keeps a checkpoint of each slot's recurrent state near its prompt's end even wit
 
 from __future__ import annotations
 
+import argparse
 import json
-import os
-import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,7 +25,9 @@ from pathlib import Path
 
 import httpx2 as httpx
 
-from engine.runtime.llama import repack
+from benchmarks.servers import ServerProcess, add_llama_server_args, find_llama_server
+from engine.cli import EXIT_INVALID, EXIT_USAGE, die
+from engine.runtime.llama.lib import default_threads
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -141,96 +139,6 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
 
 
-# ------------------------------------------------------------------ llama-server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """An endpoint in a process of its own on a free port — llama-server, or this app's
-    ``serve`` (clients in the benchmark's process must not share an interpreter with the
-    server they measure) — ready when it answers ``/health``; :meth:`stop` ends it."""
-
-    def __init__(self, argv: list[str]):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, GGML_NO_BACKTRACE="1")
-        self.proc = subprocess.Popen(
-            [*argv, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-        )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{argv[0]} exited with {self.proc.returncode}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"{argv[0]} did not become ready")
-
-    @classmethod
-    def llama_server(cls, binary: str, model: Path, args: list[str], threads: int) -> ServerProcess:
-        """llama-server on ``model``, with weight repacking as ours has it on this machine
-        (like with like; and where this CPU's repacked kernels crash, llama-server dies
-        with them on its first request unless started with ``--no-repack``)."""
-        return cls(
-            [
-                binary,
-                "-m",
-                str(model),
-                "--host",
-                "127.0.0.1",
-                "-t",
-                str(threads),
-                "--no-webui",
-                *repack.llama_server_args(),
-                *args,
-            ]
-        )
-
-    @classmethod
-    def ours(cls, model: Path, parallel: int, ctx: int) -> ServerProcess:
-        return cls(
-            [
-                sys.executable,
-                "-m",
-                "app.launcher",
-                "serve",
-                "--model",
-                str(model),
-                "--parallel",
-                str(parallel),
-                "--ctx",
-                str(ctx),
-                "--cache-ram",
-                "0",
-                "--max-pending",
-                "256",
-                "--no-fit-check",
-            ]
-        )
-
-    def model_name(self) -> str:
-        return httpx.get(self.url + "/v1/models", timeout=10).json()["data"][0]["id"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def find_llama_server(given: str | None) -> str | None:
-    return given or shutil.which("llama-server")
-
-
 def summarise(runs: list[Run]) -> dict:
     """Medians over rounds: aggregate tok/s; p50/p95 over every client of every round."""
     per_tok = [x for r in runs for x in r.per_token_ms]
@@ -265,3 +173,120 @@ def paired(arms: dict[str, dict[int, list[Run]]], arm: str) -> dict[int, float]:
         if per_arm:
             out[n] = round(min(per_arm), 3)
     return out
+
+
+# ------------------------------------------------------------------ the command
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="N clients each stream one greedy completion at once, against this app's endpoint (the model "
+        "loaded with --parallel slots) and, with --llama-server, against llama-server -np PARALLEL with draft-mtp "
+        "and without speculation, in alternating rounds.",
+    )
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--clients", default="1,2,4,8", help="numbers of concurrent clients (default 1,2,4,8)")
+    p.add_argument(
+        "--arms", default="auto,off,1,2,3", help="our arms: auto, off or a fixed depth (default auto,off,1,2,3)"
+    )
+    p.add_argument("--parallel", type=int, default=4, help="slots, ours and llama-server's (default 4)")
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=2, help="measured rounds per arm and client count (default 2)")
+    p.add_argument("--ctx", type=int, default=1024, help="context per slot (default 1024)")
+    add_llama_server_args(p)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "benchmarks.slots") -> int:
+    args = parser(prog).parse_args(argv)
+    try:
+        clients = [int(x) for x in args.clients.split(",") if x.strip()]
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+        for a in arms:
+            if a not in ("auto", "off") and not a.isdigit():
+                raise ValueError(f"unknown arm {a!r}")
+    except ValueError as e:
+        return die(f"--clients / --arms: {e}", EXIT_USAGE)
+    binary = find_llama_server(args.llama_server)
+    threads = default_threads()
+    servers: dict[str, ServerProcess] = {}
+    results: dict[str, dict[int, list]] = {}
+    try:
+        ours = servers["ours"] = ServerProcess.ours(
+            args.model,
+            ["--parallel", str(args.parallel), "--ctx", str(args.ctx), "--cache-ram", "0"]
+            + ["--max-pending", "256", "--no-fit-check"],
+        )
+        ours_model = ours.model_name()
+        targets: dict[str, tuple[str, str, dict]] = {}
+        for a in arms:
+            extra = {"mtp": "off"} if a == "off" else {"draft_depth": a if a == "auto" else int(a)}
+            # MTP's drafts only: every arm sends the round's prompts, so drafts from the
+            # store of recent outputs would copy the last arm's answers
+            extra["suffix_drafts"] = False
+            targets[f"ours {a}"] = (ours.url, ours_model, extra)
+        if binary:
+            common = ["-np", str(args.parallel), "-c", str(args.ctx * args.parallel), "--cache-ram", "0"]
+            spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(args.llama_mtp_depth)]
+            for name, extra_args in (
+                (f"llama-server draft-mtp {args.llama_mtp_depth}", spec),
+                ("llama-server no speculation", []),
+            ):
+                servers[name] = ServerProcess.llama_server(binary, args.model, common + extra_args, threads)
+                targets[name] = (servers[name].url, "bench", {})
+        for name, (url, model, extra) in targets.items():  # warm-up
+            measure(url, model, 1, 16, extra)
+        for r in range(args.rounds):
+            for n in clients:
+                for name, (url, model, extra) in targets.items():
+                    run = measure(url, model, n, args.tokens, extra, opening=f"Round {r + 1}. ")
+                    results.setdefault(name, {}).setdefault(n, []).append(run)
+    except (RuntimeError, OSError) as e:
+        return die(f"bench slots: {e}", EXIT_INVALID)
+    finally:
+        for s in servers.values():
+            s.stop()
+    body = {
+        "model": args.model.name,
+        "parallel": args.parallel,
+        "tokens": args.tokens,
+        "rounds": args.rounds,
+        "threads": threads,
+        "llama_server": binary,
+        "arms": {name: {str(n): summarise(runs) for n, runs in per.items()} for name, per in results.items()},
+    }
+    ours_arms = {name: per for name, per in results.items() if name.startswith("ours ")}
+    if "ours auto" in ours_arms and len(ours_arms) > 1:
+        body["auto_vs_worst_paired"] = {str(n): r for n, r in paired(ours_arms, "ours auto").items()}
+    if args.json:
+        print(json.dumps(body))
+        return 0
+    _print(body, clients, args.rounds)
+    return 0
+
+
+def _print(body: dict, clients: list[int], rounds: int) -> None:
+    print(
+        f"{body['model']}: {body['tokens']}-token greedy completions, {body['parallel']} slots, medians of "
+        f"{rounds} rounds (aggregate tok/s; per-client ms/token p50/p95)"
+    )
+    print(f"{'arm':<34}" + "".join(f"{'N=' + str(n):>22}" for n in clients))
+    for name, per in body["arms"].items():
+        cells = "".join(
+            f"{per[str(n)]['tokens_per_second']:>9.1f} ({per[str(n)]['per_token_ms_p50']:.1f}/"
+            f"{per[str(n)]['per_token_ms_p95']:.1f})".rjust(22)
+            for n in clients
+        )
+        print(f"{name:<34}{cells}")
+    if "auto_vs_worst_paired" in body:
+        print(
+            f"{'auto / the arm it does worst against':<34}"
+            + "".join(f"{body['auto_vs_worst_paired'].get(str(n), float('nan')):>22.3f}" for n in clients)
+            + "  (of ours; medians of the ratios within rounds)"
+        )
+    if not body["llama_server"]:
+        print("llama-server: not found (pass --llama-server PATH); its arms were skipped")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

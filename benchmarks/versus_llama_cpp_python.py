@@ -1,4 +1,5 @@
-"""Plain greedy decode speed, ours against llama-cpp-python's own ``Llama`` class.
+"""Plain greedy decode speed, ours against llama-cpp-python's own ``Llama`` class
+(``mtp-studio bench versus``).
 
 Same file, threads, context and prompt (with BOS, as ``Llama.tokenize`` adds it); runs
 alternate between the two so drift on a busy machine hits both. The figure is the decode
@@ -9,11 +10,15 @@ streams are compared too: both are greedy over the same arithmetic, so they must
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.cli import EXIT_INVALID, die
+from engine.errors import MtpStudioError
 from engine.runtime.decode.loop import generate
 from engine.runtime.decode.params import DecodeParams
 from engine.runtime.llama.lib import default_threads, llama
@@ -102,3 +107,40 @@ def _theirs(ref, ids: list[int], n: int) -> tuple[float, list[int]]:
         if len(out) == n:
             break
     return (n - 1) / (time.perf_counter() - t0), out
+
+
+# ------------------------------------------------------------------ the command
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Plain greedy decode tokens/s: this engine vs llama-cpp-python's Llama class."
+    )
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--runs", type=int, default=5, help="measured runs of each (plus one warm-up)")
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "benchmarks.versus_llama_cpp_python") -> int:
+    args = parser(prog).parse_args(argv)
+    try:
+        r = run_versus(args.model, tokens=args.tokens, runs=args.runs, n_ctx=args.ctx, threads=args.threads)
+    except MtpStudioError as e:
+        return die(str(e), EXIT_INVALID)
+    body = r.to_json()
+    if args.json:
+        print(json.dumps(body))
+    else:
+        print(
+            f"{body['model']}: {args.tokens} tokens, {r.threads} threads, median of {args.runs}: "
+            f"ours {body['ours_tokens_per_second']:.1f} tok/s, llama-cpp-python "
+            f"{body['llama_cpp_python_tokens_per_second']:.1f} "
+            f"tok/s, ratio {r.ratio:.3f}, same tokens: {'yes' if r.same_tokens else 'NO'}"
+        )
+    return 0 if r.same_tokens else EXIT_INVALID
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,73 +23,34 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 from benchmarks.demo import PROMPTS
-from engine.runtime.llama import repack
-from engine.rpc.server import free_port
+from benchmarks.servers import ServerError, ServerProcess
 from engine.synth.demo import demo_model_path
 
 OURS = ("0", "1", "2", "3", "auto")
 THEIRS = ("0", "1", "2", "3")  # 0: --spec-type none; k: draft-mtp with n-max k
 
 
-class Server:
+def llama_server(exe: str, model: Path, arm: str, threads: int, ctx: int) -> ServerProcess:
     """One llama-server process for one arm."""
+    args = ["-tb", str(threads), "-c", str(ctx), "-np", "1"]
+    if arm != "0":
+        args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", arm, "--spec-draft-n-min", "0"]
+    return ServerProcess.llama_server(exe, model, args, threads, ready_s=120, name=f"llama-server ({arm})")
 
-    def __init__(self, exe: str, model: Path, arm: str, threads: int, ctx: int):
-        self.port = free_port()
-        cmd = [
-            exe,
-            "-m",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "-t",
-            str(threads),
-            "-tb",
-            str(threads),
-            "-c",
-            str(ctx),
-            "-np",
-            "1",
-            "--no-webui",
-            *repack.llama_server_args(),
-        ]
-        if arm != "0":
-            cmd += ["--spec-type", "draft-mtp", "--spec-draft-n-max", arm, "--spec-draft-n-min", "0"]
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, GGML_NO_BACKTRACE="1")
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"llama-server ({arm}) exited: {self.proc.stderr.read().decode()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        raise SystemExit(f"llama-server ({arm}) did not come up")
 
-    def complete(self, prompt: str, tokens: int) -> tuple[int, float]:
-        body = {"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "ignore_eos": True, "cache_prompt": False}
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=300) as r:
-            t = json.loads(r.read())["timings"]
-        return int(t["predicted_n"]), float(t["predicted_ms"])
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+def complete(server: ServerProcess, prompt: str, tokens: int) -> tuple[int, float]:
+    """One greedy completion: (tokens predicted, llama-server's milliseconds for them)."""
+    body = {"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "ignore_eos": True, "cache_prompt": False}
+    req = urllib.request.Request(
+        server.url + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=300) as r:
+        t = json.loads(r.read())["timings"]
+    return int(t["predicted_n"]), float(t["predicted_ms"])
 
 
 def run(exe: str, model: Path, prompts: list[str], tokens: int, rounds: int, threads: int, ctx: int) -> dict:
@@ -100,12 +61,14 @@ def run(exe: str, model: Path, prompts: list[str], tokens: int, rounds: int, thr
     from engine.runtime.load.loader import LoadSpec, load
 
     lm = load(LoadSpec(model, n_ctx=ctx, n_threads=threads, max_draft_depth=8))
-    servers = {a: Server(exe, model, a, threads, ctx) for a in THEIRS}
+    servers: dict[str, ServerProcess] = {}
     policies = {a: None if a == "0" else AdaptiveDepth(8) if a == "auto" else FixedDepth(int(a)) for a in OURS}
     toks = [lm.model.prompt_tokens(p) for p in prompts]
     arms = [("ours", a) for a in OURS] + [("llama-server", a) for a in THEIRS]
     per_round: list[dict[str, float]] = []
     try:
+        for a in THEIRS:
+            servers[a] = llama_server(exe, model, a, threads, ctx)
         for rnd in range(rounds + 1):  # round 0 warms up both sides (and auto's policy)
             n = dict.fromkeys(arms, 0)
             ms = dict.fromkeys(arms, 0.0)
@@ -119,7 +82,7 @@ def run(exe: str, model: Path, prompts: list[str], tokens: int, rounds: int, thr
                         )
                         got, t = g.stats.generated - 1, g.stats.generation_ms  # the first token comes from the prompt
                     else:
-                        got, t = servers[a].complete(p, tokens)
+                        got, t = complete(servers[a], p, tokens)
                         got -= 1
                     n[(side, a)] += got
                     ms[(side, a)] += t
@@ -127,7 +90,7 @@ def run(exe: str, model: Path, prompts: list[str], tokens: int, rounds: int, thr
                 per_round.append({f"{s} {a}": n[(s, a)] / ms[(s, a)] * 1000 for s, a in arms})
     finally:
         for s in servers.values():
-            s.close()
+            s.stop()
         lm.close()
     return {"model": str(model), "tokens": tokens, "rounds": per_round, "ratios": ratios(per_round)}
 
@@ -166,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     prompts = json.loads(a.prompts.read_text())
-    res = run(a.server, a.model or demo_model_path(), prompts, a.tokens, a.rounds, a.threads, a.ctx)
+    try:
+        res = run(a.server, a.model or demo_model_path(), prompts, a.tokens, a.rounds, a.threads, a.ctx)
+    except ServerError as e:
+        raise SystemExit(str(e)) from None
     if a.json:
         print(json.dumps(res))
         return 0

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "app", "training")
+PACKAGES = ("engine", "app", "training", "benchmarks")
 
 
 def modules(root: Path = ROOT, packages: Iterable[str] = PACKAGES) -> dict[str, Path]:

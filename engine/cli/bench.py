@@ -1,10 +1,16 @@
-"""``mtp-studio bench ...``: benchmark commands that print figures (not tests)."""
+"""``mtp-studio bench ...``: benchmark commands that print figures (not tests).
+
+The A/B benchmark on the user's own model (``bench --model M``, the Performance page's too)
+and ``bench make-model`` are the product's; every other sub-command is a thin entry into the
+source checkout's benchmarks harness (:mod:`engine.cli.benchharness`).
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from engine.cli import benchharness
 from engine.cli.generate import add_rpc_args, rpc_options
 
 
@@ -16,147 +22,8 @@ def register(sub) -> None:
     )
     _register_ab(p)
     bsub = p.add_subparsers(dest="bench_command", metavar="BENCH")
-
-    c = bsub.add_parser("compose", help="compose time vs cp, peak RSS, 262k-vocab header parse time")
-    c.add_argument("--size-gb", type=float, default=4.0, help="size of the generated target (default 4)")
-    c.add_argument("--dir", type=Path, default=None, help="folder on the disk to test (default: temp dir)")
-    c.add_argument("--runs", type=int, default=3)
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=lambda a: _compose(a))
     _register_make_model(bsub)
-    from engine.cli import benchagent, benchcache, benchmemory, benchslots
-
-    benchcache.register(bsub)
-    benchmemory.register(bsub)
-    benchslots.register(bsub)
-    benchagent.register(bsub)
-
-    sv = bsub.add_parser("server", help="HTTP endpoint overhead vs in-process, and concurrent throughput")
-    sv.add_argument("--model", type=Path, required=True)
-    # long enough that a request's decode rate is not dominated by its first few rounds
-    sv.add_argument("--max-tokens", type=int, default=256)
-    sv.add_argument("--requests", type=int, default=16)
-    sv.add_argument("--clients", default="1,4,16")
-    sv.add_argument("--ctx", type=int, default=2048)
-    sv.add_argument("--json", action="store_true")
-    sv.set_defaults(func=_server)
-
-    i = bsub.add_parser(
-        "identity",
-        help="is a row's result independent of its batch? logit noise, argmax flips, MTP vs plain",
-        description="Decode N greedy tokens one at a time, then again in batches of 2..W rows (as speculative "
-        "verify batches are): max |logit difference|, argmax flips with the one-at-a-time top-2 margin at each, "
-        "and, where the model has MTP, whether MTP output at each depth equals plain greedy output.",
-    )
-    i.add_argument("--model", type=Path, required=True)
-    i.add_argument("--head", type=Path, help="separate MTP head GGUF")
-    i.add_argument("--tokens", type=int, default=128)
-    i.add_argument("--max-width", type=int, default=8, help="widest batch replayed (default 8: verify at depth 7)")
-    i.add_argument("--depths", default="1,2,3", help="MTP depths compared with plain greedy")
-    i.add_argument("--prompt", default="Once upon a time, in a small village by the sea, there lived")
-    i.add_argument("--prompt-repeat", type=int, default=1, help="repeat the prompt (long-context checks)")
-    i.add_argument("--ctx", type=int, default=2048)
-    i.add_argument("--exact", action="store_true", help="measure in exact mode")
-    i.add_argument("--json", action="store_true")
-    i.set_defaults(func=_identity)
-
-    v = bsub.add_parser("versus", help="plain greedy decode tokens/s: this engine vs llama-cpp-python's Llama class")
-    v.add_argument("--model", type=Path, required=True)
-    v.add_argument("--tokens", type=int, default=128)
-    v.add_argument("--runs", type=int, default=5, help="measured runs of each (plus one warm-up)")
-    v.add_argument("--ctx", type=int, default=2048)
-    v.add_argument("--threads", type=int, default=None)
-    v.add_argument("--json", action="store_true")
-    v.set_defaults(func=_versus)
-
-
-def _identity(args) -> int:
-    import json
-
-    from engine.cli import EXIT_INVALID, die
-    from engine.errors import MtpStudioError
-
-    if args.exact:
-        from engine.runtime.llama import exact
-
-        exact.request()
-    from engine.runtime.measure.batchnoise import measure
-    from engine.runtime.load.loader import LoadSpec, MtpSource, load
-
-    try:
-        depths = [int(x) for x in args.depths.split(",") if x.strip()]
-        lm = load(
-            LoadSpec(
-                args.model,
-                head=args.head,
-                mtp=MtpSource.AUTO,
-                n_ctx=args.ctx,
-                max_draft_depth=max(depths + [1]),
-                exact=args.exact,
-            )
-        )
-    except (MtpStudioError, ValueError) as e:
-        return die(str(e), EXIT_INVALID)
-    try:
-        prompt = lm.model.prompt_tokens(" ".join([args.prompt] * args.prompt_repeat))
-        r = measure(lm, prompt, tokens=args.tokens, max_width=args.max_width, depths=depths)
-        body = dict(r.to_json(), prompt_tokens=len(prompt), exact_mode=args.exact, identity=lm.info.identity)
-    finally:
-        lm.close()
-    if args.json:
-        print(json.dumps(body))
-        return 0
-    print(
-        f"{body['model']}: {args.tokens} greedy tokens after a {len(prompt)}-token prompt, exact mode "
-        f"{'on' if args.exact else 'off'}"
-    )
-    print(f"{'width':>6} {'max |dlogit|':>13} {'flips':>6} {'per 1000':>9}  margins at flips")
-    for w in body["widths"]:
-        margins = ", ".join(f"{m:.3f}" for m in w["flip_margins"]) or "-"
-        print(f"{w['width']:>6} {w['max_abs_diff']:13.4f} {w['flips']:>6} {w['flips_per_1000']:9.1f}  {margins}")
-    for m in body["mtp"]:
-        what = (
-            "identical"
-            if m["identical"]
-            else (f"differs from token {m['first_divergence']} (plain top-2 margin {m['margin_at_divergence']:.4f})")
-        )
-        print(f"MTP depth {m['depth']}: {what}")
-    print(f"prompt decoded whole vs in two parts: last row differs by {body['prefill_split_diff']:.4f}")
-    print(
-        f"noise bound {body['noise']:.4f}; {'bit-exact' if body['exact'] else 'not batch-invariant'} here; "
-        f"load: {body['identity']}"
-    )
-    return 0
-
-
-def _versus(args) -> int:
-    import json
-
-    from engine.cli import EXIT_INVALID, die
-    from engine.errors import MtpStudioError
-    from engine.runtime.measure.versus import run_versus
-
-    try:
-        r = run_versus(args.model, tokens=args.tokens, runs=args.runs, n_ctx=args.ctx, threads=args.threads)
-    except MtpStudioError as e:
-        return die(str(e), EXIT_INVALID)
-    body = r.to_json()
-    if args.json:
-        print(json.dumps(body))
-    else:
-        print(
-            f"{body['model']}: {args.tokens} tokens, {r.threads} threads, median of {args.runs}: "
-            f"ours {body['ours_tokens_per_second']:.1f} tok/s, llama-cpp-python "
-            f"{body['llama_cpp_python_tokens_per_second']:.1f} "
-            f"tok/s, ratio {r.ratio:.3f}, same tokens: {'yes' if r.same_tokens else 'NO'}"
-        )
-    return 0 if r.same_tokens else EXIT_INVALID
-
-
-def _compose(args) -> int:
-    from engine.gguf.bench import run
-
-    return run(args.size_gb, args.dir, args.runs, args.json)
+    benchharness.register(bsub)
 
 
 def _register_make_model(bsub) -> None:
@@ -355,12 +222,3 @@ def _identical(body: dict, arm: dict) -> str:
     if body.get("sampled_draft"):
         return "n/a (equal in distribution)"
     return "yes" if arm["identical"] else "NO"
-
-
-def _server(args) -> int:
-    from engine.server.bench import run
-
-    clients = [int(x) for x in args.clients.split(",") if x.strip()]
-    return run(
-        args.model, max_tokens=args.max_tokens, requests=args.requests, clients=clients, ctx=args.ctx, as_json=args.json
-    )

@@ -9,12 +9,12 @@ import sys
 
 
 def mtp_studio(
-    *args: str, timeout: float = 300, check: bool = False, env: dict | None = None
+    *args: str, timeout: float = 300, check: bool = False, env: dict | None = None, cwd: str | os.PathLike | None = None
 ) -> subprocess.CompletedProcess:
-    """``env``: variables set for this run on top of this process's."""
+    """``env``: variables set for this run on top of this process's; ``cwd``: the folder it runs in."""
     cmd = [sys.executable, "-m", "app.launcher", *args]
     env = {**os.environ, "GGML_NO_BACKTRACE": "1", **(env or {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"mtp-studio {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
     return proc

@@ -198,6 +198,20 @@ def test_frozen_app_rejects_a_malformed_gguf_without_crashing(package, tmp_path)
     assert "truncated" in (proc.stdout + proc.stderr).lower()
 
 
+def test_frozen_app_runs_the_ab_bench_and_leaves_the_harness_out(package, tmp_path):
+    """The A/B bench on the user's model is the product's; the benchmarks harness (and its
+    fixtures, the tests) stays in the source checkout: its commands say so in one line."""
+    env = user_env(tmp_path)
+    demo = str(ROOT / "resources" / "demo.gguf")
+    ab = run(package.binary, "bench", "--model", demo, "--depths", "0,1", "--runs", "1", "--max-tokens", "8", env=env)
+    assert ab.returncode == 0 and "identical" in ab.stdout, ab.stdout + ab.stderr
+    proc = run(package.binary, "bench", "slots", "--model", demo, env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stdout + proc.stderr
+    assert "bench slots is a benchmark of the source checkout" in proc.stderr
+    for name in ("benchmarks", "tests"):
+        assert not (package.folder / "_internal" / name).exists(), f"{name} must stay out of the package"
+
+
 def test_frozen_window_opens_offscreen(package, tmp_path):
     before = snapshot(package.folder)
     proc = run(package.binary, env=user_env(tmp_path, MTP_STUDIO_QUIT_AFTER_PAINT="1"))

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from benchmarks.compose import make_models
 from engine.errors import ComposeError
-from engine.gguf.bench import make_models
 from engine.gguf.compose import compose
 from tests.engine.cli_helpers import mtp_studio
 

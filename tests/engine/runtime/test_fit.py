@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from benchmarks.memlog import BufferLog
 from engine.errors import DecodeError, InsufficientMemoryError
 from engine.gguf.memory import RUNTIME_BYTES, ModelShape, estimate, logit_rows, pad
 from engine.gguf.shards import open_set
@@ -15,7 +16,6 @@ from engine.runtime.llama.context import Context
 from engine.runtime.llama.model import Model
 from engine.runtime.load.fit import MARGIN_BYTES, DeviceFree, assess
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
-from engine.runtime.measure.memlog import BufferLog
 from engine.synth.dense import DenseSpec, build_dense
 from tests.engine.cli_helpers import mtp_studio
 
@@ -210,15 +210,6 @@ def test_cli_refuses_with_exit_status_1_and_inspect_reports_memory(dense, monkey
         1.1 * (1 << 30)
     )
     assert "memory " in mtp_studio("inspect", str(dense), check=True).stdout
-
-
-def test_bench_memory_prints_estimate_and_measurement(dense):
-    p = mtp_studio("bench", "memory", str(dense), "--ctx", "2048", "--json", check=True)
-    (row,) = json.loads(p.stdout.strip().splitlines()[-1])
-    assert row["n_ctx"] == 2048 and row["measured_bytes"] > 0
-    assert row["llama_cpp_buffers"]["kv"] == row["estimate"]["kv_bytes"]
-    assert row["measured_bytes"] > row["llama_cpp_buffers"]["kv"]
-    assert row["error"] == round(row["estimate"]["total_bytes"] / row["measured_bytes"] - 1, 4)
 
 
 def test_serve_chooses_a_context_that_fits_and_says_so(dense):

@@ -20,10 +20,10 @@ import sys
 
 import pytest
 
+from benchmarks.memlog import BufferLog
 from engine.runtime.llama import repack
 from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
-from engine.runtime.measure.memlog import BufferLog
 from tests.engine.cli_helpers import mtp_json, mtp_studio
 
 #: llama.cpp's weight buffers that are not repacked (mapped from the file, or plain host memory)

@@ -106,18 +106,22 @@ def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_o
     runs. Unloading it waits for its own streams only."""
     import shutil
     import time
+    from dataclasses import replace
+
+    from tests.models import RECIPES, build_fixture
 
     other = tmp_path / "other.gguf"
     shutil.copyfile(fixtures["full"].path, other)  # a file never seen: its load probe runs in a child
+    # a stream that outlasts any load on a slow machine: a context of 32k (4k streamed in ~2.5 s,
+    # as long as the load itself took in some runs); it is cancelled at the end
+    long = build_fixture("long", tmp_path, replace(RECIPES["partial"], n_ctx_train=1 << 15)).path
     emitted: list[float] = []
     with Engine().start() as e:
         e.submit(
-            J.LoadModel(
-                LoadSpec(fixtures["partial"].path, n_ctx=4096, probe=False, fit="off", parallel=2, name="partial")
-            )
+            J.LoadModel(LoadSpec(long, n_ctx=1 << 15, probe=False, fit="off", parallel=2, name="partial"))
         ).result()
         stream = e.submit(
-            job(0, max_tokens=4000),
+            job(0, max_tokens=30_000),
             on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()),
         )
         while not emitted:
