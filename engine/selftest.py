@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             off_noise = []
             if plain.tokens != spec.tokens:
                 off_noise = engine.submit(J.Call(_noise_check(plain.tokens, spec.tokens))).result(120)
-        devices = ",".join(f"{d['name']}({d['type']})" for d in list_devices())
+        devices = ",".join(f"{d.name}({d.type})" for d in list_devices())
     except Exception as e:  # the one line must always come
         print(f"mtp-studio self-test: FAILED: {type(e).__name__}: {e}")
         return 1

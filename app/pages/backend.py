@@ -175,9 +175,9 @@ class BackendPage(QWidget):
                 else ""
             )
         )
-        used = ", ".join(f"{x['name']} ({x['type']})" for x in devices) or "?"
+        used = ", ".join(f"{x.name} ({x.type})" for x in devices) or "?"
         selected = manifest.selected or "installed"
-        on_gpu = any(x["type"] in ("gpu", "igpu") for x in devices)
+        on_gpu = any(x.gpu for x in devices)
         problems = "".join(f"<li style='color:#b3261e'>{html.escape(p)}</li>" for p in plan.problems)
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in plan.reasons)
         self.plan_view.setHtml(

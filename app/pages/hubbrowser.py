@@ -29,7 +29,7 @@ from app.pages.downloads import PullRequest, hub_config
 from app.pages.modelsfit import FitBadges, show_badge
 from app.tasks import Task
 from engine.facade import human_size
-from engine.facade.hub import FileGroup, head_for
+from engine.facade.hub import FileGroup, HeaderFacts, head_for
 
 
 class HubBrowser(QWidget):
@@ -201,15 +201,15 @@ class HubBrowser(QWidget):
         self._track(task)
         task.start()
 
-    def _show_header(self, h: dict) -> None:
+    def _show_header(self, h: HeaderFacts) -> None:
         mtp = {
             "none": "no MTP layers",
             "integrated": "integrated MTP (NextN) layers",
             "head-only": "an MTP head",
             "assistant": "an MTP drafter (assistant) for another model",
             "trunk-only": "a trunk whose MTP head ships apart",
-        }[h["mtp"]]
-        self.file_info.setText(f"{h['architecture']}, context {h['context_length']}, {h['block_count']} blocks, {mtp}")
+        }[h.mtp]
+        self.file_info.setText(f"{h.architecture}, context {h.context_length}, {h.block_count} blocks, {mtp}")
 
     # --------------------------------------------------------------- download
     def _update_buttons(self) -> None:

@@ -58,7 +58,8 @@ def _in_use() -> dict:
     info = {"build": m.selected or "installed", "selected_lib_dir": selected_lib_dir()}
     try:
         info["lib_dir"] = str(loaded_lib_dir())
-        info["devices"] = list_devices()
+        devices = list_devices()
+        info["devices"] = [d.to_json() for d in devices]
     except Exception as e:  # a broken build must not break detection
         info["error"] = f"cannot load the backend library: {e}"
     try:
@@ -67,8 +68,7 @@ def _in_use() -> dict:
         info["rpc"] = rpc_available()
     except Exception:
         info["rpc"] = False
-    gpus = [d for d in info.get("devices", []) if d["type"] in ("gpu", "igpu")]
-    info["backend"] = "gpu" if gpus else "cpu"
+    info["backend"] = "gpu" if "error" not in info and any(d.gpu for d in devices) else "cpu"
     if "error" not in info:
         from engine.runtime.llama.repack import verdict
 

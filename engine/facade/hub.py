@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.hub.composing import PairCheck, check_files, compose_into_library
 from engine.hub.download import Target, discard_partial
+from engine.gguf.pairing import HeaderFacts
 from engine.hub.files import FileGroup, head_for
 from engine.hub.pull import pull
 from engine.hub.recommended import RECOMMENDED
@@ -13,6 +14,7 @@ from engine.hub.remote import HubConfig, list_gguf, read_remote_header, search
 __all__ = [
     "RECOMMENDED",
     "FileGroup",
+    "HeaderFacts",
     "HubConfig",
     "PairCheck",
     "Target",

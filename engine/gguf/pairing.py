@@ -14,7 +14,7 @@ target must not have NextN layers, per-layer arrays and shared tensors must line
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from engine.errors import PairingError
 from engine.gguf.shards import ModelSet
@@ -64,6 +64,31 @@ NEXTN_BLOCK_TENSORS: dict[str, frozenset[str]] = {
 
 
 @dataclass(frozen=True)
+class HeaderFacts:
+    """What a GGUF's header says that matters before downloading or pairing it, read from its
+    first bytes (:func:`engine.hub.remote.read_remote_header` over HTTP)."""
+
+    architecture: str | None
+    name: str | None = None
+    context_length: int | None = None
+    embedding_length: int | None = None
+    block_count: int | None = None
+    nextn_layers: int = 0
+    embedding_length_out: int | None = None
+    #: none | integrated | head-only | trunk-only | assistant (what the file holds of MTP)
+    mtp: str = "none"
+    vocab_size: int | None = None
+    tensor_names: tuple[str, ...] | None = None
+    #: bytes the header takes (what a ranged read fetched of it)
+    header_bytes: int = 0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["tensor_names"] = list(self.tensor_names) if self.tensor_names is not None else None
+        return d
+
+
+@dataclass(frozen=True)
 class Summary:
     """What pairing needs to know of one GGUF set (local, or a remote header)."""
 
@@ -103,17 +128,17 @@ class Summary:
         )
 
     @classmethod
-    def of_remote(cls, name: str, header: dict) -> Summary:
-        """From :func:`engine.hub.remote.read_remote_header`'s summary."""
+    def of_remote(cls, name: str, header: HeaderFacts) -> Summary:
+        """From a header's facts (:func:`engine.hub.remote.read_remote_header`)."""
         return cls(
             name=name,
-            architecture=header.get("architecture"),
-            embedding_length=header.get("embedding_length"),
-            vocab_size=header.get("vocab_size"),
-            block_count=header.get("block_count"),
-            nextn_layers=header.get("nextn_layers") or 0,
-            tensor_names=tuple(header["tensor_names"]) if header.get("tensor_names") is not None else None,
-            embedding_length_out=header.get("embedding_length_out"),
+            architecture=header.architecture,
+            embedding_length=header.embedding_length,
+            vocab_size=header.vocab_size,
+            block_count=header.block_count,
+            nextn_layers=header.nextn_layers,
+            tensor_names=header.tensor_names,
+            embedding_length_out=header.embedding_length_out,
         )
 
 

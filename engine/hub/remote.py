@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engine.errors import GGUFError, HubError, OfflineError, RepoNotFound
 from engine.gguf.families import family
 from engine.gguf.memory import ModelShape
+from engine.gguf.pairing import HeaderFacts
 from engine.gguf.reader import parse_buffer
 from engine.hub.files import FileGroup, RemoteFile, group_gguf_files
 
@@ -157,7 +158,9 @@ def remote_shape(cfg: HubConfig, repo_id: str, group: FileGroup, revision: str) 
     return ModelShape.from_kvs(keys, sizes)
 
 
-def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *, max_bytes: int = 64 << 20) -> dict:
+def read_remote_header(
+    cfg: HubConfig, repo_id: str, path: str, revision: str, *, max_bytes: int = 64 << 20
+) -> HeaderFacts:
     """Parse a remote GGUF header with ranged GETs (1 MiB, doubling as needed) and
     summarize what matters before downloading: architecture, context, NextN layers."""
     kvs, tensors, end = _remote_header_parts(cfg, repo_id, path, revision, max_bytes=max_bytes)
@@ -180,16 +183,16 @@ def read_remote_header(cfg: HubConfig, repo_id: str, path: str, revision: str, *
         mtp = "trunk-only"
     else:
         mtp = "integrated" if has_trunk else "head-only"
-    return {
-        "architecture": arch,
-        "name": get("general.name"),
-        "context_length": get(f"{arch}.context_length"),
-        "embedding_length": get(f"{arch}.embedding_length"),
-        "block_count": get(f"{arch}.block_count"),
-        "nextn_layers": nextn,
-        "embedding_length_out": get(f"{arch}.embedding_length_out"),
-        "mtp": mtp,
-        "vocab_size": keys["tokenizer.ggml.tokens"].count if "tokenizer.ggml.tokens" in keys else None,
-        "tensor_names": [t.name for t in tensors],
-        "header_bytes": end,
-    }
+    return HeaderFacts(
+        architecture=arch,
+        name=get("general.name"),
+        context_length=get(f"{arch}.context_length"),
+        embedding_length=get(f"{arch}.embedding_length"),
+        block_count=get(f"{arch}.block_count"),
+        nextn_layers=nextn,
+        embedding_length_out=get(f"{arch}.embedding_length_out"),
+        mtp=mtp,
+        vocab_size=keys["tokenizer.ggml.tokens"].count if "tokenizer.ggml.tokens" in keys else None,
+        tensor_names=tuple(t.name for t in tensors),
+        header_bytes=end,
+    )

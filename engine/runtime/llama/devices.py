@@ -7,6 +7,7 @@ llama-cpp-python does not bind ``ggml_backend_dev_*``; they are exported by the
 from __future__ import annotations
 
 import ctypes
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.backends.ggmllib import DEVICE_TYPES, open_ggml
@@ -25,7 +26,30 @@ def _ggml() -> ctypes.CDLL:
     return open_ggml(loaded_lib_dir())
 
 
-def list_devices() -> list[dict]:
+#: the device types that are GPUs (a discrete one, or integrated)
+GPU_TYPES = ("gpu", "igpu")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One compute device of the loaded backend build."""
+
+    name: str
+    description: str
+    #: cpu | gpu | igpu | accel | unknown (ggml's device types)
+    type: str
+    memory_total: int
+    memory_free: int
+
+    @property
+    def gpu(self) -> bool:
+        return self.type in GPU_TYPES
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def list_devices() -> list[Device]:
     """Every device of the loaded backend build: name, description, type, memory."""
     lib = _ggml()
     out = []
@@ -34,12 +58,12 @@ def list_devices() -> list[dict]:
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         out.append(
-            {
-                "name": lib.ggml_backend_dev_name(dev).decode(),
-                "description": lib.ggml_backend_dev_description(dev).decode(),
-                "type": DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "unknown"),
-                "memory_total": total.value,
-                "memory_free": free.value,
-            }
+            Device(
+                lib.ggml_backend_dev_name(dev).decode(),
+                lib.ggml_backend_dev_description(dev).decode(),
+                DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "unknown"),
+                total.value,
+                free.value,
+            )
         )
     return out

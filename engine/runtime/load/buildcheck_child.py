@@ -49,10 +49,11 @@ def _child(expect: str) -> int:
     lg.addHandler(handler)
 
     report: dict = {"ok": False, "expect": expect, "lib_dir": str(loaded_lib_dir())}
-    report["devices"] = list_devices()
+    devices = list_devices()
+    report["devices"] = [d.to_json() for d in devices]
     report["system_info"] = system_info()
     report["repack"] = repack.verdict().to_json()  # this build's on this CPU: the load below follows it
-    gpu_devices = [d for d in report["devices"] if d["type"] in ("gpu", "igpu")]
+    gpu_devices = [d for d in devices if d.gpu]
     lm = load(LoadSpec(demo_model_path(), mtp=MtpSource.INTEGRATED, n_gpu_layers=-1, n_ctx=512, probe=False))
     try:
         report["offloaded_layers"] = list(handler.found) if handler.found else None

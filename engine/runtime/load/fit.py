@@ -19,7 +19,6 @@ from engine.runtime import limits
 
 #: memory kept free on every device, as llama.cpp's --fit does (common.h: fit margin)
 MARGIN_BYTES = 1 << 30
-GPU_KINDS = ("gpu", "igpu")
 
 
 @dataclass(frozen=True)
@@ -52,8 +51,8 @@ def machine_devices(*, with_gpus: bool = True) -> list[DeviceFree]:
         from engine.runtime.llama.devices import list_devices
 
         for d in list_devices():
-            if d["type"] in GPU_KINDS:
-                out.append(DeviceFree(d["name"], "gpu", d["memory_total"], d["memory_free"]))
+            if d.gpu:
+                out.append(DeviceFree(d.name, "gpu", d.memory_total, d.memory_free))
     return out
 
 

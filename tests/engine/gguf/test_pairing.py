@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import ComposeError, HeadMismatchError
 from engine.gguf.compose import check_compatible
-from engine.gguf.pairing import PairingError, Summary, check_pair, unknown_nextn_tensors
+from engine.gguf.pairing import HeaderFacts, PairingError, Summary, check_pair, unknown_nextn_tensors
 from engine.gguf.shards import open_set
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
 from engine.synth.qwen35 import build_model
@@ -39,14 +39,14 @@ def _verdicts(target, head) -> dict[str, str]:
         arch = h.architecture
         return Summary.of_remote(
             p.name,
-            {
-                "architecture": arch,
-                "embedding_length": h.get(f"{arch}.embedding_length"),
-                "vocab_size": h.kvs["tokenizer.ggml.tokens"].count,
-                "block_count": h.get(f"{arch}.block_count"),
-                "nextn_layers": h.get(f"{arch}.nextn_predict_layers") or 0,
-                "tensor_names": [t.name for t in h.tensors],
-            },
+            HeaderFacts(
+                architecture=arch,
+                embedding_length=h.get(f"{arch}.embedding_length"),
+                vocab_size=h.kvs["tokenizer.ggml.tokens"].count,
+                block_count=h.get(f"{arch}.block_count"),
+                nextn_layers=h.get(f"{arch}.nextn_predict_layers") or 0,
+                tensor_names=tuple(t.name for t in h.tensors),
+            ),
         )
 
     try:

@@ -41,10 +41,10 @@ def test_repo_files_grouped_by_quant_shards_and_heads(cfg):
 
 def test_remote_header_before_download(cfg, hub):
     h = read_remote_header(cfg, "acme/Tiny-GGUF", "mtp-tiny-F16.gguf", "main")
-    assert h["architecture"] == "qwen35" and h["nextn_layers"] == 1 and h["mtp"] == "head-only"
-    assert h["context_length"] == 4096 and h["vocab_size"] == 439
+    assert h.architecture == "qwen35" and h.nextn_layers == 1 and h.mtp == "head-only"
+    assert h.context_length == 4096 and h.vocab_size == 439
     full = read_remote_header(cfg, "acme/Tiny-GGUF", "tiny-F16.gguf", "main")
-    assert full["mtp"] == "integrated"
+    assert full.mtp == "integrated"
     size = len(hub.repos["acme/Tiny-GGUF"].files["tiny-F16.gguf"].data)
     assert hub.body_bytes("tiny-F16.gguf") < size / 2  # only the header was fetched
 

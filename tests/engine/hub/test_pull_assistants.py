@@ -73,7 +73,7 @@ def test_drafters_are_listed_as_heads_beside_their_target(cfg):
     target = next(g for g in groups if not g.head)
     assert head_for(groups, target).name == "MTP/gemma-4-tiny-it-MTP-F32.gguf"
     rev = list_gguf(cfg, REPO)[0]
-    assert read_remote_header(cfg, REPO, "MTP/gemma-4-tiny-it-MTP-F32.gguf", rev)["mtp"] == "assistant"
+    assert read_remote_header(cfg, REPO, "MTP/gemma-4-tiny-it-MTP-F32.gguf", rev).mtp == "assistant"
     _, other = list_gguf(cfg, "acme/other-assistant-GGUF")
     assert [g.head for g in other] == [True]  # "-assistant" names a drafter too
 
