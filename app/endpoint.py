@@ -11,8 +11,8 @@ request log reaches the GUI thread through :attr:`Endpoint.request`, queued.
 Signals (GUI thread):
     started(str)      the base URL, once it listens
     stopped()
-    request(dict)     one request-log entry: time, method, path, status, ms, api (never
-                      headers, bodies or keys)
+    request(object)   one request-log entry (engine.server.app.RequestEntry: time, method,
+                      path, status, ms, api; never headers, bodies or keys)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 class Endpoint(QObject):
     started = Signal(str)
     stopped = Signal()
-    request = Signal(dict)
+    request = Signal(object)
 
     def __init__(self, ctx: AppContext, parent: QObject | None = None):
         super().__init__(parent)

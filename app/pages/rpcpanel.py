@@ -208,16 +208,18 @@ class RpcPanel(QGroupBox):
         return task.start()
 
     def _show_devices(self, out: dict) -> None:
-        rows = out.get("placement", {}).get("devices") or out["devices"]
+        from engine.facade.machine import placed_devices
+
+        devices, local = placed_devices(out)
         parts = []
-        for d in rows:
-            where = d["endpoint"] or "this machine"
-            layers = f", {d['layers']} layers" if "layers" in d else ""
+        for d in devices:
+            where = d.endpoint or "this machine"
+            layers = f", {d.layers} layers" if d.layers is not None else ""
             parts.append(
-                f"<b>{html.escape(d['name'])}</b> ({html.escape(where)}): "
-                f"{d['memory_free'] / 2**30:.1f} of {d['memory_total'] / 2**30:.1f} GiB free{layers}"
+                f"<b>{html.escape(d.name)}</b> ({html.escape(where)}): "
+                f"{d.memory_free / 2**30:.1f} of {d.memory_total / 2**30:.1f} GiB free{layers}"
             )
-        tail = " — MTP head and output stay on this machine" if "placement" in out else ""
+        tail = " — MTP head and output stay on this machine" if local is not None else ""
         self.devices.setText("; ".join(parts) + tail)
 
     def apply(self) -> None:

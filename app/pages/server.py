@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
@@ -29,6 +30,9 @@ from app.endpoint import Endpoint
 from app.widgets.page import page_layout
 from engine.facade import DEFAULT_PROMPT_CACHE_MB
 from engine.facade import CacheFigures
+
+if TYPE_CHECKING:
+    from engine.facade.endpoint import RequestEntry
 
 
 def cache_text(c: CacheFigures) -> str:
@@ -361,17 +365,11 @@ class ServerPage(QWidget):
             w.setEnabled(on)
         self.refresh_loaded()
 
-    def _log_request(self, e: dict) -> None:
-        self.per_api[e.get("api", "openai")] += 1
+    def _log_request(self, e: RequestEntry) -> None:
+        self.per_api[e.api] += 1
         self.api_counts.setText(api_counts_text(self.per_api))
         self.table.insertRow(0)
-        values = [
-            time.strftime("%H:%M:%S", time.localtime(e["time"])),
-            e["method"],
-            e["path"],
-            str(e["status"]),
-            f"{e['ms']:.0f}",
-        ]
+        values = [time.strftime("%H:%M:%S", time.localtime(e.time)), e.method, e.path, str(e.status), f"{e.ms:.0f}"]
         for c, v in enumerate(values):
             self.table.setItem(0, c, QTableWidgetItem(v))
         if self.table.rowCount() > self.MAX_ROWS:

@@ -304,5 +304,8 @@ def run(args) -> int:
 
 def placement_line(p: dict) -> str:
     """One line: which device holds how many layers (:attr:`ModelInfo.placement`)."""
-    parts = [f"{d['name']} ({d['endpoint'] or 'this machine'}) {d['layers']}" for d in p["devices"]]
-    return ", ".join(parts) + f"; MTP head and output on {p['mtp_and_output']}"
+    from engine.runtime.load.placement import placed_devices
+
+    devices, local = placed_devices({"placement": p})
+    parts = [f"{d.name} ({d.endpoint or 'this machine'}) {d.layers}" for d in devices]
+    return ", ".join(parts) + f"; MTP head and output on {local}"

@@ -102,14 +102,16 @@ def run_devices(args) -> int:
     if args.json:
         print(json.dumps(out))
         return EXIT_OK
-    rows = out.get("placement", {}).get("devices") or out["devices"]
-    for d in rows:
-        where = d["endpoint"] or "this machine"
-        layers = f"  {d['layers']:>3} layers" if "layers" in d else ""
+    from engine.runtime.load.placement import placed_devices
+
+    devices, local = placed_devices(out)
+    for d in devices:
+        where = d.endpoint or "this machine"
+        layers = f"  {d.layers:>3} layers" if d.layers is not None else ""
         print(
-            f"{d['name']:<8} {where:<22} {d['type']:<5} {d['memory_free'] / 2**30:7.1f} GiB free of "
-            f"{d['memory_total'] / 2**30:.1f}{layers}"
+            f"{d.name:<8} {where:<22} {d.type:<5} {d.memory_free / 2**30:7.1f} GiB free of "
+            f"{d.memory_total / 2**30:.1f}{layers}"
         )
-    if "placement" in out:
-        print(f"MTP head and output layer: {out['placement']['mtp_and_output']} (this machine)")
+    if local is not None:
+        print(f"MTP head and output layer: {local} (this machine)")
     return EXIT_OK

@@ -4,7 +4,8 @@ start-up. (On-demand loading, which needs no HTTP, is in :mod:`engine.facade`.)"
 
 from __future__ import annotations
 
+from engine.server.app import RequestEntry
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings
 
-__all__ = ["ServerSettings", "ServerThread"]
+__all__ = ["RequestEntry", "ServerSettings", "ServerThread"]

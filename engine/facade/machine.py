@@ -14,6 +14,7 @@ from engine.runtime.llama.devices import list_devices, loaded_lib_dir
 from engine.runtime.llama.repack import verdict
 from engine.runtime.load.buildcheck import run_smoke
 from engine.runtime.load.fit import DeviceFree, Fit, machine_devices
+from engine.runtime.load.placement import placed_devices
 from engine.runtime.load.recommend import recommend, remote_fit
 from engine.runtime.load.rpcdevices import rpc_available
 from engine.runtime.load.rpcsurvey import survey_in_child
@@ -32,6 +33,7 @@ __all__ = [
     "make_plan",
     "parse_endpoints",
     "parse_tensor_split",
+    "placed_devices",
     "recommend",
     "remote_fit",
     "rpc_available",

@@ -15,9 +15,9 @@ import asyncio
 import hmac
 import logging
 import time
+from dataclasses import dataclass
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -37,7 +37,22 @@ log = logging.getLogger("mtp_studio.server")
 ROUTE_MODULES = (models, chat, completions, responses, messages, ollama, embeddings, health, metrics)
 PUBLIC_PATHS = {"/health", "/api/version"}
 
-RequestLogFn = Callable[[dict[str, Any]], None]
+
+@dataclass(frozen=True)
+class RequestEntry:
+    """One finished request, as the request log reports it: never headers, bodies or keys."""
+
+    time: float  # when it ended (epoch seconds)
+    method: str
+    path: str
+    #: which API it spoke (engine.server.errors.api_of): openai | anthropic | ollama
+    api: str
+    status: int
+    ms: float
+    client: str
+
+
+RequestLogFn = Callable[[RequestEntry], None]
 
 
 def _send_error(err: E.HTTPError, scope: dict | None = None):
@@ -71,16 +86,16 @@ class RequestLog:
             self.state.requests[(route, status["code"])] += 1
             api = E.api_of(path)
             self.state.api_requests[api] += 1
-            entry = {
-                "time": time.time(),
-                "method": scope["method"],
-                "path": path,
-                "api": api,
-                "status": status["code"],
-                "ms": (time.perf_counter() - t0) * 1000,
-                "client": (scope.get("client") or ("?", 0))[0],
-            }
-            log.info("%s %s %s %.0f ms", entry["method"], path, entry["status"], entry["ms"])
+            entry = RequestEntry(
+                time.time(),
+                scope["method"],
+                path,
+                api,
+                status["code"],
+                (time.perf_counter() - t0) * 1000,
+                (scope.get("client") or ("?", 0))[0],
+            )
+            log.info("%s %s %s %.0f ms", entry.method, path, entry.status, entry.ms)
             if self.on_request is not None:
                 try:
                     self.on_request(entry)

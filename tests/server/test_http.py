@@ -63,7 +63,7 @@ def test_api_key_is_never_logged(engine, caplog):
             httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer nope-key"})
     finally:
         srv.stop()
-    assert [(e["method"], e["path"], e["status"]) for e in entries] == [
+    assert [(e.method, e.path, e.status) for e in entries] == [
         ("POST", "/v1/chat/completions", 200),
         ("GET", "/v1/models", 401),
     ]

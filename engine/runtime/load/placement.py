@@ -46,6 +46,37 @@ class Placement:
         }
 
 
+@dataclass(frozen=True)
+class PlacedDevice:
+    """A device as a placement report lists it (:meth:`Placement.to_json`, or an RPC survey's
+    devices before any model is placed): read by :func:`placed_devices`, the reports' one reader."""
+
+    name: str
+    #: cpu | gpu | igpu | ...
+    type: str
+    #: the RPC server's host:port; None for this machine's own
+    endpoint: str | None
+    memory_free: int
+    memory_total: int
+    #: trunk layers placed on it (None: a survey, nothing placed)
+    layers: int | None = None
+
+
+def placed_devices(report: dict) -> tuple[list[PlacedDevice], str | None]:
+    """The devices of a report — a placement's (``{"placement": Placement.to_json()}``, with
+    their layers) else a survey's (``{"devices": [...]}``) — and the device that holds the MTP
+    head and the output layer (None: nothing placed)."""
+    placement = report.get("placement") or {}
+    rows = placement.get("devices") or report.get("devices") or []
+    devices = [
+        PlacedDevice(
+            d["name"], d.get("type", ""), d.get("endpoint"), d["memory_free"], d["memory_total"], d.get("layers")
+        )
+        for d in rows
+    ]
+    return devices, placement.get("mtp_and_output")
+
+
 def share_layers(n: int, weights: list[float]) -> list[int]:
     """``n`` layers in proportion to ``weights`` (largest remainder; ties go to the
     earlier device)."""
