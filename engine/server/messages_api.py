@@ -28,6 +28,7 @@ from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, Block, BlockEvent
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
 from engine.runtime.modelinfo import ModelInfo
+from engine.runtime.prompt.chat import not_text
 
 log = logging.getLogger("mtp_studio.server")
 
@@ -80,11 +81,7 @@ def _text(value: Any, where: str) -> str:
         for j, b in enumerate(value):
             kind = b.get("type") if isinstance(b, dict) else type(b).__name__
             if kind != "text":
-                raise bad(
-                    f"{where}[{j}] is a {kind!r} block: this model takes text only "
-                    "(send images and documents as text, or leave them out)",
-                    "messages",
-                )
+                raise bad(not_text(f"{where}[{j}]", f"a {kind!r} block"), "messages")
             out_text = b.get("text", "")
             parts.append(out_text if isinstance(out_text, str) else "")
         return "\n\n".join(p for p in parts if p)
@@ -130,11 +127,7 @@ def _user(blocks: list, where: str) -> list[dict]:
                 result = f"Error: {result}"
             out.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": result})
         else:
-            raise bad(
-                f"{where}.content[{j}] is a {kind!r} block: this model takes text only "
-                "(send images and documents as text, or leave them out)",
-                "messages",
-            )
+            raise bad(not_text(f"{where}.content[{j}]", f"a {kind!r} block"), "messages")
     if text:  # separate blocks (Claude Code's reminders, then the prompt) stay apart
         out.append({"role": "user", "content": "\n\n".join(t for t in text if t)})
     return out

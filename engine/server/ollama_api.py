@@ -29,6 +29,7 @@ from engine.runtime.prompt.tools import parse_tools
 from engine.server.errors import HTTPError
 from engine.server.ondemand.listing import Listed
 from engine.server.schemas import Resolve, bad, get, mtp_of
+from engine.runtime.prompt.chat import not_text
 
 #: the Ollama version this endpoint answers as (clients check for a recent one)
 VERSION = "0.13.0"
@@ -119,7 +120,7 @@ def _messages(raw: Any) -> list[dict]:
         if not isinstance(m, dict):
             raise bad(f"messages[{i}] must be an object", "messages")
         if m.get("images"):
-            raise bad(f"messages[{i}] has images: this model takes text only", "messages")
+            raise bad(not_text(f"messages[{i}].images", "a list of images"), "messages")
         msg: dict = {"role": m.get("role"), "content": m.get("content") or ""}
         if m.get("thinking"):
             msg["reasoning_content"] = m["thinking"]
@@ -224,7 +225,7 @@ def parse(
         if not isinstance(text, str):
             raise bad("'prompt' must be a string", "prompt")
         if body.get("images"):
-            raise bad("'images': this model takes text only", "images")
+            raise bad(not_text("images", "a list of images"), "images")
         system = body.get("system")
         if body.get("raw"):
             prompt = {"prompt": text}

@@ -27,6 +27,7 @@ from engine.runtime.decode.grammar import GrammarSpec
 from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
 from engine.runtime.modelinfo import ModelInfo
+from engine.runtime.prompt.chat import not_text
 
 log = logging.getLogger("mtp_studio.server")
 
@@ -174,11 +175,7 @@ def _text_of(content: Any, where: str) -> str:
         elif kind == "refusal":
             out.append(str(part.get("refusal", "")))
         else:
-            raise bad(
-                f"{where}.content[{j}] is a {kind!r} part: this model takes text only "
-                "(send images, audio and files as text, or leave them out)",
-                "input",
-            )
+            raise bad(not_text(f"{where}.content[{j}]", f"a {kind!r} part"), "input")
     return "".join(out)
 
 

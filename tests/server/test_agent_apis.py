@@ -427,3 +427,65 @@ def test_conversions_pair_results_and_reasoning_with_their_turns():
     )
     assert turns[0] == {"role": "user", "content": "q"}  # R0 preceded no assistant turn: dropped
     assert turns[1]["reasoning_content"] == "R1R2" and [c["id"] for c in turns[1]["tool_calls"]] == ["c1", "c2"]
+
+
+# ------------------------------------------------------------------ images
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def test_an_image_is_refused_in_each_apis_shape_in_the_same_words(agent_served):
+    """Images are not served yet: every API that can carry one answers a 400 in its own error
+    shape, saying where the image is, in one wording (engine.runtime.prompt.chat.not_text)."""
+    url = agent_served[0].url
+    said = "only text is served for now (images, audio and files are not); send it as text, or leave it out"
+    uri = f"data:image/png;base64,{PIXEL}"
+    asks = {
+        "chat": (
+            "/v1/chat/completions",
+            {
+                "model": HERMES,
+                "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": uri}}]}],
+            },
+            lambda j: j["error"]["message"],
+            "messages[0].content[0] is a 'image_url' part",
+        ),
+        "responses": (
+            "/v1/responses",
+            {"model": HERMES, "input": [{"role": "user", "content": [{"type": "input_image", "image_url": uri}]}]},
+            lambda j: j["error"]["message"],
+            "is a 'input_image' part",
+        ),
+        "messages": (
+            "/v1/messages",
+            {
+                "model": HERMES,
+                "max_tokens": 8,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}}
+                        ],
+                    }
+                ],
+            },
+            lambda j: j["error"]["message"],
+            "is a 'image' block",
+        ),
+        "ollama chat": (
+            "/api/chat",
+            {"model": HERMES, "messages": [{"role": "user", "content": "hi", "images": [PIXEL]}]},
+            lambda j: j["error"],
+            "messages[0].images is a list of images",
+        ),
+        "ollama generate": (
+            "/api/generate",
+            {"model": HERMES, "prompt": "hi", "images": [PIXEL]},
+            lambda j: j["error"],
+            "images is a list of images",
+        ),
+    }
+    for api, (path, body, message, where) in asks.items():
+        r = httpx.post(url + path, json=body, timeout=30)
+        assert r.status_code == 400, (api, r.text)
+        assert where in message(r.json()) and said in message(r.json()), (api, r.text)

@@ -30,6 +30,16 @@ ROLES = ("system", "user", "assistant", "tool")
 TEXT_PARTS = ("text", "input_text", "output_text")
 
 
+def not_text(where: str, what: str) -> str:
+    """The one refusal of content that is not text (an image, audio, a file, a document),
+    whatever API brought it: where it is, what it is, and what to do. Each API raises it in
+    its own error shape."""
+    return (
+        f"{where} is {what}: only text is served for now (images, audio and files are not); send it as text, "
+        "or leave it out"
+    )
+
+
 def _generation_tag():
     """``{% generation %}…{% endgeneration %}`` (transformers' assistant-mask markers, used
     by LFM2.5 and Laguna templates): renders its body."""
@@ -95,9 +105,7 @@ def validate_messages(messages: list[dict]) -> list[dict]:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 if kind not in TEXT_PARTS:
                     raise InvalidRequestError(
-                        f"messages[{i}].content[{j}] is a {kind!r} part: this model takes text only "
-                        "(send images, audio and files as text, or leave them out)",
-                        param="messages",
+                        not_text(f"messages[{i}].content[{j}]", f"a {kind!r} part"), param="messages"
                     )
                 parts.append(str(part.get("text", "")))
             content = "".join(parts)
