@@ -139,9 +139,9 @@ class ModelsPage(QWidget):
         entries = self.ctx.library.entries()
         self.table.setRowCount(len(entries))
         for r, e in enumerate(entries):
-            src = e.provenance.get("repo") or Path(e.provenance.get("path", "")).name or e.provenance.get("source", "")
+            src = e.origin.label
             pair = e.pair or ""
-            quant = e.summary.get("quantization") or e.summary.get("main_quant_type") or ""
+            quant = e.facts.quantization
             state = "loaded" if self.loaded_name(e) is not None else ""
             for c, text in enumerate([e.name, quant, e.mtp, human_size(e.size), src, pair, state]):
                 item = QTableWidgetItem(text)
@@ -172,20 +172,20 @@ class ModelsPage(QWidget):
         if e is None:
             self.details.setHtml("")
             return
-        s = e.summary
+        s, origin = e.facts, e.origin
         rows = [
             ("Answers", _answers(e.path(self.ctx.library.root))),
             ("Loaded", "yes" if self.loaded_name(e) else None),
-            ("Architecture", s.get("architecture")),
-            ("Quantization", s.get("quantization") or s.get("main_quant_type")),
-            ("Parameters", f"{(s.get('parameters') or 0) / 1e6:.1f} M"),
-            ("Context", s.get("context_length")),
-            ("Blocks", s.get("block_count")),
-            ("NextN layers", s.get("nextn_layers")),
+            ("Architecture", s.architecture),
+            ("Quantization", s.quantization),
+            ("Parameters", f"{s.parameters / 1e6:.1f} M"),
+            ("Context", s.context_length),
+            ("Blocks", s.block_count),
+            ("NextN layers", s.nextn_layers),
             ("MTP", e.mtp),
             ("Files", "<br>".join(e.files)),
-            ("Source", e.provenance.get("repo") or e.provenance.get("path")),
-            ("Revision", (e.provenance.get("revision") or "")[:12]),
+            ("Source", origin.repo or origin.path),
+            ("Revision", (origin.revision or "")[:12]),
         ]
         self.details.setHtml(
             f"<b>{e.name}</b><table>"

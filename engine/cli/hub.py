@@ -186,9 +186,9 @@ def run_models(args) -> int:
         )
         return EXIT_OK
     for e in entries:
-        src = e.provenance.get("repo") or e.provenance.get("path") or e.provenance.get("source")
+        src = e.origin.repo or e.origin.path or e.origin.source
         pair = f", paired with {e.pair}" if e.pair else ""
-        quant = e.summary.get("quantization") or e.summary.get("main_quant_type") or "?"
+        quant = e.facts.quantization or "?"
         print(f"{e.id:<40} {quant:<8} {_size(e.size):>10}  MTP: {e.mtp:<14} {src}{pair}")
     print(f"{len(entries)} model(s), {_size(sum(e.size for e in entries))} in {lib.root}")
     return EXIT_OK

@@ -58,6 +58,53 @@ MTP_LABELS = {
 }
 
 
+@dataclass(frozen=True)
+class EntryFacts:
+    """What an entry's files' headers say (read when the entry was made, kept in its
+    ``entry.json``): a typed view of :attr:`Entry.summary` for every reader outside the
+    library."""
+
+    architecture: str = ""
+    quantization: str = ""
+    parameters: int = 0
+    context_length: int | None = None
+    block_count: int | None = None
+    nextn_layers: int | None = None
+
+    @classmethod
+    def of(cls, s: dict) -> EntryFacts:
+        return cls(
+            architecture=s.get("architecture") or "",
+            quantization=s.get("quantization") or s.get("main_quant_type") or "",
+            parameters=s.get("parameters") or 0,
+            context_length=s.get("context_length"),
+            block_count=s.get("block_count"),
+            nextn_layers=s.get("nextn_layers"),
+        )
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where an entry came from: a typed view of :attr:`Entry.provenance`."""
+
+    #: hub | import | compose | found
+    source: str = ""
+    #: the Hugging Face repository and revision (source "hub")
+    repo: str | None = None
+    revision: str | None = None
+    #: the file it was imported from (source "import")
+    path: str | None = None
+
+    @classmethod
+    def of(cls, p: dict) -> Origin:
+        return cls(p.get("source") or "", p.get("repo"), p.get("revision"), p.get("path"))
+
+    @property
+    def label(self) -> str:
+        """In a few words: the repository, else the imported file's name, else the source."""
+        return self.repo or (Path(self.path).name if self.path else "") or self.source
+
+
 @dataclass
 class Entry:
     id: str
@@ -70,6 +117,14 @@ class Entry:
     summary: dict = field(default_factory=dict)
     pair: str | None = None  # the paired head (for a model) or model (for a head)
     added: float = 0.0
+
+    @property
+    def facts(self) -> EntryFacts:
+        return EntryFacts.of(self.summary or {})
+
+    @property
+    def origin(self) -> Origin:
+        return Origin.of(self.provenance or {})
 
     def folder(self, root: Path) -> Path:
         return root / self.id

@@ -189,8 +189,8 @@ class Catalog:
                     head=head,
                     kind=facts.kind,
                     size=e.size + (head_entry.size if head is not None and head_entry is not None else 0),
-                    architecture=facts.architecture or e.summary.get("architecture", ""),
-                    quantization=e.summary.get("quantization") or "",
+                    architecture=facts.architecture or e.facts.architecture,
+                    quantization=e.facts.quantization,
                     context_length=facts.context_length,
                     mtp=str(e.mtp) if head is None else "external head",
                     template_caps=facts.template_caps,
@@ -227,11 +227,10 @@ def _aliases(e) -> list[str]:
     first = e.files[0].removesuffix(".gguf")
     if "-00001-of-" in first:
         names.add(first.split("-00001-of-")[0])
-    prov = e.provenance or {}
-    repo = prov.get("repo") if prov.get("source") == "hub" else None
+    repo = e.origin.repo if e.origin.source == "hub" else None
     if isinstance(repo, str) and repo:
         names |= {repo, repo.rsplit("/", 1)[-1], f"hf.co/{repo}", f"huggingface.co/{repo}"}
-        quant = (e.summary or {}).get("quantization")
+        quant = e.facts.quantization
         if isinstance(quant, str) and quant:
             names |= {f"hf.co/{repo}:{quant}", f"huggingface.co/{repo}:{quant}", f"{repo}:{quant}"}
     return sorted({_norm(n) for n in names if isinstance(n, str) and n})

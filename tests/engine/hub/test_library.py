@@ -101,3 +101,25 @@ def test_import_on_a_fresh_install_makes_the_library(fixtures, tmp_path):
     proc = mtp_studio("import", str(fixtures["full"].path), env={"MTP_STUDIO_HOME": str(home)})
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "imported" in proc.stdout and list(home.rglob("*.gguf"))
+
+
+def test_an_entrys_stored_records_are_read_through_typed_views():
+    """Readers outside the library see an entry's header facts and origin as values
+    (Entry.facts, Entry.origin), not its stored dicts."""
+    from engine.hub.library import Entry, EntryKind
+
+    hub = Entry(
+        "x",
+        "X",
+        ["x.gguf"],
+        EntryKind.MODEL,
+        "integrated",
+        1,
+        {"source": "hub", "repo": "acme/X-GGUF", "revision": "abc"},
+        {"architecture": "qwen35", "main_quant_type": "Q4_K", "context_length": 4096, "parameters": 5_000_000},
+    )
+    assert (hub.facts.architecture, hub.facts.quantization, hub.facts.context_length) == ("qwen35", "Q4_K", 4096)
+    assert hub.origin.label == "acme/X-GGUF" and hub.origin.revision == "abc"
+    imported = Entry("y", "Y", ["y.gguf"], EntryKind.MODEL, "none", 1, {"source": "import", "path": "/m/y.gguf"})
+    assert imported.origin.label == "y.gguf" and imported.facts.quantization == ""
+    assert Entry("z", "Z", ["z.gguf"], EntryKind.MODEL, "none", 1, {"source": "found"}).origin.label == "found"
