@@ -3,10 +3,13 @@ part of the product.
 
 They measure the engine against llama-server and llama-cpp-python, the endpoint under
 concurrent HTTP clients, in processes of their own; each runs from a source checkout as
-``python -m benchmarks.NAME``, and the ones the command line names also as ``mtp-studio
-bench NAME`` (a thin entry: :mod:`engine.cli.benchharness`). The frozen app leaves this
+``python -m benchmarks.GROUP.NAME``, and the ones the command line names also as ``mtp-studio
+bench NAME`` (a thin entry: :mod:`engine.cli.benchharness`). The groups: :mod:`benchmarks.serving`
+(the endpoint under load), :mod:`benchmarks.decoding` (the decode, in process),
+:mod:`benchmarks.models` (getting a model ready: memory, compose, downloads, RPC); the GUI's
+start-up and stalls are :mod:`benchmarks.gui`. The frozen app leaves this
 package out (packaging/mtp-studio.spec) and the engine never imports it (the import
-contracts in pyproject.toml). :mod:`benchmarks.servers` is the one place that starts an
+contracts in pyproject.toml). :mod:`benchmarks.serving.servers` is the one place that starts an
 endpoint process and waits until it answers. docs/benchmarks.md lists every benchmark.
 """
 

@@ -22,30 +22,33 @@ from pathlib import Path
 
 #: ``bench`` sub-command -> (the harness module that runs it, its line in ``bench --help``)
 HARNESS = {
-    "compose": ("benchmarks.compose", "compose time vs cp, peak RSS, 262k-vocab header parse time"),
+    "compose": ("benchmarks.models.compose", "compose time vs cp, peak RSS, 262k-vocab header parse time"),
     "prompt-cache": (
-        "benchmarks.prompt_cache",
+        "benchmarks.decoding.prompt_cache",
         "prompt cache: tokens decoded and prompt ms per turn with and without it (chat, two chats, agent)",
     ),
     "memory": (
-        "benchmarks.memory",
+        "benchmarks.models.memory",
         "memory estimate vs measured peak memory per model and context (docs/models.md)",
     ),
     "slots": (
-        "benchmarks.slots",
+        "benchmarks.serving.slots",
         "concurrent clients: aggregate tok/s and per-client time per token, ours vs llama-server",
     ),
     "agent": (
-        "benchmarks.agent",
+        "benchmarks.serving.agent",
         "agent workloads: plain, MTP auto, suffix drafts, both, vs llama-server; long-prompt time; auto's first tokens",
     ),
-    "server": ("benchmarks.endpoint_overhead", "HTTP endpoint overhead vs in-process, and concurrent throughput"),
+    "server": (
+        "benchmarks.serving.endpoint_overhead",
+        "HTTP endpoint overhead vs in-process, and concurrent throughput",
+    ),
     "identity": (
-        "benchmarks.batch_identity",
+        "benchmarks.decoding.batch_identity",
         "is a row's result independent of its batch? logit noise, argmax flips, MTP vs plain",
     ),
     "versus": (
-        "benchmarks.versus_llama_cpp_python",
+        "benchmarks.decoding.versus_llama_cpp_python",
         "plain greedy decode tokens/s: this engine vs llama-cpp-python's Llama class",
     ),
 }

@@ -16,7 +16,7 @@ can differ where the target's top two logits nearly tie:
 
 ``mtp-studio --self-test`` uses the first two. The study of a model's noise at every width,
 MTP against plain and a split prefill (``mtp-studio bench identity``) is the benchmarks
-harness's (benchmarks/batch_identity.py), built on these.
+harness's (benchmarks/decoding/batch_identity.py), built on these.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class Batcher:
         self.verify_costs = RoundCosts(1)
         #: (rows, milliseconds) of the recent target decodes (benchmarks and tests)
         self.target_decodes: deque[tuple[int, float]] = deque(maxlen=256)
-        #: seconds spent inside llama.cpp's decodes, target and MTP (benchmarks/step_share.py)
+        #: seconds spent inside llama.cpp's decodes, target and MTP (benchmarks/decoding/step_share.py)
         self.decode_seconds = 0.0
         #: when a sequence last gave the thread back to the scheduler (perf_counter seconds),
         #: and how long a sequence alone may run its own steps (0: always through the scheduler)

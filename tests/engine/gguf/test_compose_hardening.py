@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks.compose import make_models
+from benchmarks.models.compose import make_models
 from engine.errors import ComposeError
 from engine.gguf.compose import compose
 from tests.engine.cli_helpers import mtp_studio

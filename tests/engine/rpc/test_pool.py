@@ -264,7 +264,7 @@ class _FakeServer:
 
 def test_the_weight_cache_is_handed_to_llama_cpp(tmp_path):
     """llama.cpp caches only tensors over 10 MiB (none in the demo); the load-time effect
-    is measured by ``benchmarks.rpc``. Here: the server is started with the folder."""
+    is measured by ``benchmarks.models.rpc``. Here: the server is started with the folder."""
     server = start_server(cache=True, cache_dir=tmp_path / "rpc-cache")
     try:
         with Engine() as engine:

@@ -16,7 +16,7 @@ exact.request()
 from engine.errors import MtpStudioError  # noqa: E402
 from engine.runtime.llama.quantize import quantize  # noqa: E402
 from engine.runtime.load.loader import LoadSpec, MtpSource, load  # noqa: E402
-from benchmarks.batch_identity import measure  # noqa: E402
+from benchmarks.decoding.batch_identity import measure  # noqa: E402
 
 
 def main(index: str, out: str) -> None:

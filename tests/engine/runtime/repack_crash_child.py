@@ -21,7 +21,7 @@ def main(path: str) -> int:
     from engine.runtime.engine import Engine
     from engine.runtime.llama import repack
     from engine.runtime.load.loader import LoadSpec, MtpSource, load
-    from benchmarks.memlog import BufferLog
+    from benchmarks.models.memlog import BufferLog
 
     out: dict = {"verdict": repack.verdict().to_json()}
     buffers = BufferLog.attach()

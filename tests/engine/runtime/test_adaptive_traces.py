@@ -1,6 +1,6 @@
 """Auto's convergence on recorded costs: rounds drawn from what each fixed depth really cost
 on the demo (``data/demo_round_costs.json``, recorded with ``python -m
-benchmarks.record_costs``: 0.14 ms plain rounds, where depth 1 is only ~5% faster than
+benchmarks.decoding.record_costs``: 0.14 ms plain rounds, where depth 1 is only ~5% faster than
 plain and depths 2-4 lose), clean and with the noise this machine really shows (rounds
 descheduled 2-10x, and the whole machine switching speed by 1.6x for stretches)."""
 

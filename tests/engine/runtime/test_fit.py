@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.memlog import BufferLog
+from benchmarks.models.memlog import BufferLog
 from engine.errors import DecodeError, InsufficientMemoryError
 from engine.gguf.memory import RUNTIME_BYTES, ModelShape, estimate, logit_rows, pad
 from engine.gguf.shards import open_set

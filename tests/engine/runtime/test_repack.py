@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from benchmarks.memlog import BufferLog
+from benchmarks.models.memlog import BufferLog
 from engine.runtime.llama import repack
 from engine.runtime.llama.lib import system_info
 from engine.runtime.load.loader import LoadSpec, MtpSource, load
