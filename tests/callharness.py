@@ -105,39 +105,39 @@ def render(source: str, messages: list[dict], **kw) -> str:
 
 
 # ------------------------------------------------ tools and calls several families share
-#: two tools in the plainest schema: weather, and a trip with untyped stops and options
-TRIP_TOOLS = parse_tools(
-    [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "city": {"type": "string"},
-                        "days": {"type": "integer"},
-                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-                    },
-                    "required": ["city"],
+#: two tools in the plainest schema: weather, and a trip with untyped stops and options (as a
+#: client sends them; TRIP_TOOLS parsed)
+TRIP_SCHEMAS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "plan_trip",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "stops": {"type": "array", "items": {"type": "object"}},
+                    "options": {"type": "object"},
                 },
             },
         },
-        {
-            "type": "function",
-            "function": {
-                "name": "plan_trip",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "stops": {"type": "array", "items": {"type": "object"}},
-                        "options": {"type": "object"},
-                    },
-                },
-            },
-        },
-    ]
-)
+    },
+]
+TRIP_TOOLS = parse_tools(TRIP_SCHEMAS)
 TRIP_CALLS = [
     ("get_weather", {"city": "San Francisco", "days": 3}),
     ("plan_trip", {"stops": [{"city": "Rome", "nights": 2}, {"city": "Oslo"}], "options": {"by": "train"}}),

@@ -5,46 +5,24 @@ lines in ``<tool_calls>``."""
 
 from __future__ import annotations
 
+import copy
+
 from engine.runtime.prompt.calls.paramcalls.minimax import MINIMAX, MINIMAX_M1, MINIMAX_M3, NS
 from engine.runtime.prompt.tools import parse_tools
-from tests.callharness import trip_conversation
+from tests.callharness import TRIP_SCHEMAS, trip_conversation
 from tests.engine.runtime.calls.families import Family, Reply, content_only
 from tests.engine.runtime.calls.families_param import CUT_CITY, TWO_CALLS
 
-#: the trip tools with a list of strings (M3 spells a list out as elements)
-TOOLS = parse_tools(
-    [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "city": {"type": "string"},
-                        "days": {"type": "integer"},
-                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-                        "tags": {"type": "array", "items": {"type": "string"}},
-                    },
-                    "required": ["city"],
-                },
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "plan_trip",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "stops": {"type": "array", "items": {"type": "object"}},
-                        "options": {"type": "object"},
-                    },
-                },
-            },
-        },
-    ]
-)
+
+def _with_tags(schemas: list[dict]) -> list[dict]:
+    """The trip tools with a list of strings added to the weather's (M3 spells a list out as
+    elements)."""
+    out = copy.deepcopy(schemas)
+    out[0]["function"]["parameters"]["properties"]["tags"] = {"type": "array", "items": {"type": "string"}}
+    return out
+
+
+TOOLS = parse_tools(_with_tags(TRIP_SCHEMAS))
 CALLS = [
     ("get_weather", {"city": "San Francisco", "days": 3}),
     (
