@@ -14,21 +14,24 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.cli import EXIT_INVALID, EXIT_OK, die
+from engine.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, die
 from engine.errors import Cancelled, ComposeError, MtpStudioError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("inspect", help="summarize a GGUF model from its headers, and whether it fits this machine")
+    p = sub.add_parser(
+        "inspect", help="summarize a GGUF model (or projector) from its headers, and whether it fits this machine"
+    )
     p.add_argument("file", type=Path)
     p.add_argument("--json", action="store_true")
     p.add_argument("--ctx", type=int, default=4096, help="context size the memory estimate is for (default 4096)")
     p.set_defaults(func=run_inspect)
 
-    p = sub.add_parser("validate", help="check a GGUF file or shard set before anything loads it")
+    p = sub.add_parser("validate", help="check a GGUF file, shard set or projector before anything loads it")
     p.add_argument("file", type=Path)
     p.add_argument("--probe", action="store_true", help="also load it with llama.cpp in a child process and draft")
     p.add_argument("--head", type=Path, help="an external MTP head to probe with the target")
+    p.add_argument("--mmproj", type=Path, help="a multimodal projector (mmproj-*.gguf): check that it fits the model")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_validate)
 
@@ -66,10 +69,13 @@ def register(sub) -> None:
 
 def run_inspect(args) -> int:
     from engine.gguf.inspect import format_summary, inspect_path
+    from engine.gguf.projector import is_projector
 
     from engine.runtime.load.fit import fit_of_set
     from engine.gguf.shards import open_set
 
+    if is_projector(args.file):
+        return _inspect_projector(args)
     try:
         s = inspect_path(args.file)
         f = fit_of_set(
@@ -83,10 +89,73 @@ def run_inspect(args) -> int:
     return EXIT_OK
 
 
+def _inspect_projector(args) -> int:
+    from engine.gguf.inspect import format_projector, inspect_projector
+
+    try:
+        s = inspect_projector(args.file)
+    except MtpStudioError as e:
+        return die(str(e), EXIT_INVALID)
+    print(json.dumps(s) if args.json else format_projector(s))
+    return EXIT_OK
+
+
+def _validate_projector(args) -> int:
+    """``validate MMPROJ``: the file alone (its model is checked with ``validate MODEL --mmproj``)."""
+    from engine.gguf.projector import validate_projector
+
+    report, facts = validate_projector(args.file)
+    if args.probe:
+        report.warn("probe_not_run", "--probe loads text models; check this with validate MODEL --mmproj", args.file)
+    _print_problems(args, report, facts)
+    if report.valid and not args.json:
+        print(f"valid: {args.file} ({_projector_line(facts)})")
+    return EXIT_OK if report.valid else EXIT_INVALID
+
+
+def _check_pair(args, report):
+    """``--mmproj``: the projector's own checks and whether it fits the model; its facts."""
+    from engine.gguf.projector import pair_problem, validate_projector
+
+    preport, facts = validate_projector(args.mmproj)
+    report.errors += preport.errors
+    report.warnings += preport.warnings
+    report.files += preport.files
+    if facts is not None and report.valid:
+        problem = pair_problem(args.file, args.mmproj)
+        if problem:
+            report.error("projector_mismatch", problem, str(args.mmproj))
+    return facts
+
+
+def _projector_line(facts) -> str:
+    kinds = " + ".join(t for t in (facts.projector_type, facts.audio_projector_type) if t)
+    return f"{kinds} projector reading {' and '.join(facts.modalities)}, {facts.output_width}-wide embeddings"
+
+
+def _print_problems(args, report, projector) -> None:
+    """The report as JSON (with the projector's facts), or its errors and warnings."""
+    if args.json:
+        out = report.to_json()
+        if projector is not None:
+            out["projector"] = projector.to_json()
+        print(json.dumps(out))
+        return
+    for e in report.errors:
+        print(f"error   [{e.code}] {e}")
+    for w in report.warnings:
+        print(f"warning [{w.code}] {w}")
+
+
 def run_validate(args) -> int:
+    from engine.gguf.projector import is_projector
     from engine.gguf.validate import validate_path
     from engine.runtime.load.filecheck import probe
 
+    if is_projector(args.file):
+        if args.mmproj is not None:
+            return die(f"{args.file} is a projector: give the text model first, then --mmproj {args.file}", EXIT_USAGE)
+        return _validate_projector(args)
     report, facts, ms = validate_path(args.file)
     if report.valid and args.probe:
         r = probe(args.file, head=args.head, full=True)
@@ -101,19 +170,16 @@ def run_validate(args) -> int:
             report.error("probe_failed", f"llama.cpp rejected it at stage {r.stage!r}: {r.message}", str(args.file))
         elif r.drafted and not r.acceptance:
             report.warn("zero_acceptance", "the MTP head loads but none of its drafts were accepted", str(args.file))
-    if args.json:
-        print(json.dumps(report.to_json()))
-    else:
-        for e in report.errors:
-            print(f"error   [{e.code}] {e}")
-        for w in report.warnings:
-            print(f"warning [{w.code}] {w}")
-        probe_info = report.mtp.get("probe")
-        if report.valid:
-            kind = report.mtp.get("kind")
-            print(f"valid: {args.file} ({report.mtp.get('architecture')}, MTP: {kind})")
-            if probe_info and probe_info.get("acceptance") is not None:
-                print(f"probe: loaded with MTP, draft acceptance {probe_info['acceptance']:.2f}")
+    projector = _check_pair(args, report) if args.mmproj is not None else None
+    _print_problems(args, report, projector)
+    probe_info = report.mtp.get("probe")
+    if report.valid and not args.json:
+        kind = report.mtp.get("kind")
+        print(f"valid: {args.file} ({report.mtp.get('architecture')}, MTP: {kind})")
+        if probe_info and probe_info.get("acceptance") is not None:
+            print(f"probe: loaded with MTP, draft acceptance {probe_info['acceptance']:.2f}")
+        if projector is not None:
+            print(f"projector: {args.mmproj} fits ({_projector_line(projector)})")
     return EXIT_OK if report.valid else EXIT_INVALID
 
 

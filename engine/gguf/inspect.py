@@ -1,4 +1,5 @@
-"""A summary of a GGUF model from its headers alone (no llama.cpp, no tensor data)."""
+"""A summary of a GGUF model, or of a multimodal projector (:func:`inspect_projector`),
+from its headers alone (no llama.cpp, no tensor data)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from engine.gguf.chatformat import header_chat_format
 from engine.gguf.filetype import quantization
+from engine.gguf.projector import facts_of
+from engine.gguf.reader import read_header
 from engine.gguf.shards import ModelSet, open_set
 from engine.gguf.validate import MtpFacts, validate_set
 
@@ -67,6 +70,52 @@ def summarize(ms: ModelSet, facts: MtpFacts | None = None) -> dict[str, Any]:
 def inspect_path(path: str | Path) -> dict[str, Any]:
     """Summary of ``path`` (shard 1 of a set for sharded models). Raises typed errors."""
     return summarize(open_set(path))
+
+
+def inspect_projector(path: str | Path) -> dict[str, Any]:
+    """Summary of a projector (``mmproj-*.gguf``): what it reads, the width of the
+    embeddings it makes, its encoders' sizes. Raises typed errors
+    (:func:`engine.gguf.projector.read_projector`'s)."""
+    h = read_header(path)
+    facts = facts_of(h)
+    types: Counter[str] = Counter(t.type_name for t in h.tensors)
+    encoders = {}
+    for m in facts.modalities:
+        encoders[m] = {
+            key: h.get(f"clip.{m}.{key}")
+            for key in ("embedding_length", "block_count", "attention.head_count", "feed_forward_length")
+        }
+    return facts.to_json() | {
+        "kind": "projector",
+        "architecture": h.architecture,
+        "size_bytes": h.file_size,
+        "tensors": len(h.tensors),
+        "parameters": sum(t.n_elements for t in h.tensors),
+        "quant_types": dict(types.most_common()),
+        "encoders": encoders,
+    }
+
+
+def format_projector(s: dict[str, Any]) -> str:
+    kinds = [t for t in (s["projector_type"], s["audio_projector_type"]) if t]
+    lines = [
+        f"file          {s['path']}",
+        f"architecture  {s['architecture']} (a multimodal projector: load it with its text model)",
+        f"name          {s['name']}",
+        f"size          {human_size(s['size_bytes'])}, {s['tensors']} tensors, {human_count(s['parameters'])} "
+        "parameters (" + ", ".join(f"{k}: {v}" for k, v in s["quant_types"].items()) + ")",
+        f"projector     {' + '.join(kinds)}",
+        f"reads         {', '.join(s['modalities'])}",
+        f"output width  {s['output_width']} (the text model's input embedding width must match)",
+    ]
+    if s["image_size"] is not None:
+        lines.append(f"images        {s['patch_size']} px patches, image size {s['image_size']} px")
+    for m, e in s["encoders"].items():
+        lines.append(
+            f"{m + ':':<14}encoder of {e['block_count']} block(s), width {e['embedding_length']}, "
+            f"{e['attention.head_count']} heads"
+        )
+    return "\n".join(lines)
 
 
 def human_size(n: int) -> str:

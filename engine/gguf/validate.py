@@ -57,6 +57,12 @@ PER_LAYER_KEYS = (
 
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
 
+#: a projector (engine.gguf.projector) given where a text model belongs
+PROJECTOR_NOT_MODEL = (
+    "this file is a multimodal projector (mmproj), not a text model: load the model it belongs to and give this "
+    "file as its projector"
+)
+
 
 __all__ = ["MtpFacts", "Problem", "Report", "validate_path", "validate_set", "nextn_missing_problem"]
 
@@ -422,6 +428,10 @@ def validate_set(ms: ModelSet) -> tuple[Report, MtpFacts]:
     for h in ms.headers:
         check_file(h, report)
     check_set(ms, report)
+    if ms.first.architecture == "clip":  # an mmproj given as a model: one clear error, not key noise
+        report.error("projector_not_model", PROJECTOR_NOT_MODEL, str(ms.first.path))
+        report.mtp = {"architecture": ms.first.architecture, "kind": "none", "arch_supported": False}
+        return report, MtpFacts(architecture=ms.first.architecture)
     facts = check_arch_keys(ms.first, report)
     check_mtp_tensors(ms, facts, report)
     report.mtp = {
