@@ -80,6 +80,8 @@ class Endpoint(QObject):
             api_key=s.api_key or None,
             cors_origins=tuple(s.cors_origins),
             thinking_budget=s.thinking_budget or None,
+            media_urls=s.media_urls,
+            media_folder=s.media_folder or None,
         )
         settings.check()
         residency = self._residency()

@@ -82,6 +82,11 @@ class ServerPrefs:
     idle_ttl_min: int = 60
     #: models loaded at once; the least recently used idle one makes room
     max_models: int = 3
+    #: fetch http(s) image URLs in requests (off: the endpoint reaches no address a
+    #: client names; clients send the bytes instead)
+    media_urls: bool = False
+    #: a folder requests may read file:// media from (None: no files are read)
+    media_folder: str | None = None
 
 
 @dataclass
@@ -199,6 +204,7 @@ OPTIONAL: dict[str, type] = {
     "chat.top_k": int,
     "chat.sampled_draft": bool,
     "chat.suffix_drafts": bool,
+    "server.media_folder": str,
 }
 
 

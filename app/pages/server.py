@@ -338,7 +338,8 @@ class ServerPage(QWidget):
         key = "required" if self.ctx.settings.server.api_key else "off"
         state = f"running at {url}/v1  ·  API key {key}"
         for name, info in self.ctx.bridge.models().items():
-            state += f"\n{name}: chat template {info.chat_template}"
+            sees = " and ".join(("images" if m == "vision" else m) for m in info.modalities)
+            state += f"\n{name}: chat template {info.chat_template}" + (f"  ·  takes {sees}" if sees else "")
         if (residency := self.endpoint.residency) is not None:
             state += f"\n{len(residency.catalog.items())} library model(s) served by name, loaded on demand"
         self.state.setText(state)

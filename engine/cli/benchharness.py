@@ -27,6 +27,10 @@ HARNESS = {
         "benchmarks.decoding.prompt_cache",
         "prompt cache: tokens decoded and prompt ms per turn with and without it (chat, two chats, agent)",
     ),
+    "images": (
+        "benchmarks.decoding.images",
+        "a prompt with a picture: time to first token per turn, MTP acceptance after it, vs llama-server --mmproj",
+    ),
     "memory": (
         "benchmarks.models.memory",
         "memory estimate vs measured peak memory per model and context (docs/models.md)",

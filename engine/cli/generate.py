@@ -57,6 +57,13 @@ def add_model_args(p: argparse.ArgumentParser, *, many: bool = False) -> None:
         action="store_true",
         help="load even when the memory estimate says it does not fit (llama.cpp may then fail)",
     )
+    p.add_argument(
+        "--mmproj",
+        metavar="GGUF",
+        default=None,
+        help="the model's projector (mmproj-*.gguf): it then sees images (and hears audio, where the projector does)"
+        + (" (for the first --model)" if many else ""),
+    )
     p.add_argument("--gpu-layers", type=int, default=-1, help="layers to offload (-1: all, 0: CPU only)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: the CPUs available)")
     p.add_argument(
@@ -98,6 +105,15 @@ def register(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="raw prompt text (no chat template)")
     src.add_argument("--chat-json", type=Path, help="JSON file with a list of {role, content} messages")
+    p.add_argument(
+        "--image",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a picture (PNG, JPEG, GIF, BMP) after the --prompt text, as one user turn in the chat template; "
+        "needs --mmproj (repeatable)",
+    )
     p.add_argument("--max-tokens", type=int, default=None, help="most tokens generated (default 1024)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--temperature", type=float, default=None, help="0: greedy (default); > 0 samples, with MTP too")
@@ -183,6 +199,7 @@ def load_spec(args, max_draft_depth: int = 4):
         tensor_split=split,
         chat_template=template,
         parallel=getattr(args, "parallel", 1),
+        mmproj=getattr(args, "mmproj", None),
     )
 
 
@@ -235,6 +252,11 @@ def run(args) -> int:
     try:
         grammar = grammar_arg(args)
         spec = load_spec(args)
+        if args.image:
+            if args.prompt is None:
+                return die("--image goes with --prompt (the text asked about the picture)", EXIT_USAGE)
+            messages = [{"role": "user", "content": [{"type": "text", "text": args.prompt}, *image_parts(args.image)]}]
+            args.prompt = None
     except MtpStudioError as e:
         return die(str(e), EXIT_USAGE)
     # what the app and `serve` give a request: the options above only say what the user set
@@ -300,6 +322,21 @@ def run(args) -> int:
             return 0
         except MtpStudioError as e:
             return die(str(e), EXIT_INVALID)
+
+
+def image_parts(paths: list[Path]) -> list[dict]:
+    """``--image`` files as checked media parts. Raises InvalidRequestError in words."""
+    from engine.runtime.media import part
+    from engine.runtime.media.intake import from_bytes
+
+    parts = []
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise InvalidSettingError(f"--image: cannot read {path}: {e.strerror}") from None
+        parts.append(part(from_bytes(data, f"--image {path}")))
+    return parts
 
 
 def placement_line(p: dict) -> str:

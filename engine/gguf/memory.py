@@ -228,10 +228,19 @@ class MemoryEstimate:
     gpu_layers: int = 0
     n_layers: int = 0
     caveat: str | None = None
+    #: a projector's weights and its encoder's working memory (images and audio)
+    projector_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.mtp_bytes + self.compute_bytes
+        return (
+            self.weights_bytes
+            + self.kv_bytes
+            + self.recurrent_bytes
+            + self.mtp_bytes
+            + self.compute_bytes
+            + self.projector_bytes
+        )
 
     @property
     def host_bytes(self) -> int:
@@ -263,13 +272,16 @@ def estimate(
     n_outputs: int | None = None,
     gpu_layers: int = 0,
     n_seq: int = 1,
+    projector: int = 0,
 ) -> MemoryEstimate:
     """Memory for ``shape`` loaded as the app loads it: a target context of ``n_ctx``
     (capped at the training context as the loader caps it), an MTP context when ``mtp``
     (from ``head`` when given, else the NextN layers), ``gpu_layers`` of the model's
     layers offloaded (counted from the output end, as llama.cpp does; 0: CPU only), for
     ``n_seq`` sequences decoding together (slots: each has logit rows of its own; the KV
-    cache is the caller's ``n_ctx``)."""
+    cache is the caller's ``n_ctx``), with a projector file of ``projector`` bytes (its
+    weights, and as much again for its encoder's working memory: a conservative bound;
+    on the GPU when any layer is, as libmtmd puts it)."""
     if shape.n_ctx_train > 0:
         n_ctx = min(n_ctx, shape.n_ctx_train)
     cells = pad(max(n_ctx, 1))
@@ -312,8 +324,9 @@ def estimate(
         mtp_bytes = w + mkv + mcompute
         if head is None and any(on_gpu[il] for il in nextn):
             offloaded += w + mkv
+    projector_bytes = 2 * projector
     if ngl > 0:
-        offloaded += compute
+        offloaded += compute + projector_bytes
         if mtp:
             offloaded += _compute(head or shape, cells, n_ubatch, 1)
     return MemoryEstimate(
@@ -328,4 +341,5 @@ def estimate(
         gpu_layers=ngl,
         n_layers=layers_all + 1,
         caveat=shape.caveat,
+        projector_bytes=projector_bytes,
     )

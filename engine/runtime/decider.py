@@ -37,6 +37,8 @@ from engine.runtime.decode.policy.store import depth_policy
 from engine.runtime.decode.sampling import SamplingParams
 from engine.runtime.jobs import Defaults, Generate
 from engine.runtime.llama.model import Model
+from engine.runtime.media.marking import has_media, mark, unmark
+from engine.runtime.media.projector import MediaPrompt
 from engine.runtime.llama.vocab import grammar_literal, grammar_tokenizer, shown_markers
 from engine.runtime.load.loader import LoadedModel, MtpSource
 from engine.runtime.prompt import cachepoints
@@ -170,7 +172,12 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     snapshots = lm.snapshots is not None and lm.snapshots.snapshots_in_prefill(model.restores_cut_back)
     chat: RenderedChat | None = None
     text: str | None = None
-    if job.messages is not None:
+    media: MediaPrompt | None = None
+    if job.messages is not None and has_media(job.messages):
+        # a prompt with pictures is not remembered as text: its tokens depend on them
+        chat, media = _render_media(job, lm)
+        prompt, points = model.with_bos(media.tokens), ()
+    elif job.messages is not None:
         chat = _render(job, lm, points=snapshots)
         text = chat.text
         prompt, points = _tokenize(text, model, texts, chat.offsets)
@@ -208,8 +215,29 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
         penalties=Penalties(job.presence_penalty, job.frequency_penalty, job.repeat_penalty),
         shown_tokens=_shown_tokens(model, chat, template.thinking) if chat is not None else frozenset(),
         cache_points=points,
+        media=media.chunks if media is not None else None,
     )
     return Prepared(prompt, text, params, chat.plan if chat is not None else None)
+
+
+def _render_media(job: Generate, lm: LoadedModel) -> tuple[RenderedChat, MediaPrompt]:
+    """A conversation with pictures: rendered with a placeholder where each stands, then
+    tokenized and its pictures encoded by the model's projector (any thread)."""
+    if lm.projector is None:
+        raise InvalidRequestError(no_projector(lm.name), param="messages")
+    messages, media = mark(job.messages or [])
+    chat = _render(replace(job, messages=messages), lm, points=False)
+    text, ordered = unmark(chat.text, media)
+    return chat, lm.projector.prompt(text, ordered)
+
+
+def no_projector(model: str) -> str:
+    """The refusal of a picture sent to a model loaded without a projector."""
+    return (
+        f"{model} was loaded without a projector, so it cannot see images or hear audio: download the model's "
+        "projector (its mmproj-*.gguf file: Download with vision in the app, or mtp-studio pull REPO --mmproj) "
+        "and load the model with it (mtp-studio serve --mmproj FILE)"
+    )
 
 
 def _render(job: Generate, lm: LoadedModel, *, points: bool) -> RenderedChat:

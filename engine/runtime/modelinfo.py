@@ -73,6 +73,10 @@ class ModelInfo:
     #: the probe found the fallbacks on this load (False: remembered from an earlier one)
     fallbacks_found_now: bool = False
     exact: bool = False
+    #: the projector file loaded beside the model (None: it takes text only), and what it
+    #: takes: "vision", "audio"
+    projector: str | None = None
+    modalities: tuple[str, ...] = ()
     #: what the identity guarantee is for this load (docs/mtp.md: "Speculation and identity")
     identity: str = ""
     #: the RPC servers the model is spread over
@@ -126,12 +130,19 @@ class ModelInfo:
         pools (rerankers too: Ollama's API has no other word)."""
         if not self.chat:
             return ["embedding"]
-        return ["completion", *(["tools"] if self.tool_format else []), *(["thinking"] if self.thinks else [])]
+        return [
+            "completion",
+            *(["tools"] if self.tool_format else []),
+            *(["thinking"] if self.thinks else []),
+            *(["vision"] if "vision" in self.modalities else []),
+            *(["audio"] if "audio" in self.modalities else []),
+        ]
 
     # ------------------------------------------------------------------- JSON
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["fallbacks"], d["rpc"] = list(self.fallbacks), list(self.rpc)
+        d["modalities"] = list(self.modalities)
         return d
 
     @classmethod
@@ -139,7 +150,7 @@ class ModelInfo:
         """The inverse of :meth:`to_json`; keys it does not know are ignored (an older writer's)."""
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        for key in ("fallbacks", "rpc"):
+        for key in ("fallbacks", "rpc", "modalities"):
             if key in kw:
                 kw[key] = tuple(kw[key])
         return cls(**kw)

@@ -29,6 +29,9 @@ from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, 
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
 from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.chat import not_text
+from engine.runtime.media import Media
+from engine.runtime.media.intake import MediaPolicy
+from engine.server import mediaparts
 
 log = logging.getLogger("mtp_studio.server")
 
@@ -42,8 +45,9 @@ class MessagesRequest:
     skipped_tools: list[str] = field(default_factory=list)
 
 
-def conversation(body: Any) -> list[dict]:
-    """``system`` and ``messages`` as chat messages."""
+def conversation(body: Any, media: MediaPolicy = mediaparts.BYTES_ONLY) -> list[dict]:
+    """``system`` and ``messages`` as chat messages (images as media parts, from where
+    ``media`` allows)."""
     out: list[dict] = []
     system = body.get("system")
     if system is not None:
@@ -69,7 +73,7 @@ def conversation(body: Any) -> list[dict]:
         if m["role"] == "assistant":
             out.append(_assistant(content, where))
         else:
-            out.extend(_user(content, where))
+            out.extend(_user(content, where, media))
     return out
 
 
@@ -110,27 +114,51 @@ def _assistant(blocks: list, where: str) -> dict:
     return msg
 
 
-def _user(blocks: list, where: str) -> list[dict]:
-    """A user turn's blocks: tool results (each its own tool message, first) and text."""
+def _user(blocks: list, where: str, media: MediaPolicy) -> list[dict]:
+    """A user turn's blocks: tool results (each its own tool message, first), then its
+    text and images in order."""
     out: list[dict] = []
-    text: list[str] = []
+    pieces: list[str | Media] = []
     for j, b in enumerate(blocks):
         kind = b.get("type") if isinstance(b, dict) else type(b).__name__
         if kind == "text":
-            text.append(str(b.get("text", "")))
+            pieces.append(str(b.get("text", "")))
+        elif kind == "image":
+            pieces.append(mediaparts.anthropic_image(b, f"{where}.content[{j}]", media))
         elif kind == "tool_result":
             if not isinstance(b.get("tool_use_id"), str):
                 raise bad(f"{where}.content[{j}]: a tool_result block needs 'tool_use_id'", "messages")
-            content = b.get("content", "")
-            result = content if isinstance(content, str) else _text(content, f"{where}.content[{j}].content")
+            result = _result(b.get("content", ""), f"{where}.content[{j}].content", media)
             if b.get("is_error"):
-                result = f"Error: {result}"
-            out.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": result})
+                result = [p for p in result if not isinstance(p, str) or p]
+                first = result.pop(0) if result and isinstance(result[0], str) else ""
+                result = ["Error: " + first, *result]
+            content = mediaparts.content(result, "\n\n")
+            out.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": content})
         else:
             raise bad(not_text(f"{where}.content[{j}]", f"a {kind!r} block"), "messages")
-    if text:  # separate blocks (Claude Code's reminders, then the prompt) stay apart
-        out.append({"role": "user", "content": "\n\n".join(t for t in text if t)})
+    if pieces:  # separate blocks (Claude Code's reminders, then the prompt) stay apart
+        out.append({"role": "user", "content": mediaparts.content(pieces, "\n\n")})
     return out
+
+
+def _result(content: Any, where: str, media: MediaPolicy) -> list[str | Media]:
+    """A ``tool_result``'s content (a string, or text and image blocks: Claude Code's
+    screenshots) as its text and images in order."""
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        raise bad(f"{where} must be a string or a list of text and image blocks", "messages")
+    pieces: list[str | Media] = []
+    for k, b in enumerate(content):
+        kind = b.get("type") if isinstance(b, dict) else type(b).__name__
+        if kind == "image":
+            pieces.append(mediaparts.anthropic_image(b, f"{where}[{k}]", media))
+        elif kind == "text":
+            pieces.append(b["text"] if isinstance(b.get("text"), str) else "")
+        else:
+            raise bad(not_text(f"{where}[{k}]", f"a {kind!r} block"), "messages")
+    return pieces
 
 
 def _function(t: dict) -> dict | None:
@@ -168,13 +196,21 @@ def _thinking(raw: Any) -> tuple[dict | None, int | None]:
 
 
 def parse(
-    body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaults: J.Defaults | None, *, count_only: bool = False
+    body: Any,
+    models: dict[str, ModelInfo],
+    resolve: Resolve,
+    defaults: J.Defaults | None,
+    *,
+    count_only: bool = False,
+    media: MediaPolicy = mediaparts.BYTES_ONLY,
 ) -> MessagesRequest:
+    """``body`` as a resolved job (``media``: where its images may come from besides their
+    own bytes, the endpoint's settings)."""
     model = model_of(body, models)
     max_tokens = body.get("max_tokens")
     if not count_only and max_tokens is None:  # Anthropic's API requires it; its range is the decider's
         raise bad("'max_tokens' is required: the most tokens the reply may have (an integer >= 1)", "max_tokens")
-    messages = conversation(body)
+    messages = conversation(body, media)
     tools, skipped = function_tools(body.get("tools"), _function)
     choice, parallel = _choice(body.get("tool_choice"))
     try:

@@ -29,7 +29,8 @@ from engine.runtime.prompt.tools import parse_tools
 from engine.server.errors import HTTPError
 from engine.server.ondemand.listing import Listed
 from engine.server.schemas import Resolve, bad, get, mtp_of
-from engine.runtime.prompt.chat import not_text
+from engine.runtime.media.intake import MediaPolicy
+from engine.server import mediaparts
 
 #: the Ollama version this endpoint answers as (clients check for a recent one)
 VERSION = "0.13.0"
@@ -112,16 +113,20 @@ class OllamaRequest:
     chat: bool
 
 
-def _messages(raw: Any) -> list[dict]:
+def _messages(raw: Any, media: MediaPolicy = mediaparts.BYTES_ONLY) -> list[dict]:
+    """Ollama's ``messages`` as chat messages (``images`` as media parts, where Ollama
+    places them: :func:`engine.server.mediaparts.ollama_content`)."""
     if not isinstance(raw, list) or not raw:
         raise bad("'messages' must be a non-empty list", "messages")
     out = []
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
             raise bad(f"messages[{i}] must be an object", "messages")
-        if m.get("images"):
-            raise bad(not_text(f"messages[{i}].images", "a list of images"), "messages")
-        msg: dict = {"role": m.get("role"), "content": m.get("content") or ""}
+        images = mediaparts.ollama_images(m.get("images"), f"messages[{i}].images", media)
+        msg: dict = {
+            "role": m.get("role"),
+            "content": mediaparts.ollama_content(m.get("content") or "", images, f"messages[{i}].content"),
+        }
         if m.get("thinking"):
             msg["reasoning_content"] = m["thinking"]
         if m.get("tool_calls"):
@@ -200,8 +205,16 @@ def _num_predict(opts: dict) -> int | None:
 
 
 def parse(
-    body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaults: J.Defaults | None, *, chat: bool
+    body: Any,
+    models: dict[str, ModelInfo],
+    resolve: Resolve,
+    defaults: J.Defaults | None,
+    *,
+    chat: bool,
+    media: MediaPolicy = mediaparts.BYTES_ONLY,
 ) -> OllamaRequest:
+    """``body`` (``/api/chat``'s with ``chat``, else ``/api/generate``'s) as a resolved job
+    (``media``: the endpoint's settings for where images may come from)."""
     name = model_name(body, models)
     opts = get(body, "options", (dict,), {}) or {}
     n_ctx = models[name].n_ctx
@@ -213,7 +226,7 @@ def parse(
             "num_ctx",
         )
     if chat:
-        prompt: dict = {"messages": _messages(body.get("messages"))}
+        prompt: dict = {"messages": _messages(body.get("messages"), media)}
         tools = None
         try:
             tools = parse_tools(body.get("tools"))
@@ -224,14 +237,21 @@ def parse(
         text = body.get("prompt")
         if not isinstance(text, str):
             raise bad("'prompt' must be a string", "prompt")
-        if body.get("images"):
-            raise bad(not_text("images", "a list of images"), "images")
+        images = mediaparts.ollama_images(body.get("images") or None, "images", media)
         system = body.get("system")
+        if body.get("raw") and images:  # a raw prompt is the model's own text: no place for an image
+            raise bad(
+                "'images' cannot go with 'raw': true (a raw prompt is text the template does not see); leave out "
+                "'raw' so the model's template places them, or send /api/chat messages",
+                "images",
+            )
         if body.get("raw"):
             prompt = {"prompt": text}
         else:
             msgs = [{"role": "system", "content": system}] if isinstance(system, str) and system else []
-            prompt = {"messages": [*msgs, {"role": "user", "content": text}]}
+            prompt = {
+                "messages": [*msgs, {"role": "user", "content": mediaparts.ollama_content(text, images, "prompt")}]
+            }
     kwargs, budget = _think(body.get("think"))
     stop = opts.get("stop")
     mtp, depth = mtp_of(body)

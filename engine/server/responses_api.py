@@ -28,6 +28,9 @@ from engine.runtime.prompt.tools import parse_choice, parse_tools
 from engine.server.schemas import Resolve, bad, function_tools, get, model_of, sampling_of
 from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.chat import not_text
+from engine.runtime.media import Media
+from engine.runtime.media.intake import MediaPolicy
+from engine.server import mediaparts
 
 log = logging.getLogger("mtp_studio.server")
 
@@ -84,9 +87,11 @@ def parse(
     resolve: Resolve,
     defaults: J.Defaults | None,
     previous: list[dict] | None = None,
+    media: MediaPolicy = mediaparts.BYTES_ONLY,
 ) -> ResponsesRequest:
     """``body`` as a resolved job. ``previous``: the conversation of the response named by
-    ``previous_response_id`` (the route looks it up)."""
+    ``previous_response_id`` (the route looks it up); ``media``: where its images may
+    come from besides their own bytes (the endpoint's settings)."""
     model = model_of(body, models)
     instructions = get(body, "instructions", (str,), None)
     raw_input = body.get("input")
@@ -98,7 +103,7 @@ def parse(
         items = []
     else:
         raise bad("'input' must be a string or a list of input items", "input")
-    history = [*(previous or []), *input_messages(items)]
+    history = [*(previous or []), *input_messages(items, media)]
     if not history:
         raise bad("'input' is empty: give at least one message", "input")
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + history
@@ -159,29 +164,41 @@ def parse(
 
 
 # ------------------------------------------------------------------ input
-def _text_of(content: Any, where: str) -> str:
-    """The text of a message's ``content``: a string, or text parts (others refused by name)."""
+def _pieces(content: Any, where: str, media: MediaPolicy | None) -> list[str | Media]:
+    """The text and images of a message's ``content`` (``where``): a string, or content
+    parts (text, and ``input_image`` parts unless ``media`` is None: an assistant turn's
+    or reasoning's; others refused by name), in order."""
     if isinstance(content, str):
-        return content
+        return [content]
     if content is None:
-        return ""
+        return []
     if not isinstance(content, list):
-        raise bad(f"{where}.content must be a string or a list of content parts", "input")
-    out = []
+        raise bad(f"{where} must be a string or a list of content parts", "input")
+    out: list[str | Media] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
         if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
             out.append(str(part.get("text", "")))
         elif kind == "refusal":
             out.append(str(part.get("refusal", "")))
+        elif kind == "input_image" and media is not None:
+            out.append(mediaparts.input_image(part, f"{where}[{j}]", media))
+        elif kind == "input_image":
+            raise bad(f"{where}[{j}] is an image in an assistant turn, which a turn here cannot hold", "input")
         else:
-            raise bad(not_text(f"{where}.content[{j}]", f"a {kind!r} part"), "input")
-    return "".join(out)
+            raise bad(not_text(f"{where}[{j}]", f"a {kind!r} part"), "input")
+    return out
 
 
-def input_messages(items: list) -> list[dict]:
+def _text_of(content: Any, where: str) -> str:
+    """The text of an assistant turn's or reasoning's ``content`` (``where``)."""
+    return "".join(p for p in _pieces(content, where, None) if isinstance(p, str))
+
+
+def input_messages(items: list, media: MediaPolicy = mediaparts.BYTES_ONLY) -> list[dict]:
     """Responses input items as chat messages (tool calls grouped into one assistant turn,
-    reasoning attached to the assistant turn it preceded)."""
+    reasoning attached to the assistant turn it preceded; images as media parts, from
+    where ``media`` allows)."""
     out: list[dict] = []
     reasoning: list[str] = []
 
@@ -202,8 +219,8 @@ def input_messages(items: list) -> list[dict]:
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise bad(f"{where}.role must be user, system, developer or assistant, got {role!r}", "input")
-            text = _text_of(item.get("content"), where)
             if role == "assistant":
+                text = _text_of(item.get("content"), f"{where}.content")
                 msg = assistant()
                 msg["content"] = (msg["content"] + text) if msg["content"] else text
                 _attach(msg, reasoning)
@@ -211,7 +228,8 @@ def input_messages(items: list) -> list[dict]:
                 if out and out[-1]["role"] == "assistant":
                     out[-1]["_closed"] = True
                 reasoning.clear()  # reasoning belongs to the assistant turn right after it
-                out.append({"role": "system" if role == "developer" else role, "content": text})
+                content = mediaparts.content(_pieces(item.get("content"), f"{where}.content", media))
+                out.append({"role": "system" if role == "developer" else role, "content": content})
         elif kind == "function_call":
             name, call_id = item.get("name"), item.get("call_id") or item.get("id")
             if not isinstance(name, str) or not isinstance(call_id, str):
@@ -227,14 +245,14 @@ def input_messages(items: list) -> list[dict]:
             if not isinstance(call_id, str):
                 raise bad(f"{where}: a function_call_output needs 'call_id'", "input")
             output = item.get("output")
-            text = output if isinstance(output, str) else _text_of(output, where)
+            text = output if isinstance(output, str) else mediaparts.content(_pieces(output, f"{where}.output", media))
             if out and out[-1]["role"] == "assistant":
                 out[-1]["_closed"] = True
             reasoning.clear()
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
-            reasoning.append(_text_of(parts, where) if isinstance(parts, list) else "")
+            reasoning.append(_text_of(parts, f"{where}.content") if isinstance(parts, list) else "")
         elif kind in _SKIPPED_ITEMS:
             continue
         else:

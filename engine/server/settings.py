@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from engine.rpc.endpoints import is_loopback
 from engine.runtime.decode.depth import DraftDepth
 from engine.runtime.jobs import Defaults
+from engine.runtime.media.intake import MediaPolicy
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,8 @@ class ServerSettings:
     api_key: str | None = None
     #: origins allowed by CORS; empty = CORS off (browsers cannot call the endpoint)
     cors_origins: tuple[str, ...] = field(default=())
-    max_body_bytes: int = 8 << 20
+    #: a request body's bytes: a 20 MiB picture (engine.runtime.media.intake) in base64 fits
+    max_body_bytes: int = 32 << 20
     #: requests waiting or running at once; beyond this, 429 with Retry-After
     max_pending: int = 16
     retry_after_s: int = 2
@@ -40,11 +43,22 @@ class ServerSettings:
     max_connections: int = 64
     #: also listen on this port (Ollama's 11434, where its clients look; None: not)
     ollama_port: int | None = None
+    #: fetch the http(s) image URLs requests send (off: clients send the bytes)
+    media_urls: bool = False
+    #: the folder requests may read ``file://`` media from (None: no files are read)
+    media_folder: str | Path | None = None
 
     @property
     def request_defaults(self) -> Defaults:
         """The endpoint's defaults for what a request leaves out (over the engine's)."""
         return Defaults(max_tokens=self.max_tokens, draft_depth=self.draft_depth, thinking_budget=self.thinking_budget)
+
+    @property
+    def media_policy(self) -> MediaPolicy:
+        """Where requests' images and audio may come from besides their own bytes
+        (engine.runtime.media.intake)."""
+        folder = Path(self.media_folder).expanduser() if self.media_folder else None
+        return MediaPolicy(allow_urls=bool(self.media_urls), media_folder=folder)
 
     def check(self) -> None:
         """Raise ValueError when the settings would expose the endpoint unsafely."""
@@ -69,6 +83,11 @@ class ServerSettings:
             or self.max_connections < 1
         ):
             raise ValueError("max_connections must be at least 1")
+        if self.media_folder and not Path(self.media_folder).expanduser().is_dir():
+            raise ValueError(
+                f"the media folder {str(self.media_folder)!r} is not a folder; choose an existing folder for "
+                "requests' file:// images, or leave it unset"
+            )
 
     def host_allowed(self, host_header: str) -> bool:
         """Whether a request's ``Host`` may reach this endpoint. Bound to loopback, only

@@ -49,6 +49,8 @@ def test_an_unusable_file_is_kept_aside_and_defaults_are_used(tmp_path, text):
         ({"chat": "loud"}, "chat", None),
         ({"server": {"cors_origins": [1, 2]}}, "server.cors_origins", []),
         ({"last_model": 5}, "last_model", None),
+        ({"server": {"media_urls": "yes"}}, "server.media_urls", False),
+        ({"server": {"media_folder": 5}}, "server.media_folder", None),
     ],
 )
 def test_bad_values_are_reset_one_by_one_and_the_rest_kept(tmp_path, data, field, default):

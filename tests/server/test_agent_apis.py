@@ -433,11 +433,12 @@ def test_conversions_pair_results_and_reasoning_with_their_turns():
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
-def test_an_image_is_refused_in_each_apis_shape_in_the_same_words(agent_served):
-    """Images are not served yet: every API that can carry one answers a 400 in its own error
-    shape, saying where the image is, in one wording (engine.runtime.prompt.chat.not_text)."""
+def test_a_model_without_a_projector_refuses_a_picture_in_each_apis_shape_in_the_same_words(agent_served):
+    """A picture sent to a model loaded without a projector: every API that can carry one
+    answers a 400 in its own error shape, in one wording that names what to download
+    (engine.runtime.decider.no_projector)."""
     url = agent_served[0].url
-    said = "only text is served for now (images, audio and files are not); send it as text, or leave it out"
+    said = "was loaded without a projector, so it cannot see images or hear audio: download the model's projector"
     uri = f"data:image/png;base64,{PIXEL}"
     asks = {
         "chat": (
@@ -488,4 +489,5 @@ def test_an_image_is_refused_in_each_apis_shape_in_the_same_words(agent_served):
     for api, (path, body, message, where) in asks.items():
         r = httpx.post(url + path, json=body, timeout=30)
         assert r.status_code == 400, (api, r.text)
-        assert where in message(r.json()) and said in message(r.json()), (api, r.text)
+        assert said in message(r.json()) and "--mmproj" in message(r.json()), (api, r.text)
+        del where

@@ -133,7 +133,13 @@ def generate(
         if drafts is not None:
             assert planner is not None
             pf = drafts.begin(
-                prompt, cancel=cancel, choose_first=first, idle=planner.idle, points=params.cache_points, cache=cache
+                prompt,
+                cancel=cancel,
+                choose_first=first,
+                idle=planner.idle,
+                points=params.cache_points,
+                cache=cache,
+                media=params.media,
             )
         else:
             pf = prefill(
@@ -144,6 +150,7 @@ def generate(
                 choose_first=first,
                 points=params.cache_points,
                 cache=cache,
+                media=params.media,
             )
     except Cancelled:
         stats.stop_reason = StopReason.CANCELLED

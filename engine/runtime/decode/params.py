@@ -44,3 +44,6 @@ class DecodeParams:
     shown_tokens: frozenset[int] = frozenset()
     #: prompt positions worth a prompt-cache snapshot (a chat prompt's message boundaries)
     cache_points: tuple[int, ...] = ()
+    #: the media chunks of a prompt with pictures, by the negative id their rows hold
+    #: (engine.runtime.media.projector.MediaPrompt.chunks); None: a prompt of tokens only
+    media: dict | None = None

@@ -20,6 +20,7 @@ from engine.runtime.decode.entries import Choose, common_prefix, common_prefix_e
 from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.llama.batch import LOGITS_LAST
+from engine.runtime.media.projector import MediaChunk
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def prefill(
     defer_mtp: int | None = None,
     points: tuple[int, ...] = (),
     cache: SnapshotCache | None = None,
+    media: dict[int, MediaChunk] | None = None,
 ) -> Prefill:
     """Bring the target (and MTP) context of ``s`` to ``prompt``, reusing the common
     prefix, and return the token after it: the greedy one, or ``choose_first(logits)``.
@@ -57,7 +59,11 @@ def prefill(
 
     With a prompt ``cache``, the contexts first resume from the snapshot sharing the most
     with the prompt when that beats what they hold, and snapshots are taken at its marks
-    on the way (``points``: the request's, e.g. message boundaries)."""
+    on the way (``points``: the request's, e.g. message boundaries).
+
+    ``media``: the chunks of a prompt with pictures (their rows are the chunk's negative
+    id: engine.runtime.media.projector). A picture is reused whole or decoded whole: what
+    is kept of the contexts ends at a chunk's edge, never inside one."""
     n = len(prompt)
     if n == 0:
         raise ValueError("empty prompt")
@@ -70,7 +76,7 @@ def prefill(
     s.target.set_nextn_embeddings(use_mtp)
     restored = 0
     if cache is not None:
-        restored = resume(s, cache, prompt, n - 1)
+        restored = resume(s, cache, prompt, chunk_edge(prompt, n - 1))
         if restored:
             s.phase("restore", cancel)
     if entries and s.lag.tokens:
@@ -81,7 +87,7 @@ def prefill(
     s.lag.clear()
 
     # At least the last prompt token is decoded: its logits give the first token.
-    c = min(common_prefix(s.target_tokens, prompt), n - 1)
+    c = chunk_edge(prompt, min(common_prefix(s.target_tokens, prompt), n - 1))
     #: the first MTP entry fed: the head sees the prompt's last positions (Session.window)
     window = max(0, n - s.window(n))
     if entries:
@@ -102,7 +108,7 @@ def prefill(
                 s.add_holes(known_from + 1 - m)
                 m = len(s.draft_tokens)
             else:
-                c = max(m - 1, 0)
+                c = chunk_edge(prompt, max(m - 1, 0))
         s.rewind_for_prompt(c)
         c = len(s.target_tokens)
         s.truncate_draft(m)
@@ -122,7 +128,14 @@ def prefill(
             end = marks.pop(0)
         prev = s.last_hidden
         # hidden rows from the chunk holding the window's first entry's previous position on
-        rows = s.decode_target(prompt[i:end], logits=LOGITS_LAST, hidden=use_mtp and end >= window)
+        if prompt[i] < 0 or (media and any(t < 0 for t in prompt[i:end])):
+            asked = end
+            end, rows = _decode_media_or_text(s, prompt, i, end, media, hidden=use_mtp)
+            if marked and end != asked:  # stopped at a picture's edge before the mark
+                marks.insert(0, asked)
+                marked = False
+        else:
+            rows = s.decode_target(prompt[i:end], logits=LOGITS_LAST, hidden=use_mtp and end >= window)
         if entries and rows is not None:
             s.feed_prompt_entries(prompt, i, prev, rows, defer=defer_mtp)
         if marked:
@@ -135,6 +148,43 @@ def prefill(
         assert s.last_hidden is not None
         s.lag.append(first, s.last_hidden)
     return Prefill(c, n - c, first, logits, restored=min(restored, c))
+
+
+def chunk_edge(prompt: list[int], i: int) -> int:
+    """``i``, or where the media chunk holding prompt row ``i`` begins (a picture's rows are
+    one negative id repeated): contexts are kept up to a picture's edge, never inside."""
+    if i <= 0 or i >= len(prompt) or prompt[i] >= 0:
+        return max(i, 0)
+    while i > 0 and prompt[i - 1] == prompt[i]:
+        i -= 1
+    return i
+
+
+def _decode_media_or_text(
+    s: Session, prompt: list[int], i: int, end: int, media: dict[int, MediaChunk] | None, *, hidden: bool
+) -> tuple[int, np.ndarray | None]:
+    """Decode from prompt row ``i``: the text before the next picture (at most to
+    ``end``), or the picture's rows from ``i`` (at most to ``end``; a chunk that must be
+    decoded in one micro-batch, whole). Returns where it stopped and the hidden rows."""
+    tok = prompt[i]
+    if tok >= 0:
+        j = i
+        while j < end and prompt[j] >= 0:
+            j += 1
+        return j, s.decode_target(prompt[i:j], logits=LOGITS_LAST, hidden=hidden)
+    chunk = (media or {}).get(tok)
+    if chunk is None:
+        raise MtpStudioError("a prompt holds a picture's rows but not the picture: prepare it with its media")
+    first = chunk_edge(prompt, i)
+    start = (i - first) % chunk.n_tokens
+    stop = chunk.n_tokens if chunk.non_causal else min(chunk.n_tokens, start + end - i)
+    if chunk.non_causal and (start or chunk.n_tokens > s.target.n_ubatch):
+        raise MtpStudioError(
+            f"this picture's {chunk.n_tokens} rows must be decoded in one micro-batch, and the context's holds "
+            f"{s.target.n_ubatch}: load the model with a larger micro-batch (n_ubatch)"
+        )
+    rows = s.decode_media(chunk, start, stop, logits=LOGITS_LAST, hidden=hidden)
+    return i + stop - start, rows
 
 
 def resume(s: Session, cache: SnapshotCache, prompt: list[int], limit: int) -> int:

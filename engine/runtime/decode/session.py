@@ -88,11 +88,18 @@ class Session:
         self.prompt_window = MTP_PROMPT_WINDOW
         #: test seam: called with a phase name at every cancellation point
         self.phase_hook: Callable[[str], None] | None = None
+        #: media rows (a prompt's negative ids: engine.runtime.media.projector) enter the MTP
+        #: context as this token with the target's hidden row before each, so the head's
+        #: cache has no holes at a picture; None: they are left as holes (llama-server's way)
+        self.media_row_token: int | None = None
+        self._media_batch = None  # engine.runtime.media.batch.MediaBatch, made when first needed
 
     def close(self) -> None:
         self.batch.close()
         if self.dbatch is not None:
             self.dbatch.close()
+        if self._media_batch is not None:
+            self._media_batch.close()
 
     @property
     def n_ctx(self) -> int:
@@ -123,6 +130,25 @@ class Session:
             self.last_hidden = None
             return None
         rows = self.target.hidden_rows(len(tokens)).copy()
+        self.last_hidden = rows[-1]
+        return rows
+
+    def decode_media(self, chunk, start: int, stop: int, *, logits: str, hidden: bool) -> np.ndarray | None:
+        """Decode rows ``start..stop`` of media ``chunk`` (a
+        :class:`~engine.runtime.media.projector.MediaChunk`) after ``target_tokens``, as
+        :meth:`decode_target` decodes tokens: the prompt's next rows are the chunk's."""
+        from engine.runtime.media.batch import batch_for
+
+        n = stop - start
+        b = self._media_batch = batch_for(self._media_batch, chunk, n, self.target.n_batch, self.batch.seq)
+        pos0 = len(self.target_tokens)
+        b.fill(chunk, start, stop, pos0 - start, logits_last=logits == LOGITS_LAST)
+        self.target.decode(b)
+        self.target_tokens.extend([chunk.token] * n)
+        if not hidden:
+            self.last_hidden = None
+            return None
+        rows = self.target.hidden_rows(n).copy()
         self.last_hidden = rows[-1]
         return rows
 
@@ -231,6 +257,9 @@ class Session:
         """Append MTP entries for ``tokens`` (positions ``len(draft_tokens)..``) paired with
         ``hidden`` (the target's hidden state of each previous position)."""
         assert self.draft is not None and self.dbatch is not None
+        if any(t < 0 for t in tokens):  # a picture's rows
+            self._feed_media_rows(tokens, hidden, logits_last=logits_last)
+            return
         step = self.draft.n_batch
         for i in range(0, len(tokens), step):
             chunk = tokens[i : i + step]
@@ -240,6 +269,28 @@ class Session:
             self._decode_heads(pos)
             self.fed.add(len(self.draft_tokens), chunk, hidden[i : i + step])
             self.draft_tokens.extend(chunk)
+
+    def _feed_media_rows(self, tokens: list[int], hidden: np.ndarray, *, logits_last: bool) -> None:
+        """:meth:`feed_draft` of entries holding media rows: each as :attr:`media_row_token`
+        (None: as holes). ``draft_tokens`` keeps the media's own ids, so a prompt with
+        another picture does not match them."""
+        assert self.draft is not None and self.dbatch is not None
+        i, n = 0, len(tokens)
+        while i < n:
+            media = tokens[i] < 0
+            j = i
+            while j < n and (tokens[j] < 0) == media:
+                j += 1
+            last = j == n
+            if media and self.media_row_token is None:
+                self.add_holes(j - i)
+                self.fed.clear()
+            else:
+                run = [self.media_row_token] * (j - i) if media else tokens[i:j]
+                start = len(self.draft_tokens)
+                self.feed_draft(run, hidden[i:j], logits_last=logits_last and last)  # type: ignore[arg-type]
+                self.draft_tokens[start:] = tokens[i:j]
+            i = j
 
     def _decode_heads(self, pos: int) -> None:
         """Decode :attr:`dbatch` (entries from ``pos``) into the MTP context, once per head

@@ -138,7 +138,15 @@ class Context(OwnedPtr):
             raise DecodeError(
                 f"a decode asked for {batch.n_logits} logit rows; this context was made for at most {self.n_outputs}"
             )
-        rc = int(llama().llama_decode(self.ptr, batch.raw))
+        L = llama()
+        non_causal = getattr(batch, "non_causal", False)  # a media chunk's rows (Gemma's vision)
+        if non_causal:
+            L.llama_set_causal_attn(self.ptr, False)
+        try:
+            rc = int(L.llama_decode(self.ptr, batch.raw))
+        finally:
+            if non_causal:
+                L.llama_set_causal_attn(self.ptr, True)
         if rc != 0:
             what = {1: "no room left in the context (KV cache full)", 2: "decode aborted", -1: "invalid batch"}.get(
                 rc, f"error {rc}"

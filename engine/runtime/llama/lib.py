@@ -13,6 +13,7 @@ import ctypes
 import logging
 import os
 import threading
+from pathlib import Path
 from types import ModuleType
 
 from engine.backends.builds import selected_lib_dir
@@ -23,6 +24,7 @@ log = logging.getLogger("llama.cpp")
 _lock = threading.Lock()
 _modules: tuple[ModuleType, ModuleType] | None = None
 _log_callback = None  # keep the ctypes callback alive
+_mtmd: ModuleType | None = None
 _partial: list[str] = []
 
 # ggml_log_level (NONE, DEBUG, INFO, WARN, ERROR; 5 = continue) -> logging level.
@@ -44,6 +46,10 @@ def configure_environment() -> None:
         lib_path = selected_lib_dir()
         if lib_path:
             os.environ["LLAMA_CPP_LIB_PATH"] = lib_path
+    # libmtmd (images and audio) must link the same libllama: a build that ships one is used
+    chosen = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if chosen and "MTMD_CPP_LIB" not in os.environ and any(Path(chosen).glob("*mtmd*")):
+        os.environ["MTMD_CPP_LIB"] = chosen
 
 
 def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
@@ -58,6 +64,8 @@ def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     _partial.clear()
     if "unused tensor" in line:
         lvl = logging.DEBUG  # NextN tensors are skipped on purpose when MTP is off
+    elif "non-consecutive token position" in line:
+        lvl = logging.DEBUG  # a recurrent state's position jumps at every M-RoPE picture (llama-server's too)
     if line.strip(". "):
         log.log(lvl, "%s", line)
 
@@ -87,6 +95,20 @@ def llama() -> ModuleType:
 
 def ext() -> ModuleType:
     return bindings()[1]
+
+
+def mtmd() -> ModuleType:
+    """``llama_cpp.mtmd_cpp``: libmtmd's bindings (images and audio), bound after llama.cpp."""
+    global _mtmd
+    if _mtmd is None:
+        bindings()
+        from llama_cpp import mtmd_cpp
+
+        with _lock:  # its log into Python logging too, like llama.cpp's
+            mtmd_cpp.mtmd_log_set(_log_callback, ctypes.c_void_p(0))
+            mtmd_cpp.mtmd_helper_log_set(_log_callback, ctypes.c_void_p(0))
+            _mtmd = mtmd_cpp
+    return _mtmd
 
 
 def default_threads() -> int:

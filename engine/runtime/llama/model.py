@@ -49,6 +49,7 @@ class Model(OwnedPtr):
         self.n_swa = int(L.llama_model_n_swa(ptr))
         self.eos = int(L.llama_vocab_eos(self._vocab))
         self.bos = int(L.llama_vocab_bos(self._vocab))
+        self.pad = int(L.llama_vocab_pad(self._vocab))
         self.add_bos = bool(L.llama_vocab_get_add_bos(self._vocab))
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}

@@ -149,14 +149,26 @@ def assess(
     n_batch: int = 512,
     n_gpu_layers: int = -1,
     n_seq: int = 1,
+    projector: int = 0,
 ) -> Fit:
     """Place ``shape`` at context ``n_ctx`` on ``devices`` (host memory first).
     ``n_gpu_layers``: -1 lets the fit choose (all, else as many as fit), 0 keeps
     everything in host memory, N offloads N layers. ``n_seq``: sequences decoding
-    together (slots), each with logit rows of its own."""
+    together (slots), each with logit rows of its own. ``projector``: the bytes of a
+    projector file loaded beside the model."""
 
     def at(ctx: int, ngl: int) -> MemoryEstimate:
-        return estimate(shape, ctx, mtp=mtp, head=head, depth=depth, n_batch=n_batch, gpu_layers=ngl, n_seq=n_seq)
+        return estimate(
+            shape,
+            ctx,
+            mtp=mtp,
+            head=head,
+            depth=depth,
+            n_batch=n_batch,
+            gpu_layers=ngl,
+            n_seq=n_seq,
+            projector=projector,
+        )
 
     has_gpu = any(d.kind == "gpu" for d in devices)
     n_all = at(n_ctx, 0).n_layers

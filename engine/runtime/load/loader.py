@@ -5,13 +5,12 @@ against what llama.cpp asserts on (:mod:`engine.runtime.limits`), every file is 
 structurally (:mod:`engine.gguf.validate`), a head is checked against its target from the
 headers alone, the combination is loaded and decoded once in a child process
 (:mod:`engine.runtime.load.loadcheck`, cached), and only then does this process call llama.cpp,
-with whatever fallback the child needed.
-
-:func:`load` runs that as four stages, each a function of what the one before found:
-``_check`` (settings and headers, the MTP source resolved) → ``_plan`` (memory, the layers'
-placement, the probe) → ``_build`` (the llama.cpp objects, closed again if anything fails) →
-:func:`~engine.runtime.load.describe.describe` (the frozen
-:class:`~engine.runtime.modelinfo.ModelInfo` every other layer reads).
+with whatever fallback the child needed. :func:`load` runs that as four stages, each a
+function of what the one before found: ``_check`` (settings and headers, the MTP source
+resolved) → ``_plan`` (memory, the layers' placement, the probe) → ``_build`` (the
+llama.cpp objects, closed again if anything fails) → :func:`~engine.runtime.load.describe.describe`
+(the frozen :class:`~engine.runtime.modelinfo.ModelInfo` every other layer reads); a
+projector is attached last (:mod:`engine.runtime.load.media`).
 """
 
 from __future__ import annotations
@@ -49,6 +48,8 @@ from engine.runtime.llama import repack
 from engine.runtime import limits
 from engine.runtime.load import fit, rpcdevices
 from engine.runtime.load.contexts import make_contexts
+from engine.runtime.load.media import attach_projector, projector_size
+from engine.runtime.media.projector import Projector
 from engine.runtime.load.describe import describe
 from engine.runtime.load.placement import LlamaParams, LocalOnly, Placement, plan_placement
 from engine.runtime.llama.context import Context
@@ -103,6 +104,8 @@ class LoadSpec:
     #: sequences decoded together (engine.runtime.slots): each has a KV stream of
     #: ``n_ctx`` cells; 1: one at a time. The memory check lowers it to what fits.
     parallel: int = 1
+    #: a projector (``mmproj-*.gguf``) for the model's pictures (and audio); None: text only
+    mmproj: str | Path | None = None
 
 
 @dataclass
@@ -133,6 +136,8 @@ class LoadedModel:
     shared: tuple[Context, ...] = ()
     #: recent outputs, for suffix drafts in later requests (bounded; lost with the model)
     outputs: OutputStore = field(default_factory=OutputStore)
+    #: libmtmd over the model's projector (engine.runtime.media.projector); None: text only
+    projector: Projector | None = None
 
     def auto_depth(self) -> AdaptiveDepth:
         """This model's adaptive-depth policy, shared by every request on it: made on first
@@ -171,6 +176,8 @@ class LoadedModel:
             session.target.close()
         for ctx in self.shared:  # the MTP context before the target it may read
             ctx.close()
+        if self.projector is not None:
+            self.projector.close()
         if self.head_model is not None:
             self.head_model.close()
         self.model.close()
@@ -204,7 +211,7 @@ def load(
     b = _build(c, p, report, cancel)
     template = resolve_template(b.model, p.spec.chat_template)
     info = describe(c, p, b, template)
-    return LoadedModel(
+    lm = LoadedModel(
         p.spec,
         info.name,
         c.source,
@@ -217,6 +224,13 @@ def load(
         slots=b.pool,
         shared=b.shared,
     )
+    if p.spec.mmproj is not None:
+        try:
+            attach_projector(lm, p.spec.mmproj)
+        except BaseException:
+            lm.close()
+            raise
+    return lm
 
 
 @dataclass(frozen=True)
@@ -464,6 +478,7 @@ def _check_fit(spec: LoadSpec, target: ModelSet, head: ModelSet | None, source: 
             n_batch=spec.n_batch,
             n_gpu_layers=spec.n_gpu_layers,
             n_seq=parallel,
+            projector=projector_size(spec.mmproj),
         )
 
     parallel = spec.parallel

@@ -83,6 +83,8 @@ class StepRows:
     #: the sequence's own batch holding these rows, of its sequence: decoded as it is when
     #: the sequence runs its step alone (no copy into the step's batch)
     batch: Batch | None = None
+    #: embedding rows of a media chunk (``batch`` holds them): a decode of their own
+    media: bool = False
 
     @property
     def n(self) -> int:
@@ -319,12 +321,18 @@ class Batcher:
         # by sequence: llama.cpp splits a batch whose sequences come out of order into a
         # micro-batch per sequence (4 sequences: 31 ms where one micro-batch takes 18)
         for r in sorted(reqs, key=lambda r: r.seq):  # as few decodes as the limits allow
+            if r.media:  # embedding rows cannot share a batch with token rows
+                calls[-1:] = [c for c in (calls[-1], [r]) if c] + [[]]
+                rows = outs = 0
+                continue
             if calls[-1] and (rows + r.n > ctx.n_batch or outs + r.n_logits > ctx.n_outputs):
                 calls.append([])
                 rows = outs = 0
             calls[-1].append(r)
             rows += r.n
             outs += r.n_logits
+        if not calls[-1]:
+            calls.pop()
         total = sum(r.n for r in reqs)
         for r in reqs:
             r.step_rows = total
@@ -362,7 +370,7 @@ class Batcher:
             if ctx.is_mtp and head:
                 ctx.set_nextn_layer_offset(0)
             self.decode_seconds += time.perf_counter() - t0
-        if not ctx.is_mtp:
+        if not ctx.is_mtp and not getattr(b, "embd_rows", False):  # media rows are no verify's cost
             ms = (time.perf_counter() - t0) * 1000
             self.target_decodes.append((b.n, ms))
             self.verify_costs.add_verify(b.n, ms)

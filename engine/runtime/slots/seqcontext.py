@@ -72,6 +72,15 @@ class SeqContext:
             raise DecodeError(
                 f"a decode asked for {batch.n_logits} logit rows; this sequence may read at most {self.n_outputs}"
             )
+        if getattr(batch, "embd_rows", False):  # a media chunk's rows: decoded as they are, in a call of their own
+            req = StepRows(
+                self.ctx, self.seq, np.zeros(n, np.int32), batch.pos[:n], batch.logits[:n], n_logits=batch.n_logits
+            )
+            req.batch, req.media = batch, True
+            self._req = None
+            self.batcher.submit(req)
+            self._req = req
+            return
         # views of the session's own batch: the sequence waits for the step that decodes
         # them and touches nothing meanwhile, so its rows are copied once, into the step's batch
         req = StepRows(

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.routing import Route
 
 from engine.runtime import jobs as J
 from engine.runtime.prompt.reply import CALL_ARGS, CALL_START, CONTENT, REASONING
 from engine.server.generation import Shape, chat_logprobs, run
+from engine.server.mediaparts import chat_messages
 from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
-from engine.server.schemas import parse_chat
+from engine.server.schemas import Parsed, parse_chat
+from engine.server.settings import ServerSettings
 
 
 def _message(res: J.GenerateResult) -> dict:
@@ -66,11 +71,20 @@ SHAPE = Shape(
 )
 
 
+def _parse(body: Any, models: dict, resolve, settings: ServerSettings) -> Parsed:
+    """The body as a resolved job, its images and audio as media parts first (in the
+    thread pool: a URL fetch or a large image's decoding would hold the event loop)."""
+    if isinstance(body, dict) and "messages" in body:
+        body = {**body, "messages": chat_messages(body["messages"], settings.media_policy)}
+    return parse_chat(body, models, resolve, settings.request_defaults)
+
+
 @on_demand
 async def chat_completions(request: Request):
     body = await json_body(request)
     engine = request.app.state.engine
-    parsed = parse_chat(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults)
+    models = await hold(request, body)
+    parsed = await run_in_threadpool(_parse, body, models, engine.resolve, request.app.state.settings)
     return await run(request, parsed, SHAPE)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -22,11 +23,22 @@ from engine.server.request import json_body
 from engine.server.routes.responses import SKIPPED_HEADER
 
 
+async def _parse(request: Request, body, *, count_only: bool = False) -> M.MessagesRequest:
+    """The body as a resolved job, parsed in the thread pool (an image URL's fetch or a
+    large image's decoding would hold the event loop)."""
+    settings, models = request.app.state.settings, await hold(request, body)
+    resolve = request.app.state.engine.resolve
+    return await run_in_threadpool(
+        lambda: M.parse(
+            body, models, resolve, settings.request_defaults, count_only=count_only, media=settings.media_policy
+        )
+    )
+
+
 @on_demand
 async def create(request: Request):
     body = await json_body(request)
-    engine = request.app.state.engine
-    req = M.parse(body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults)
+    req = await _parse(request, body)
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
     mid = new_id("msg")
     return await answer(
@@ -64,10 +76,7 @@ async def _events(flow: Flow, req: M.MessagesRequest, mid: str):
 @on_demand
 async def count_tokens(request: Request):
     body = await json_body(request)
-    engine = request.app.state.engine
-    req = M.parse(
-        body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, count_only=True
-    )
+    req = await _parse(request, body, count_only=True)
     n = await job_result(
         request, J.Call(partial(count_prompt, req.job), label="count_tokens", access="read"), COUNT_WAIT_S, "Counting"
     )

@@ -39,6 +39,9 @@ async def list_models(request: Request):
                     "size_bytes": m.size,
                     "quantization": m.quantization,
                     "capabilities": m.capabilities,
+                    # it takes images (a projector is loaded, or paired in the library) / audio
+                    "vision": "vision" in m.capabilities,
+                    "audio": "audio" in m.capabilities,
                     "kind": m.kind,
                 },
             }

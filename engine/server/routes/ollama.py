@@ -94,7 +94,11 @@ async def _generate(request: Request, *, chat: bool):
         await hold(request, body, keys=("model", "name"))
         return _load_only(request, chat=chat)
     models = await hold(request, body, keys=("model", "name"))
-    req = O.parse(body, models, engine.resolve, request.app.state.settings.request_defaults, chat=chat)
+    settings = request.app.state.settings
+    # in the thread pool: a large image's decoding would hold the event loop
+    req = await run_in_threadpool(
+        lambda: O.parse(body, models, engine.resolve, settings.request_defaults, chat=chat, media=settings.media_policy)
+    )
     # NDJSON has no keep-alive: a stream waits for its first token
     return await answer(
         request,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -73,8 +74,10 @@ async def create(request: Request):
     if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
         obj, history = store.get(body["previous_response_id"])
         previous = history
-    req = R.parse(
-        body, await hold(request, body), engine.resolve, request.app.state.settings.request_defaults, previous
+    settings, models = request.app.state.settings, await hold(request, body)
+    # in the thread pool: an image URL's fetch or a large image's decoding would hold the event loop
+    req = await run_in_threadpool(
+        R.parse, body, models, engine.resolve, settings.request_defaults, previous, settings.media_policy
     )
     headers = {SKIPPED_HEADER: ", ".join(req.skipped_tools)} if req.skipped_tools else {}
     rid, created = new_id("resp"), RO.now()

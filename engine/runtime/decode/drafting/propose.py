@@ -67,6 +67,7 @@ class MtpDraft:
         idle: bool,
         points: tuple[int, ...] = (),
         cache: SnapshotCache | None = None,
+        media: dict | None = None,
     ) -> Prefill:
         """Prefill the target and feed the prompt's MTP entries along with it (deferred
         to the lag while the depth policy is ``idle``)."""
@@ -79,6 +80,7 @@ class MtpDraft:
             defer_mtp=CATCH_UP_LIMIT if idle else None,
             points=points,
             cache=cache,
+            media=media,
         )
 
     def draft(self, id_last: int, pos0: int, k: int, room: int | None = None) -> Proposal:

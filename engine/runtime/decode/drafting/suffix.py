@@ -171,9 +171,19 @@ class SuffixDraft:
             stored, m = self.store.lookup(self.index.tokens[-LENGTHS[0] :], width)
             if m > n:
                 tokens, n = stored, m
-        return tokens, n
+        return _until_media(tokens), n
 
     def continuation(self, chain: list[int], width: int) -> tuple[list[int], int]:
         """Up to ``width`` tokens that followed an earlier occurrence of the newest tokens
         followed by ``chain`` (drafts not yet verified), and that match's length."""
-        return self.index.lookup([*self.index.tokens[-LENGTHS[0] :], *chain], width)
+        tokens, n = self.index.lookup([*self.index.tokens[-LENGTHS[0] :], *chain], width)
+        return _until_media(tokens), n
+
+
+def _until_media(tokens: list[int]) -> list[int]:
+    """A proposal up to the first row of a picture (a prompt's negative ids:
+    engine.runtime.media.projector), which is no token to draft."""
+    for i, t in enumerate(tokens):
+        if t < 0:
+            return tokens[:i]
+    return tokens

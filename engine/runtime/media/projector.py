@@ -1,0 +1,260 @@
+"""A loaded projector (``mmproj-*.gguf``): libmtmd turning a prompt's text and media into
+prompt tokens and media embeddings.
+
+:meth:`Projector.prompt` takes a rendered prompt whose media stand as markers
+(:data:`MARKER`, random per process so no user text can forge one) and the media in
+their order, and gives the prompt's tokens: text tokens as they are, and each media chunk
+as a run of one negative id (:attr:`MediaChunk.token`, from the media's content hash) as
+long as its embedding rows — so a prompt is still a list of ints, the common prefix of
+two prompts stops at the first media that differs, and the same picture in the next turn
+matches the cached one. The chunk carries its embeddings (encoded once per picture and
+kept in a small cache by content hash, so a conversation's next turn does not encode its
+pictures again) and its positions.
+
+Positions: a prompt's position ``p`` is its ``p``-th row, media rows included, so
+rollback, the prompt cache and the MTP head work as with text. Inside a chunk llama.cpp's
+layout is kept: M-RoPE images (Qwen-VL) place row ``i`` at (``t``, ``y``, ``x``) =
+(``p0``, ``p0 + i // nx``, ``p0 + i % nx``) as libmtmd does. Text after such an image
+resumes at ``p0 + n_tokens``, where Qwen-VL and llama-server resume at ``p0 + max(nx,
+ny)``: text-to-text distances are the same, text-to-image distances grow by the
+difference. Every other projector's rows are consecutive positions, exactly llama.cpp's.
+
+Threads: libmtmd's context is used by one thread at a time (:attr:`Projector.lock`);
+preparing a request (any thread) tokenizes and encodes; the engine thread only reads a
+chunk's arrays. Closed on the thread that loaded it, before its model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import InvalidRequestError, ModelLoadError
+from engine.runtime.llama.lib import default_threads, mtmd
+from engine.runtime.llama.owned import OwnedPtr
+from engine.runtime.media import Media
+
+log = logging.getLogger(__name__)
+
+#: the marker rendering puts where a media part stands (random per process)
+MARKER = f"<__media_{secrets.token_hex(6)}__>"
+#: pictures whose embeddings are kept for the next turn, by content hash
+ENCODED_KEEP = 16
+#: libmtmd's chunk types
+_TEXT, _IMAGE, _AUDIO = 0, 1, 2
+
+
+def media_token(digest: str) -> int:
+    """The negative id a media chunk's positions hold in a prompt: from its content hash,
+    so the same picture gives the same run and a different one differs at its first row."""
+    return -2 - int(digest[:7], 16)  # -1 is an MTP hole (engine.runtime.decode.entries.HOLE)
+
+
+def is_media(token: int) -> bool:
+    return token < 0
+
+
+@dataclass(frozen=True, eq=False)
+class MediaChunk:
+    """One picture's (or clip's) rows of a prompt: its embeddings and their positions."""
+
+    token: int  # the negative id its rows hold in the prompt
+    digest: str
+    kind: str  # "image" | "audio"
+    embd: np.ndarray = field(repr=False)  # (n_tokens, n_embd_inp) float32, read-only
+    #: positions relative to the chunk's first row, section-major (sections, n_tokens):
+    #: 4 sections under M-RoPE (t, y, x, z), else 1
+    rel_pos: np.ndarray = field(repr=False)
+    #: the chunk is decoded with non-causal attention, in one micro-batch (Gemma's vision)
+    non_causal: bool = False
+    encode_ms: float = 0.0  # 0: its embeddings were cached
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.embd)
+
+    def positions(self, p0: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Section-major positions of rows ``start..stop`` when the chunk begins at ``p0``."""
+        rel = self.rel_pos[:, start:stop]
+        out = rel + np.int32(p0)
+        if len(out) == 4:  # M-RoPE's fourth section stays 0 (libmtmd: "unused for now")
+            out[3] = rel[3]
+        return np.ascontiguousarray(out, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class MediaPrompt:
+    """A prompt's tokens (media rows as their chunk's negative id) and its media chunks."""
+
+    tokens: list[int]
+    chunks: dict[int, MediaChunk]
+
+    @property
+    def encode_ms(self) -> float:
+        return sum(c.encode_ms for c in self.chunks.values())
+
+
+class Projector(OwnedPtr):
+    """libmtmd's context for one projector file and the text model it feeds."""
+
+    _free_priority = 0  # before the model it was made for
+    _what = "projector"
+
+    @staticmethod
+    def _free(ptr) -> None:
+        mtmd().mtmd_free(ptr)
+
+    def __init__(self, path: Path, model, *, use_gpu: bool = True, n_threads: int | None = None):
+        self._own()
+        M = mtmd()
+        self.path = Path(path)
+        self.model = model
+        self._marker = MARKER.encode()
+        params = M.mtmd_context_params_default()
+        params.use_gpu = bool(use_gpu)
+        params.print_timings = False
+        params.n_threads = n_threads or default_threads()
+        params.media_marker = self._marker
+        params.warmup = False
+        ptr = M.mtmd_init_from_file(str(self.path).encode(), model.ptr, params)
+        if not ptr:
+            raise ModelLoadError(
+                f"llama.cpp could not load the projector {self.path.name} for {Path(model.path).name}: "
+                "it is damaged or was made for another model; download the mmproj file from the model's own repository"
+            )
+        self._ptr = ptr
+        self.vision = bool(M.mtmd_support_vision(ptr))
+        self.audio = bool(M.mtmd_support_audio(ptr))
+        self.mrope = bool(M.mtmd_decode_use_mrope(ptr))
+        self.n_embd = int(mtmd_n_embd_inp(model))
+        #: one thread at a time in libmtmd (its eval helpers are not thread-safe)
+        self.lock = threading.Lock()
+        self._encoded: OrderedDict[str, tuple[np.ndarray, np.ndarray, bool]] = OrderedDict()
+        #: pictures encoded so far (a picture met again within ENCODED_KEEP is not)
+        self.encodes = 0
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        return (*(("vision",) if self.vision else ()), *(("audio",) if self.audio else ()))
+
+    # ------------------------------------------------------------------ prompt
+    def prompt(self, text: str, media: list[Media]) -> MediaPrompt:
+        """``text`` (its media at :data:`MARKER`, one per item of ``media``, in order) as
+        prompt tokens and media chunks. Raises InvalidRequestError for media libmtmd cannot
+        read or this projector does not take."""
+        M = mtmd()
+        if text.count(MARKER) != len(media):
+            raise InvalidRequestError(
+                f"the prompt holds {text.count(MARKER)} media markers for {len(media)} media: "
+                "the chat template dropped or repeated a picture"
+            )
+        for m in media:
+            if m.kind == "image" and not self.vision or m.kind == "audio" and not self.audio:
+                raise InvalidRequestError(
+                    f"this model's projector ({self.path.name}) does not take {m.kind}: "
+                    f"it takes {' and '.join(self.modalities) or 'nothing'}"
+                )
+        with self.lock:
+            bitmaps = [self._bitmap(m, i) for i, m in enumerate(media)]
+            chunks = M.mtmd_input_chunks_init()
+            try:
+                data = text.encode()
+                inp = M.mtmd_input_text(data, len(data), False, True)
+                arr = (M.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
+                rc = M.mtmd_tokenize(self.ptr, chunks, ctypes.byref(inp), arr, len(bitmaps))
+                if rc != 0:
+                    why = {1: "the markers and media do not match", 2: "a picture could not be preprocessed"}
+                    raise InvalidRequestError(f"the media could not be prepared: {why.get(rc, f'error {rc}')}")
+                return self._read(chunks, media)
+            finally:
+                M.mtmd_input_chunks_free(chunks)
+                for b in bitmaps:
+                    M.mtmd_bitmap_free(b)
+
+    def _bitmap(self, m: Media, i: int):
+        M = mtmd()
+        buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
+        b = M.mtmd_helper_bitmap_init_from_buf(self.ptr, buf, len(m.data), False)
+        if not b:
+            raise InvalidRequestError(
+                f"media {i + 1} ({m.mime}, {len(m.data)} bytes) could not be decoded: it is damaged or not "
+                "a format llama.cpp reads; send a PNG or JPEG"
+            )
+        M.mtmd_bitmap_set_id(b, m.digest.encode())
+        return b
+
+    def _read(self, chunks, media: list[Media]) -> MediaPrompt:
+        M = mtmd()
+        tokens: list[int] = []
+        out: dict[int, MediaChunk] = {}
+        k = 0
+        for i in range(M.mtmd_input_chunks_size(chunks)):
+            c = M.mtmd_input_chunks_get(chunks, i)
+            kind = M.mtmd_input_chunk_get_type(c)
+            if kind == _TEXT:
+                n = ctypes.c_size_t(0)
+                ptr = M.mtmd_input_chunk_get_tokens_text(c, ctypes.byref(n))
+                tokens.extend(ptr[: n.value])
+                continue
+            m = media[k]
+            k += 1
+            chunk = self._chunk(c, m, "image" if kind == _IMAGE else "audio")
+            out[chunk.token] = chunk
+            tokens.extend([chunk.token] * chunk.n_tokens)
+        return MediaPrompt(tokens, out)
+
+    def _chunk(self, c, m: Media, kind: str) -> MediaChunk:
+        """The chunk ``c`` of ``m``: encoded now, or its embeddings from the cache."""
+        M = mtmd()
+        n = int(M.mtmd_input_chunk_get_n_tokens(c))
+        got = self._encoded.get(m.digest)
+        ms = 0.0
+        if got is not None and len(got[0]) == n:
+            self._encoded.move_to_end(m.digest)
+            embd, rel, non_causal = got
+        else:
+            t0 = time.perf_counter()
+            if M.mtmd_encode_chunk(self.ptr, c) != 0:
+                raise InvalidRequestError(f"the projector could not encode this {kind} ({m.mime})")
+            ptr = M.mtmd_get_output_embd(self.ptr)
+            embd = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
+            embd.setflags(write=False)
+            ms = (time.perf_counter() - t0) * 1000
+            self.encodes += 1
+            rel = self._rel_positions(c, kind, n)
+            non_causal = bool(M.mtmd_decode_use_non_causal(self.ptr, c))
+            self._encoded[m.digest] = (embd, rel, non_causal)
+            while len(self._encoded) > ENCODED_KEEP:
+                self._encoded.popitem(last=False)
+        return MediaChunk(media_token(m.digest), m.digest, kind, embd, rel, non_causal, ms)
+
+    def _rel_positions(self, c, kind: str, n: int) -> np.ndarray:
+        """Positions of the chunk's rows from its first (section-major), as libmtmd lays them."""
+        M = mtmd()
+        seq = np.arange(n, dtype=np.int32)
+        if not self.mrope:
+            return seq[None, :].copy()
+        if kind != "image":  # audio under M-RoPE: the same running position in every section
+            return np.stack([seq, seq, seq, seq])
+        img = M.mtmd_input_chunk_get_tokens_image(c)
+        rel = np.empty((4, n), np.int32)
+        for i in range(n):
+            p = M.mtmd_image_tokens_get_decoder_pos(img, 0, i)
+            rel[0, i], rel[1, i], rel[2, i], rel[3, i] = p.t, p.y, p.x, p.z
+        rel.setflags(write=False)
+        return rel
+
+
+def mtmd_n_embd_inp(model) -> int:
+    """The width of the rows the text model takes as input embeddings (a projector's output)."""
+    from engine.runtime.llama.lib import llama
+
+    return int(llama().llama_model_n_embd_inp(model.ptr))

@@ -1,0 +1,170 @@
+"""Pictures in a prompt: the real libmtmd on tiny random projectors the fixtures write,
+decoded into the demo (qwen35, M-RoPE) with MTP drafting through them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import GGUFError, InvalidRequestError
+from engine.runtime import jobs as J
+from engine.runtime.engine import Engine, EngineConfig
+from engine.runtime.load.loader import LoadSpec
+from engine.runtime.media import Media, part
+from tests.synth.images import png_bytes
+from tests.synth.projector import write_projector
+
+DEMO = Path(__file__).resolve().parents[3] / "resources" / "demo.gguf"
+
+
+def image(seed: int, w: int = 64, h: int = 48) -> Media:
+    return Media("image", png_bytes(w, h, seed), "image/png", w, h)
+
+
+def ask(m: Media, text: str = "What is in this picture?") -> list[dict]:
+    return [{"role": "user", "content": [{"type": "text", "text": text}, part(m)]}]
+
+
+def gen(messages: list[dict], mtp: J.Mtp = J.Mtp.ON, n: int = 40, **kw) -> J.Generate:
+    return J.Generate(messages=messages, max_tokens=n, ignore_eog=True, mtp=mtp, **kw)
+
+
+@pytest.fixture(scope="module")
+def qwen_mmproj(tmp_path_factory) -> Path:
+    return write_projector(tmp_path_factory.mktemp("mmproj") / "mmproj-demo.gguf", "qwen3vl_merger", 192)
+
+
+def engine_on(mmproj: Path | None, parallel: int = 1) -> Engine:
+    e = Engine(EngineConfig()).start()
+    spec = LoadSpec(DEMO, n_ctx=1024, probe=False, fit="off", parallel=parallel, mmproj=mmproj)
+    e.submit(J.LoadModel(spec)).result()
+    return e
+
+
+@pytest.fixture(scope="module")
+def seeing(qwen_mmproj):
+    e = engine_on(qwen_mmproj)
+    yield e
+    e.stop()
+
+
+def test_the_model_says_it_sees(seeing):
+    (info,) = seeing.models().values()
+    assert info.modalities == ("vision",) and "vision" in info.capabilities
+    assert info.projector is not None and info.projector.endswith("mmproj-demo.gguf")
+
+
+def test_mtp_on_equals_off_and_two_pictures_differ(seeing):
+    """Greedy MTP over a prompt with a picture emits plain greedy's tokens (the head drafts
+    through the picture's rows), and two different pictures give different replies."""
+    out = {}
+    for seed in (1, 2):
+        on = seeing.submit(gen(ask(image(seed)))).result()
+        off = seeing.submit(gen(ask(image(seed)), J.Mtp.OFF)).result()
+        assert on.tokens == off.tokens and len(on.tokens) == 40
+        assert on.stats.drafted > 0 and on.stats.accepted > 0
+        out[seed] = on.tokens
+    assert out[1] != out[2]
+
+
+def test_the_next_turn_reuses_the_picture_without_encoding_it_again(seeing):
+    first = ask(image(7), "Describe it.")
+    r1 = seeing.submit(gen(first, n=16)).result()
+    encodes = _projector(seeing).encodes
+    second = [*first, {"role": "assistant", "content": r1.text}, {"role": "user", "content": "And the colours?"}]
+    r2 = seeing.submit(gen(second, n=16)).result()
+    assert _projector(seeing).encodes == encodes  # its embeddings came from the projector's cache
+    # the contexts kept the first turn: the picture's rows were not decoded again
+    assert r2.stats.prompt_tokens_reused >= r1.stats.prompt_tokens - 1
+
+
+def _projector(engine: Engine):
+    (lm,) = engine._state.models.values()  # the seam: the loaded model itself
+    return lm.projector
+
+
+def test_a_picture_prompt_beside_text_streams_equals_each_alone(qwen_mmproj):
+    """A picture of 192 rows joins two running text streams: its rows go in bounded
+    chunks of their own decodes, and every output equals the one it gives alone."""
+    jobs = [
+        gen(ask(image(3, 256, 192)), n=32),
+        J.Generate(prompt="Once upon a time in a land far away", max_tokens=48, ignore_eog=True),
+        J.Generate(prompt="The quick brown fox jumps over", max_tokens=48, ignore_eog=True, mtp=J.Mtp.OFF),
+    ]
+    with engine_on(qwen_mmproj) as e:
+        want = [e.submit(j).result().tokens for j in jobs]
+    with engine_on(qwen_mmproj, parallel=3) as e:
+        handles = [e.submit(j) for j in (jobs[1], jobs[2], jobs[0])]
+        got = [h.result() for h in handles]
+    assert [got[2].tokens, got[0].tokens, got[1].tokens] == want
+
+
+def test_a_model_without_a_projector_refuses_a_picture_naming_what_to_get():
+    with engine_on(None) as e:
+        with pytest.raises(InvalidRequestError) as err:
+            e.submit(gen(ask(image(1)))).result()
+        # the engine goes on serving text
+        assert len(e.submit(J.Generate(prompt="Hello", max_tokens=4, ignore_eog=True)).result().tokens) == 4
+    msg = str(err.value)
+    assert "without a projector" in msg and "mmproj" in msg and "--mmproj" in msg
+
+
+def test_a_projector_made_for_another_model_is_refused_at_load(tmp_path):
+    wrong = write_projector(tmp_path / "mmproj-wide.gguf", "qwen3vl_merger", 256)
+    e = Engine(EngineConfig()).start()
+    try:
+        with pytest.raises(GGUFError) as err:
+            e.submit(J.LoadModel(LoadSpec(DEMO, n_ctx=512, probe=False, fit="off", mmproj=wrong))).result()
+        assert "256" in str(err.value) and "192" in str(err.value)
+        assert e.models() == {}
+    finally:
+        e.stop()
+
+
+def test_a_cancelled_picture_prompt_leaves_the_engine_serving(seeing):
+    h = seeing.submit(gen(ask(image(4, 256, 192)), n=400))
+    h.cancel()
+    h.result()  # cancelling is not an error
+    r = seeing.submit(gen(ask(image(1)), J.Mtp.OFF, n=8)).result()
+    assert len(r.tokens) == 8
+
+
+def test_exact_mode_is_bit_exact_with_mtp_through_a_picture(qwen_mmproj):
+    """Exact mode (a child: it switches process-wide kernels): greedy MTP at depth 3 over
+    a prompt with a picture gives plain decoding's tokens bit for bit."""
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.engine.runtime.exact_images_child", str(DEMO), str(qwen_mmproj)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r["identity"].startswith("bit-exact")
+    assert r["same"] == [True, True] and r["drafted"] > 0
+
+
+def test_the_memory_check_counts_the_projector(qwen_mmproj):
+    sizes = {}
+    for mmproj in (None, qwen_mmproj):
+        e = engine_on_checked(mmproj)
+        try:
+            (info,) = e.models().values()
+            sizes[mmproj is not None] = info.memory
+        finally:
+            e.stop()
+    assert sizes[True]["projector_bytes"] == 2 * qwen_mmproj.stat().st_size
+    assert sizes[True]["total_bytes"] == sizes[False]["total_bytes"] + sizes[True]["projector_bytes"]
+
+
+def engine_on_checked(mmproj: Path | None) -> Engine:
+    e = Engine(EngineConfig()).start()
+    e.submit(J.LoadModel(LoadSpec(DEMO, n_ctx=1024, probe=False, fit="check", mmproj=mmproj))).result()
+    return e
