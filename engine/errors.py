@@ -204,6 +204,14 @@ class ChecksumError(HubError):
     code = "checksum_mismatch"
 
 
+class ProjectorMismatchError(MtpStudioError, ValueError):
+    """A multimodal projector (mmproj) does not fit the model it was meant for (its output
+    width is not the model's input width), or is not a projector at all: refused before
+    anything is downloaded or loaded."""
+
+    code = "projector_mismatch"
+
+
 class UnsafePathError(HubError):
     """A Hub listing named a file, repo or revision that would leave its folder."""
 

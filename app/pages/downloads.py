@@ -31,6 +31,8 @@ class PullRequest:
     group: FileGroup
     head: FileGroup | None
     revision: str
+    #: the repo's projector to download with the model (it then reads images)
+    projector: FileGroup | None = None
 
 
 class DownloadRow(QWidget):
@@ -49,8 +51,8 @@ class DownloadRow(QWidget):
         self.task: Task | None = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        head = f" + {req.head.name}" if req.head else ""
-        self.title = QLabel(f"{req.repo}: {req.group.name}{head}")
+        extra = "".join(f" + {g.name}" for g in (req.head, req.projector) if g is not None)
+        self.title = QLabel(f"{req.repo}: {req.group.name}{extra}")
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.info = QLabel("waiting…")
@@ -84,6 +86,7 @@ class DownloadRow(QWidget):
                 file=req.group.name,
                 revision=req.revision,
                 head=head,
+                mmproj=req.projector.name if req.projector is not None else False,
                 progress=report,
                 cancel=cancel,
             )
@@ -121,7 +124,8 @@ class DownloadRow(QWidget):
     def _on_done(self, result) -> None:
         self.state = "done"
         self.bar.setValue(1000)
-        self.info.setText("done: in the library" + (" (paired with its head)" if result.head else ""))
+        with_ = [w for w, e in (("its head", result.head), ("its projector: it reads images", result.projector)) if e]
+        self.info.setText("done: in the library" + (f" (paired with {' and '.join(with_)})" if with_ else ""))
         self.pause_btn.setEnabled(False)
         self.cancel_btn.setEnabled(False)
         self.finished.emit(result)
@@ -137,7 +141,7 @@ class DownloadRow(QWidget):
         if self._discard:
             from engine.facade.hub import Target
 
-            for g in (self.req.group, self.req.head):
+            for g in (self.req.group, self.req.head, self.req.projector):
                 for f in g.files if g else []:
                     t = Target(self.req.repo, f.path, self.req.revision, f.size, f.sha256, f.blob_id)
                     discard_partial(self.ctx.library.partial_dir, t)

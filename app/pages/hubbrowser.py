@@ -1,6 +1,7 @@
 """The Models page's Hugging Face browser: search for GGUF repositories, list a
-repository's files (quantization, size, shards, MTP heads), read the picked file's
-header, and ask for a download of it (with its MTP head, when the repo has one).
+repository's files (quantization, size, shards, MTP heads, projectors), read the picked
+file's header, and ask for a download of it (with its MTP head, or with its projector so
+that it reads images, when the repo has one).
 
 Each remote file carries a badge saying how it would fit this machine
 (:class:`app.pages.modelsfit.FitBadges`). The requests run as tasks (:mod:`app.tasks`)
@@ -29,7 +30,12 @@ from app.pages.downloads import PullRequest, hub_config
 from app.pages.modelsfit import FitBadges, show_badge
 from app.tasks import Task
 from engine.facade import human_size
-from engine.facade.hub import FileGroup, HeaderFacts, head_for
+from engine.facade.hub import FileGroup, HeaderFacts, ProjectorFacts, head_for, modality_hint, projector_for
+
+
+def projector_tag(modalities: tuple[str, ...]) -> str:
+    """A projector's tag in the files list: what it reads, when its name or header says."""
+    return f"{' + '.join(modalities)} projector" if modalities else "projector"
 
 
 class HubBrowser(QWidget):
@@ -74,8 +80,10 @@ class HubBrowser(QWidget):
         row.addWidget(self.file_info, 1)
         self.pull_btn = QPushButton("Download")
         self.pull_head_btn = QPushButton("Download with MTP head")
+        self.pull_vision_btn = QPushButton("Download with vision")
         self.pull_btn.setObjectName("Primary")
         row.addWidget(self.pull_head_btn)
+        row.addWidget(self.pull_vision_btn)
         row.addWidget(self.pull_btn)
         hl.addLayout(row)
 
@@ -85,6 +93,7 @@ class HubBrowser(QWidget):
         self.files.currentItemChanged.connect(self._on_file)
         self.pull_btn.clicked.connect(lambda: self._ask_download(with_head=False))
         self.pull_head_btn.clicked.connect(lambda: self._ask_download(with_head=True))
+        self.pull_vision_btn.clicked.connect(lambda: self._ask_download(with_head=False, with_vision=True))
         self._update_buttons()
 
     def _track(self, task: Task) -> None:
@@ -148,6 +157,8 @@ class HubBrowser(QWidget):
             tags = []
             if g.head:
                 tags.append("MTP head")
+            if g.projector:
+                tags.append(projector_tag(modality_hint(g.name)))
             if len(g.files) > 1:
                 tags.append(f"{len(g.files)} shards")
             if not g.complete:
@@ -187,7 +198,7 @@ class HubBrowser(QWidget):
         return next((g for g in self._groups if g.name == name), None)
 
     def _on_file(self, item, _prev=None) -> None:
-        from engine.facade.hub import read_remote_header
+        from engine.facade.hub import read_remote_header, read_remote_projector
 
         self._update_buttons()
         g = self._current_group()
@@ -195,8 +206,12 @@ class HubBrowser(QWidget):
             return
         cfg, repo, rev, path = hub_config(self.ctx), self._repo, self._revision, g.files[0].path
         self.file_info.setText("reading the header…")
-        task = Task(lambda report, cancel: read_remote_header(cfg, repo, path, rev), name="header")
-        task.succeeded.connect(self._show_header)
+        if g.projector:
+            task = Task(lambda report, cancel: read_remote_projector(cfg, repo, path, rev), name="header")
+            task.succeeded.connect(lambda facts, name=g.name: self._show_projector(name, facts))
+        else:
+            task = Task(lambda report, cancel: read_remote_header(cfg, repo, path, rev), name="header")
+            task.succeeded.connect(self._show_header)
         task.failed.connect(lambda err: self.file_info.setText(f"header not readable: {err}"))
         self._track(task)
         task.start()
@@ -211,24 +226,54 @@ class HubBrowser(QWidget):
         }[h.mtp]
         self.file_info.setText(f"{h.architecture}, context {h.context_length}, {h.block_count} blocks, {mtp}")
 
+    def _show_projector(self, name: str, p: ProjectorFacts) -> None:
+        """A projector's header: what it reads (its tag in the list follows the header), and
+        the width of the models it is made for."""
+        tag, kinds = projector_tag(p.modalities), " + ".join(t for t in (p.projector_type, p.audio_projector_type) if t)
+        self.file_info.setText(
+            f"{'an' if tag[0] in 'aeiou' else 'a'} {tag} ({kinds}): its output is {p.output_width} wide, so it "
+            f"works with a model whose embedding width is {p.output_width}; download it with its model"
+        )
+        item = self.file_item(name)
+        text = item.data(Qt.ItemDataRole.UserRole + 1) if item is not None else None
+        if text and p.modalities:
+            text = text.replace(projector_tag(modality_hint(name)) + "]", projector_tag(p.modalities) + "]")
+            item.setData(Qt.ItemDataRole.UserRole + 1, text)
+            item.setText(text)  # a projector's line has no fit badge under it
+
     # --------------------------------------------------------------- download
     def _update_buttons(self) -> None:
         g = self._current_group()
-        self.pull_btn.setEnabled(g is not None and not g.head and g.complete)
-        head = head_for(self._groups, g) if g is not None and not g.head else None
+        self.pull_btn.setEnabled(g is not None and not g.head and not g.projector and g.complete)
+        self.pull_btn.setToolTip(
+            "A projector is downloaded with its model: pick the model, then Download with vision"
+            if g is not None and g.projector
+            else ""
+        )
+        head = head_for(self._groups, g) if g is not None and not g.head and not g.projector else None
         self.pull_head_btn.setEnabled(g is not None and g.complete and head is not None)
         self.pull_head_btn.setToolTip(f"Also downloads {head.name}" if head is not None else "")
+        proj = projector_for(self._groups, g) if g is not None else None
+        self.pull_vision_btn.setEnabled(g is not None and g.complete and proj is not None)
+        self.pull_vision_btn.setToolTip(
+            f"Also downloads {proj.name}, this repo's projector for the file: the model then reads images"
+            if proj is not None
+            else ""
+        )
 
-    def pull_request(self, *, with_head: bool) -> PullRequest | None:
-        """The picked file (with the repo's MTP head or drafter made for it: by name, and
-        checked on both headers before the download) to download; None: none picked."""
+    def pull_request(self, *, with_head: bool, with_vision: bool = False) -> PullRequest | None:
+        """The picked file to download, with the repo's MTP head or drafter made for it (by
+        name, and checked on both headers before the download) and with its projector
+        (chosen as llama.cpp's ``-hf`` does, its width checked on the headers); None: none
+        picked."""
         g = self._current_group()
         if g is None:
             return None
         head = head_for(self._groups, g) if with_head else None
-        return PullRequest(self._repo, g, head, self._revision)
+        projector = projector_for(self._groups, g) if with_vision else None
+        return PullRequest(self._repo, g, head, self._revision, projector)
 
-    def _ask_download(self, *, with_head: bool) -> None:
-        req = self.pull_request(with_head=with_head)
+    def _ask_download(self, *, with_head: bool, with_vision: bool = False) -> None:
+        req = self.pull_request(with_head=with_head, with_vision=with_vision)
         if req is not None:
             self.download.emit(req)

@@ -54,6 +54,19 @@ def _answers(path: Path) -> str | None:
     return "embeddings" if facts.kind == EMBEDDING else "reranking"
 
 
+#: what a projector's modalities let a model read, in the library's "Sees" column
+_SEES = {"vision": "images", "audio": "audio"}
+
+
+def sees(projector, entry) -> str:
+    """What ``entry`` reads besides text: for a model, through its projector ``projector``
+    (an entry, None: text only); for a projector, what it reads for its model."""
+    facts = projector.facts if projector is not None else entry.facts if entry.kind == EntryKind.PROJECTOR else None
+    if facts is None:
+        return ""
+    return ", ".join(_SEES.get(m, m) for m in facts.modalities) or "images"
+
+
 class ModelsPage(QWidget):
     def __init__(self, ctx: AppContext, models: ModelController, parent: QWidget | None = None):
         super().__init__(parent)
@@ -70,9 +83,13 @@ class ModelsPage(QWidget):
 
         lib_box = QGroupBox("Library")
         ll = QVBoxLayout(lib_box)
-        self.table = QTableWidget(0, 7)
-        self.table.setHorizontalHeaderLabels(["Model", "Quantization", "MTP", "Size", "Source", "Paired with", "State"])
+        self.table = QTableWidget(0, 8)
+        self.table.setHorizontalHeaderLabels(
+            ["Model", "Quantization", "MTP", "Size", "Source", "Paired with", "State", "Sees"]
+        )
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for c in (1, 2, 3, 6, 7):  # short words: as wide as they need, the name takes the rest
+            self.table.horizontalHeader().setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -114,6 +131,7 @@ class ModelsPage(QWidget):
         # the parts' widgets, by the names the page's users know them by
         self.query, self.search_btn, self.repos, self.files = h.query, h.search_btn, h.repos, h.files
         self.file_info, self.pull_btn, self.pull_head_btn = h.file_info, h.pull_btn, h.pull_head_btn
+        self.pull_vision_btn = h.pull_vision_btn
         self.rows: list[DownloadRow] = self.downloads.rows
         split.addWidget(hub_box)
         lay.addWidget(split, 1)
@@ -137,13 +155,16 @@ class ModelsPage(QWidget):
 
     def refresh(self) -> None:
         entries = self.ctx.library.entries()
+        by_id = {e.id: e for e in entries}
         self.table.setRowCount(len(entries))
         for r, e in enumerate(entries):
             src = e.origin.label
             pair = e.pair or ""
             quant = e.facts.quantization
             state = "loaded" if self.loaded_name(e) is not None else ""
-            for c, text in enumerate([e.name, quant, e.mtp, human_size(e.size), src, pair, state]):
+            seen = sees(by_id.get(e.projector) if e.projector else None, e)
+            mtp = "" if e.kind == EntryKind.PROJECTOR else e.mtp
+            for c, text in enumerate([e.name, quant, mtp, human_size(e.size), src, pair, state, seen]):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, e.id)
                 self.table.setItem(r, c, item)
@@ -173,8 +194,9 @@ class ModelsPage(QWidget):
             self.details.setHtml("")
             return
         s, origin = e.facts, e.origin
+        projector = e.kind == EntryKind.PROJECTOR
         rows = [
-            ("Answers", _answers(e.path(self.ctx.library.root))),
+            ("Answers", None if projector else _answers(e.path(self.ctx.library.root))),
             ("Loaded", "yes" if self.loaded_name(e) else None),
             ("Architecture", s.architecture),
             ("Quantization", s.quantization),
@@ -182,7 +204,9 @@ class ModelsPage(QWidget):
             ("Context", s.context_length),
             ("Blocks", s.block_count),
             ("NextN layers", s.nextn_layers),
-            ("MTP", e.mtp),
+            ("MTP", None if projector else e.mtp),
+            ("Sees", sees(self.ctx.library.projector_of(e), e)),
+            ("Projector for", f"models {s.output_width} wide" if projector else None),
             ("Files", "<br>".join(e.files)),
             ("Source", origin.repo or origin.path),
             ("Revision", (origin.revision or "")[:12]),
@@ -195,7 +219,7 @@ class ModelsPage(QWidget):
 
     def _update_buttons(self) -> None:
         e = self.selected()
-        self.load_btn.setEnabled(e is not None and e.kind != EntryKind.HEAD)
+        self.load_btn.setEnabled(e is not None and e.kind not in (EntryKind.HEAD, EntryKind.PROJECTOR))
         self.load_btn.setText("Unload" if e is not None and self.loaded_name(e) is not None else "Load")
         self.delete_btn.setEnabled(e is not None)
 
@@ -266,7 +290,8 @@ class ModelsPage(QWidget):
         """Show ``repo`` in the Hugging Face browser and list its files (selecting ``file``)."""
         self.hub.open_repo(repo, file)
 
-    def pull(self, *, with_head: bool) -> DownloadRow | None:
-        """Download the file picked in the browser (with the repo's MTP head)."""
-        req = self.hub.pull_request(with_head=with_head)
+    def pull(self, *, with_head: bool, with_vision: bool = False) -> DownloadRow | None:
+        """Download the file picked in the browser (with the repo's MTP head, or with its
+        projector)."""
+        req = self.hub.pull_request(with_head=with_head, with_vision=with_vision)
         return None if req is None else self.downloads.add(req)

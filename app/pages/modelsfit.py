@@ -74,7 +74,7 @@ class FitBadges(QObject):
         self.cancel()
         self._run += 1
         run, n_ctx, depth = self._run, ctx.settings.n_ctx, load_depth(ctx.settings)
-        todo = [g for g in groups if not g.head and g.complete]
+        todo = [g for g in groups if not g.head and not g.projector and g.complete]
 
         def work(report, cancel):
             devices = machine_devices()

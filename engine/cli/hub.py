@@ -25,13 +25,23 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_search)
 
-    p = sub.add_parser("pull", help="download a model (and its MTP head) into the library")
+    p = sub.add_parser("pull", help="download a model (and its MTP head or projector) into the library")
     p.add_argument("repo")
+    p.add_argument("file_arg", nargs="?", metavar="FILE", help="file (or first shard) to download (as --file)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--file", help="file (or first shard) to download")
     which.add_argument("--quant", help="quantization to download, e.g. Q4_K_M")
     p.add_argument("--revision", help="branch, tag or commit (default: main)")
     p.add_argument("--head", help="MTP head to pull with it: REPO or REPO:FILE")
+    p.add_argument(
+        "--mmproj",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="FILE",
+        help="also pull the model's multimodal projector, so that it reads images: the repo's own, chosen as "
+        "llama.cpp's -hf does (same folder, closest quantization), or FILE (REPO:FILE for another repo's)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_pull)
 
@@ -59,6 +69,11 @@ def _size(n: int) -> str:
     from engine.gguf.inspect import human_size
 
     return human_size(n)
+
+
+def _sees(projector) -> str:
+    """What a projector entry lets its model read besides text, in words."""
+    return " and ".join({"vision": "images"}.get(m, m) for m in projector.facts.modalities) or "images"
 
 
 def _fit_json(fit) -> dict | None:
@@ -90,8 +105,9 @@ def run_search(args) -> int:
                         "shards": len(g.files),
                         "complete": g.complete,
                         "mtp_head": g.head,
+                        "projector": g.projector,
                         "fit": _fit_json(remote_fit(cfg, h.repo_id, g, rev, args.ctx, devices))
-                        if not g.head and g.complete
+                        if not g.head and not g.projector and g.complete
                         else None,
                     }
                     for g in groups
@@ -105,7 +121,7 @@ def run_search(args) -> int:
     for item in out:
         print(f"{item['repo']:<50} {item['downloads']:>10,} downloads")
         for f in item.get("files", []):
-            tag = " [MTP head]" if f["mtp_head"] else ""
+            tag = " [MTP head]" if f["mtp_head"] else " [projector]" if f["projector"] else ""
             shards = f" ({f['shards']} shards)" if f["shards"] > 1 else ""
             fit = ""
             if f.get("fit"):
@@ -138,15 +154,19 @@ def run_pull(args) -> int:
             flush=True,
         )
 
+    if args.file_arg and (args.quant or args.file not in (None, args.file_arg)):
+        other = "--quant" if args.quant else "--file"
+        return die(f"{args.file_arg} and {other} both pick the file to download; give one of them", EXIT_INVALID)
     try:
         res = pull(
             HubConfig.from_env(),
             _library(),
             args.repo,
-            file=args.file,
+            file=args.file or args.file_arg,
             quant=args.quant,
             revision=args.revision,
             head=args.head,
+            mmproj=args.mmproj,
             progress=progress,
         )
     except (KeyboardInterrupt, Cancelled):
@@ -163,6 +183,9 @@ def run_pull(args) -> int:
             print(
                 f"{'already in' if res.already_local else 'added to'} the library: {e.id} ({e.mtp}) {e.path(lib.root)}"
             )
+    if res.projector is not None:
+        sees = _sees(res.projector)
+        print(f"projector: {res.projector.id} {res.projector.path(lib.root)}; {res.model.id} reads {sees} with it")
     if res.head is not None:
         print(
             "compose them into one model with:\n  mtp-studio compose --target "
@@ -188,6 +211,10 @@ def run_models(args) -> int:
     for e in entries:
         src = e.origin.repo or e.origin.path or e.origin.source
         pair = f", paired with {e.pair}" if e.pair else ""
+        if e.projector:
+            proj = next((p for p in entries if p.id == e.projector), None)
+            pair += f", reads {_sees(proj) if proj else 'images'} with {e.projector}"
+        pair += f", a projector: reads {_sees(e)} for its model" if e.kind == "projector" else ""
         quant = e.facts.quantization or "?"
         print(f"{e.id:<40} {quant:<8} {_size(e.size):>10}  MTP: {e.mtp:<14} {src}{pair}")
     print(f"{len(entries)} model(s), {_size(sum(e.size for e in entries))} in {lib.root}")

@@ -49,7 +49,7 @@ def register(sub) -> None:
         type=int,
         default=None,
         metavar="MB",
-        help=f"memory loaded models may take, by their estimates (default {BUDGET_SHARE:.0%} of this "
+        help=f"memory loaded models may take, by their estimates (default {BUDGET_SHARE * 100:.0f}%% of this "
         "machine's: its GPUs' with a GPU build)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -96,6 +96,18 @@ def register(sub) -> None:
         "(requests may set thinking_budget_tokens; default unlimited)",
     )
     p.add_argument(
+        "--media-urls",
+        action="store_true",
+        help="fetch the http(s) image URLs requests send (off: clients send the bytes; on, the server reaches "
+        "any address a client names)",
+    )
+    p.add_argument(
+        "--media-path",
+        default=None,
+        metavar="DIR",
+        help="let requests read file:// images from under this folder (default: no files are read)",
+    )
+    p.add_argument(
         "--cache-ram",
         type=int,
         default=DEFAULT_PROMPT_CACHE_MB,
@@ -124,6 +136,8 @@ def run(args) -> int:
         draft_depth=args.draft_depth,
         thinking_budget=args.thinking_budget,
         ollama_port=args.ollama_port,
+        media_urls=args.media_urls,
+        media_folder=args.media_path,
     )
     try:
         settings.check()
@@ -165,7 +179,9 @@ def run(args) -> int:
     def spec_for(s) -> LoadSpec:
         if s.kind != "chat":  # embeddings and reranking: one pooled context, no drafting
             return replace(base, path=s.path, head=None, mtp=MtpSource.OFF, parallel=1, name=s.name)
-        return replace(base, path=s.path, head=s.head if not s.named else base.head, name=s.name)
+        # --head and --mmproj go with the first --model; a library model brings its own
+        mmproj = (base.mmproj if Path(s.path) == Path(base.path) else None) if s.named else s.projector
+        return replace(base, path=s.path, head=s.head if not s.named else base.head, name=s.name, mmproj=mmproj)
 
     with Engine(EngineConfig(request=INTERACTIVE, prompt_cache_mb=args.cache_ram)) as engine:
         infos = []

@@ -1,4 +1,4 @@
-"""Reading GGUF file names on the Hub: quantization, shard sets, MTP heads.
+"""Reading GGUF file names on the Hub: quantization, shard sets, MTP heads, projectors.
 
 Names are only a hint (the header is the truth: :mod:`engine.hub.remote` reads it with
 a ranged request); they are what a repo listing can be grouped by before downloading.
@@ -37,6 +37,24 @@ def is_head_name(filename: str) -> bool:
     return name.startswith("mtp-") or "mtp" in folders or bool(_ASSISTANT.search(name))
 
 
+def is_projector_name(filename: str) -> bool:
+    """A multimodal projector by its name: ``mmproj`` in the file's name, the word
+    llama.cpp's downloader looks for (``common/download.cpp``: ``gguf_filename_is_model``
+    leaves such files out of the models, ``find_best_mmproj`` picks one of them). The
+    header (``general.architecture`` ``clip``) is the truth; the name is what a listing
+    can be sorted by."""
+    return "mmproj" in filename.rsplit("/", 1)[-1].lower()
+
+
+def modality_hint(filename: str) -> tuple[str, ...]:
+    """What a projector's name says it reads (``vision``, ``audio``); empty when the name
+    says neither (most: ``mmproj-F16.gguf``), and then only its header can tell."""
+    name = filename.rsplit("/", 1)[-1].lower()
+    return tuple(
+        m for m, words in (("vision", ("vision", "image")), ("audio", ("audio",))) if any(w in name for w in words)
+    )
+
+
 @dataclass
 class RemoteFile:
     path: str
@@ -55,6 +73,13 @@ class FileGroup:
     head: bool  # an MTP head (by name; confirmed from the header when read)
     expected_shards: int = 1
     header: dict | None = field(default=None)  # remote header summary, when read
+    #: a multimodal projector, read with a model and never loaded alone: by its name
+    #: (``mmproj``) unless given
+    projector: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.projector is None:
+            self.projector = is_projector_name(self.name)
 
     @property
     def size(self) -> int:
@@ -66,7 +91,8 @@ class FileGroup:
 
 
 def group_gguf_files(files: list[RemoteFile]) -> list[FileGroup]:
-    """GGUF files of a repo grouped by shard set, sorted by quantization and name."""
+    """GGUF files of a repo grouped by shard set: models, then projectors, then MTP heads,
+    each sorted by quantization and name."""
     singles: list[FileGroup] = []
     sets: dict[tuple[str, int], list[RemoteFile]] = {}
     for f in files:
@@ -74,15 +100,21 @@ def group_gguf_files(files: list[RemoteFile]) -> list[FileGroup]:
             continue
         s = parse_shard_name(f.path)
         if s is None:
-            singles.append(FileGroup(f.path, [f], quant_of(f.path), is_head_name(f.path)))
+            proj = is_projector_name(f.path)
+            singles.append(FileGroup(f.path, [f], quant_of(f.path), is_head_name(f.path) and not proj))
         else:
             folder = f.path.rsplit("/", 1)[0] + "/" if "/" in f.path else ""
             sets.setdefault((folder + s.prefix, s.count), []).append(f)
     groups = list(singles)
     for (prefix, count), members in sets.items():
         members.sort(key=lambda f: f.path)
-        groups.append(FileGroup(members[0].path, members, quant_of(prefix), is_head_name(prefix), count))
-    groups.sort(key=lambda g: (g.head, g.quant or "~", g.name))
+        proj = is_projector_name(prefix)
+        groups.append(
+            FileGroup(
+                members[0].path, members, quant_of(prefix), is_head_name(prefix) and not proj, count, projector=proj
+            )
+        )
+    groups.sort(key=lambda g: (g.head, g.projector, g.quant or "~", g.name))
     return groups
 
 
@@ -115,3 +147,47 @@ def head_for(groups: list[FileGroup], target: FileGroup) -> FileGroup | None:
         return n
 
     return max(heads, key=lambda g: (shared(g), -g.size))
+
+
+#: of projectors as close to a model's quantization as each other, the one taken: F16 runs
+#: on every backend, BF16 not on all (llama.cpp keeps the first listed of equals: in a
+#: listing sorted by name, unsloth's ``mmproj-BF16`` before ``mmproj-F16``)
+PROJECTOR_PREFERENCE: tuple[str, ...] = ("F16", "BF16", "F32")
+
+
+def quant_bits(filename: str) -> int:
+    """The bits a file name's quantization says (``Q4_K_M`` 4, ``BF16`` 16, ``F32`` 32,
+    ``MXFP4`` 4), 0 when it names none: llama.cpp's ``extract_quant_bits``."""
+    q = quant_of(filename)
+    if q is None:  # llama.cpp's tag: the last word of the name, after - or .
+        stem = re.sub(r"-\d{5}-of-\d{5}$", "", filename.rsplit("/", 1)[-1].removesuffix(".gguf"))
+        m = re.search(r"[-.]([A-Za-z0-9_]+)$", stem)
+        q = m.group(1) if m else ""
+    digits = re.search(r"\d+", q.removeprefix("UD-"))
+    return int(digits.group()) if digits else 0
+
+
+def projector_for(groups: list[FileGroup], model: FileGroup) -> FileGroup | None:
+    """The repo's projector for ``model``, the way llama.cpp's ``-hf`` picks one
+    (``common/download.cpp``, ``find_best_sibling`` with ``mmproj``): of the complete
+    projector files whose folder is ``model``'s folder or one above it, the deepest; then
+    the one whose quantization's bits are closest to the model's (an F16 or BF16 model
+    gets a 16-bit projector, a Q8_0 model a Q8_0 one where the repo has it); then F16,
+    BF16, F32, others (:data:`PROJECTOR_PREFERENCE`); then by name. None: the repo holds
+    none for it. A hint by name: the headers are checked before anything is downloaded
+    (the projector's output width must be the model's input width)."""
+    if model.projector or model.head:
+        return None
+    folders = model.name.split("/")[:-1]
+    bits = quant_bits(model.name)
+
+    def key(g: FileGroup):
+        pref = PROJECTOR_PREFERENCE.index(g.quant) if g.quant in PROJECTOR_PREFERENCE else len(PROJECTOR_PREFERENCE)
+        return (-(len(g.name.split("/")) - 1), abs(quant_bits(g.name) - bits), pref, g.name)
+
+    fits = [
+        g
+        for g in groups
+        if g.projector and g.complete and g.name.split("/")[:-1] == folders[: len(g.name.split("/")) - 1]
+    ]
+    return min(fits, key=key, default=None)

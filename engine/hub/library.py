@@ -1,4 +1,5 @@
-"""The model library: models on disk with provenance, MTP status and pairs.
+"""The model library: models on disk with provenance, MTP status and pairs (a model with
+its MTP head; a model with its multimodal projector).
 
 Each entry is a folder under the library root holding its GGUF file(s) and an
 ``entry.json`` (written atomically) that says where the files came from. The index
@@ -26,6 +27,7 @@ from engine.gguf.filecopy import Copier, check_space, commit, discard, temp_path
 from engine.gguf.inspect import summarize
 from engine.gguf.shards import open_set
 from engine.gguf.validate import validate_set
+from engine.hub.projectors import check_projector_pair, is_projector_file, projector_summary
 from engine.paths import models_dir
 
 INDEX_VERSION = 1
@@ -37,6 +39,7 @@ class EntryKind(StrEnum):
     MODEL = "model"  # a target, with or without NextN layers
     HEAD = "head"  # an MTP head only (no trunk)
     COMPOSITE = "composite"  # a target + head composed here
+    PROJECTOR = "projector"  # a multimodal projector (mmproj): read with a model, never loaded alone
 
 
 class MtpStatus(StrEnum):
@@ -70,6 +73,10 @@ class EntryFacts:
     context_length: int | None = None
     block_count: int | None = None
     nextn_layers: int | None = None
+    #: a projector's: what it reads (vision, audio) and how wide its output is (the
+    #: embedding width of the models it fits)
+    modalities: tuple[str, ...] = ()
+    output_width: int | None = None
 
     @classmethod
     def of(cls, s: dict) -> EntryFacts:
@@ -80,6 +87,8 @@ class EntryFacts:
             context_length=s.get("context_length"),
             block_count=s.get("block_count"),
             nextn_layers=s.get("nextn_layers"),
+            modalities=tuple(m for m in s.get("modalities") or () if isinstance(m, str)),
+            output_width=s.get("output_width"),
         )
 
 
@@ -117,6 +126,9 @@ class Entry:
     summary: dict = field(default_factory=dict)
     pair: str | None = None  # the paired head (for a model) or model (for a head)
     added: float = 0.0
+    #: (a model) the id of its projector's entry: the model reads images (or audio) with it.
+    #: A projector may serve several models (quantizations of one model), so it names none.
+    projector: str | None = None
 
     @property
     def facts(self) -> EntryFacts:
@@ -155,6 +167,7 @@ def _entry_from(d: object, folder_name: str | None = None) -> Entry:
         isinstance(e.provenance, dict),
         isinstance(e.summary, dict),
         e.pair is None or isinstance(e.pair, str),
+        e.projector is None or isinstance(e.projector, str),
         isinstance(e.added, (int, float)) and not isinstance(e.added, bool),
     )
     if not all(checks):
@@ -169,6 +182,8 @@ def _slug(text: str) -> str:
 
 def describe(first_file: Path) -> tuple[str, str, dict]:
     """(kind, mtp label, summary) from the headers."""
+    if is_projector_file(first_file):
+        return EntryKind.PROJECTOR, MtpStatus.NONE, projector_summary(first_file)
     ms = open_set(first_file)
     report, facts = validate_set(ms)
     if not report.valid:
@@ -258,7 +273,7 @@ class Library:
             # a damaged record: keep it aside and recover what can be recovered from it
             damaged = True
             if isinstance(raw, dict):
-                for key in ("provenance", "pair", "added", "name"):
+                for key in ("provenance", "pair", "added", "name", "projector"):
                     if key in raw:
                         recovered[key] = raw[key]
             try:
@@ -282,6 +297,7 @@ class Library:
             provenance["recovered_from"] = "entry.json.bad"
         name = recovered.get("name") if isinstance(recovered.get("name"), str) else None
         pair = recovered.get("pair") if isinstance(recovered.get("pair"), str) else None
+        projector = recovered.get("projector") if isinstance(recovered.get("projector"), str) else None
         added = recovered.get("added")
         if isinstance(added, bool) or not isinstance(added, (int, float)):
             added = folder.stat().st_mtime
@@ -296,6 +312,7 @@ class Library:
             summary,
             pair=pair,
             added=added,
+            projector=projector,
         )
         write_json_atomic(folder / "entry.json", asdict(e), indent=2)
         return e
@@ -427,8 +444,9 @@ class Library:
             for x in self.entries():
                 if x.id == e.id:
                     continue
-                if x.pair == e.id:
-                    x.pair = None
+                if e.id in (x.pair, x.projector):
+                    x.pair = None if x.pair == e.id else x.pair
+                    x.projector = None if x.projector == e.id else x.projector
                     write_json_atomic(self.root / x.id / "entry.json", asdict(x), indent=2)
                 remaining.append(x)
             self._save(remaining)
@@ -440,3 +458,26 @@ class Library:
             m.pair, h.pair = h.id, m.id
             self.update(m)
             self.update(h)
+
+    def attach_projector(self, model_id: str, projector_id: str) -> Entry:
+        """Record ``projector_id`` as the projector of ``model_id`` once their headers
+        agree (the projector's output width is the model's input embedding width);
+        raises :class:`ProjectorMismatchError`, in words, when they do not. Returns the
+        model's entry."""
+        with self._lock:
+            m, p = self.get(model_id), self.get(projector_id)
+            check_projector_pair(m, p, self.root)
+            m.projector = p.id
+            self.update(m)
+            return m
+
+    def projector_of(self, entry: Entry) -> Entry | None:
+        """The projector entry ``entry`` (a model) reads images with; None: it has none."""
+        if entry.projector is None:
+            return None
+        return next((e for e in self.entries() if e.id == entry.projector and e.kind == EntryKind.PROJECTOR), None)
+
+    def projector_path(self, entry: Entry) -> Path | None:
+        """The projector file ``entry`` (a model) reads images with; None: it has none."""
+        p = self.projector_of(entry)
+        return p.path(self.root) if p is not None else None

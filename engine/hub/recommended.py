@@ -22,9 +22,7 @@ RECOMMENDED: tuple[str, ...] = (
 
 def candidate_groups(groups: list[FileGroup]) -> list[FileGroup]:
     """The file groups of a repo that could be a recommended download, largest first:
-    complete models, not MTP heads nor vision projectors (``mmproj-*``, by name; the
-    header is checked afterwards)."""
-    out = [
-        g for g in groups if g.complete and not g.head and not g.name.rsplit("/", 1)[-1].lower().startswith("mmproj")
-    ]
+    complete models, not MTP heads nor projectors (``mmproj`` in the name; the header is
+    checked afterwards)."""
+    out = [g for g in groups if g.complete and not g.head and not g.projector]
     return sorted(out, key=lambda g: -g.size)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from engine.errors import GGUFError, HubError, OfflineError, RepoNotFound
 from engine.gguf.families import family
 from engine.gguf.memory import ModelShape
 from engine.gguf.pairing import HeaderFacts
-from engine.gguf.reader import parse_buffer
+from engine.gguf.reader import GGUFHeader, parse_buffer
 from engine.hub.files import FileGroup, RemoteFile, group_gguf_files
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -115,6 +116,16 @@ def list_gguf(cfg: HubConfig, repo_id: str, revision: str | None = None) -> tupl
 def _remote_header_parts(cfg: HubConfig, repo_id: str, path: str, revision: str, *, max_bytes: int = 64 << 20):
     """A remote GGUF header parsed from ranged GETs (1 MiB, growing as needed):
     (kvs, tensors, header end)."""
+    h = remote_gguf_header(cfg, repo_id, path, revision, max_bytes=max_bytes)
+    return h.kv_list, h.tensors, h.header_end
+
+
+def remote_gguf_header(
+    cfg: HubConfig, repo_id: str, path: str, revision: str, *, max_bytes: int = 64 << 20
+) -> GGUFHeader:
+    """A remote GGUF's header, parsed from ranged GETs (1 MiB, growing as needed), as
+    :func:`engine.gguf.reader.read_header` gives a local one (``file_size``: the size the
+    server states)."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import (
         build_hf_headers,
@@ -135,13 +146,15 @@ def _remote_header_parts(cfg: HubConfig, repo_id: str, path: str, revision: str,
             raise translate(e, f"{repo_id}/{path}") from None
         data = r.content
         try:
-            _, kvs, tensors, end = parse_buffer(data, len(data), path)
+            version, kvs, tensors, end = parse_buffer(data, len(data), path)
         except GGUFError as e:
             if e.code == "truncated" and len(data) >= want and want < max_bytes:
                 want *= 4
                 continue
             raise
-        return kvs, tensors, end
+        total = r.headers.get("Content-Range", "").rpartition("/")[2]
+        size = int(total) if total.isdigit() else len(data)
+        return GGUFHeader(PurePosixPath(path), version, kvs, tensors, end, size, bytes(data[:end]))
 
 
 def remote_shape(cfg: HubConfig, repo_id: str, group: FileGroup, revision: str) -> ModelShape:

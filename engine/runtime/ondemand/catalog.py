@@ -43,6 +43,7 @@ class Servable:
     name: str  # canonical: what it is listed and loaded as
     path: Path
     head: Path | None = None  # a paired external MTP head
+    projector: Path | None = None  # a paired projector (mmproj-*.gguf): the model sees images
     #: chat | embedding | rerank (by the file's pooling type)
     kind: str = CHAT
     size: int = 0  # bytes on disk, the head's included
@@ -64,7 +65,7 @@ class Servable:
         embedding too, as Ollama's API has no other word)."""
         if self.kind != CHAT:
             return ["embedding"]
-        return ["completion", *self.template_caps]
+        return ["completion", *self.template_caps, *(["vision"] if self.projector is not None else [])]
 
 
 @dataclass
@@ -172,8 +173,8 @@ class Catalog:
             return out
         by_id = {e.id: e for e in entries}
         for e in entries:
-            if e.kind == "head":
-                continue  # an MTP head is served with its model, never alone
+            if e.kind in ("head", "projector"):
+                continue  # an MTP head or a projector is served with its model, never alone
             path = e.path(self.library.root)
             if any(s.path == path for s in out):
                 continue
@@ -182,11 +183,16 @@ class Catalog:
                 continue
             head_entry = by_id.get(e.pair) if e.pair else None
             head = head_entry.path(self.library.root) if head_entry is not None and head_entry.kind == "head" else None
+            try:
+                projector = self.library.projector_path(e)
+            except (OSError, LibraryError):  # its projector is gone: served for text
+                projector = None
             out.append(
                 Servable(
                     e.id,
                     path,
                     head=head,
+                    projector=projector,
                     kind=facts.kind,
                     size=e.size + (head_entry.size if head is not None and head_entry is not None else 0),
                     architecture=facts.architecture or e.facts.architecture,
