@@ -67,6 +67,7 @@ class ModelController(QObject):
         self.current: ModelInfo | None = None
         self.path: str | None = None
         self.head: str | None = None
+        self.mmproj: str | None = None  # the projector the model was loaded with (it sees images)
         self._job: JobSignals | None = None
         self.notes: list[str] = []  # what the current load could not honour
         self._last: tuple | None = None  # the last load's arguments, for load_anyway
@@ -84,13 +85,15 @@ class ModelController(QObject):
         *,
         notes: tuple[str, ...] = (),
         fit: str = "shrink",
+        mmproj: str | Path | None = None,
     ) -> None:
         """Load ``path``; ``notes``: what the caller could not honour (told to the user
         with the result). ``fit``: the memory check (LoadSpec.fit): "shrink" lowers the
         context setting to what fits this machine's free memory and refuses a model that
-        fits at no context; "off" loads anyway (:meth:`load_anyway`)."""
+        fits at no context; "off" loads anyway (:meth:`load_anyway`). ``mmproj``: the
+        projector the model sees images with (None: text only)."""
         s = self.ctx.settings
-        self._last = (path, head, source, notes)
+        self._last = (path, head, source, notes, mmproj)
         source = source or s.mtp.source
         self.notes = list(notes)
         if fit == "off":
@@ -116,8 +119,10 @@ class ModelController(QObject):
             tensor_split=split,
             fit=fit,
             parallel=max(1, min(s.parallel, 16)),
+            mmproj=Path(mmproj) if mmproj else None,
         )
         self.path, self.head = str(path), str(head) if head else None
+        self.mmproj = str(mmproj) if mmproj else None
         job = self._job = self.ctx.bridge.run(J.LoadModel(spec))
         job.progress.connect(self.progress)
         job.finished.connect(lambda result, cancelled: self._on_finished(job, result, cancelled))
@@ -126,7 +131,7 @@ class ModelController(QObject):
 
     def load_entry(self, entry) -> None:
         """Load a library entry, with its paired MTP head when it has one (loaded without
-        it, and told so, when the head is gone)."""
+        it, and told so, when the head is gone) and its projector when it has one."""
         from engine.facade import LibraryError, MtpStatus
 
         lib = self.ctx.library
@@ -138,7 +143,7 @@ class ModelController(QObject):
             except LibraryError as err:  # the paired head was deleted or its record is broken
                 notes = (f"loaded without its MTP head: {err}",)
         source = "external" if head is not None and entry.mtp == MtpStatus.NONE else None
-        self.load(entry.path(lib.root), head, source, notes=notes)
+        self.load(entry.path(lib.root), head, source, notes=notes, mmproj=lib.projector_path(entry))
 
     def _rpc(self) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
         """The saved RPC pool, or none (with a note) when the saved list is unusable."""
@@ -171,12 +176,12 @@ class ModelController(QObject):
         """Retry the last load without the memory check (the user's explicit override
         after a refusal)."""
         if self._last is not None:
-            path, head, source, notes = self._last
-            self.load(path, head, source, notes=notes, fit="off")
+            path, head, source, notes, mmproj = self._last
+            self.load(path, head, source, notes=notes, fit="off", mmproj=mmproj)
 
     def reload(self, source: str) -> None:
         if self.path:
-            self.load(self.path, self.head, source)
+            self.load(self.path, self.head, source, mmproj=self.mmproj)
 
     def _on_finished(self, job: JobSignals, result: object, cancelled: bool) -> None:
         if job is not self._job:  # a load replaced by a newer one

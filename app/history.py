@@ -3,7 +3,11 @@ atomically in the platformdirs data folder. Plain Python (no Qt).
 
 A conversation's id names its file, so ids are generated here and checked on every read
 and write, never trusted as paths. A file that does not hold a well-formed conversation
-is renamed ``<name>.bad`` (kept, not deleted) and the others load as usual."""
+is renamed ``<name>.bad`` (kept, not deleted) and the others load as usual.
+
+A user message may keep pictures: ``images``, a list of ``{"name", "mime", "data"
+(base64), "width", "height"}`` (:func:`app.pages.chatimages.saved`). They go to the
+model as the OpenAI shape has them: the text part first, then one media part each."""
 
 from __future__ import annotations
 
@@ -60,7 +64,40 @@ def _from_json(data: object) -> Conversation:
             raise BadConversation(f"message {i} is not a {{role, content}} object")
         if "stats" in m and not isinstance(m["stats"], dict):
             raise BadConversation(f"message {i} has stats that are not an object")
+        if "images" in m and not (isinstance(m["images"], list) and all(_is_picture(p) for p in m["images"])):
+            raise BadConversation(f"message {i} has images that are not [{{mime, data}}] objects")
     return Conversation(**kw)
+
+
+def _is_picture(item: object) -> bool:
+    """The shape a kept picture has (its bytes are checked when it is sent)."""
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("mime"), str)
+        and isinstance(item.get("data"), str)
+        and isinstance(item.get("name", ""), str)
+        and all(isinstance(item.get(k, 0), int) and not isinstance(item.get(k, 0), bool) for k in ("width", "height"))
+    )
+
+
+def _content(i: int, m: dict) -> str | list[dict]:
+    """Message ``i``'s content for the model: its text, or with pictures the text part
+    then a media part per picture; InvalidRequestError (saying which picture) when a kept
+    picture's bytes are damaged."""
+    images = m.get("images")
+    if not images:
+        return m["content"]
+    from engine.facade.media import from_base64, media_part
+
+    parts: list[dict] = [{"type": "text", "text": m["content"]}] if m["content"] else []
+    for j, p in enumerate(images):
+        where = f"{p.get('name') or 'The picture'} (picture {j + 1} of message {i + 1})"
+        parts.append(media_part(from_base64(p["data"], where, mime=p["mime"], kind="image")))
+    return parts
+
+
+def has_pictures(messages: list[dict]) -> bool:
+    return any(m.get("images") for m in messages)
 
 
 @dataclass
@@ -68,7 +105,7 @@ class Conversation:
     id: str
     title: str = "New chat"
     system: str = ""
-    messages: list[dict] = field(default_factory=list)  # {"role", "content", "stats"?}
+    messages: list[dict] = field(default_factory=list)  # {"role", "content", "stats"?, "images"?}
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     model: str | None = None
@@ -76,9 +113,11 @@ class Conversation:
     sampling: dict = field(default_factory=dict)
 
     def chat_messages(self) -> list[dict]:
-        """The messages to send to the model: system prompt first, no stats."""
+        """The messages to send to the model: system prompt first, no stats, a message's
+        pictures as media parts after its text (InvalidRequestError: a kept picture is
+        damaged)."""
         head = [{"role": "system", "content": self.system}] if self.system.strip() else []
-        return head + [{"role": m["role"], "content": m["content"]} for m in self.messages]
+        return head + [{"role": m["role"], "content": _content(i, m)} for i, m in enumerate(self.messages)]
 
 
 class ChatStore:
@@ -129,9 +168,12 @@ class ChatStore:
     def save(self, conv: Conversation) -> None:
         conv.updated = time.time()
         if conv.title == "New chat":
-            first = next((m["content"] for m in conv.messages if m["role"] == "user"), "")
-            if first.strip():
-                conv.title = " ".join(first.split())[:60]
+            first = next((m for m in conv.messages if m["role"] == "user"), None)
+            if first is not None and first["content"].strip():
+                conv.title = " ".join(first["content"].split())[:60]
+            elif first is not None and first.get("images"):
+                n = len(first["images"])
+                conv.title = f"{n} picture{'s' if n > 1 else ''}"
         write_json_atomic(self._path(conv.id), asdict(conv), indent=1)
 
     def delete(self, conv_id: str) -> None:

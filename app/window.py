@@ -78,6 +78,7 @@ class MainWindow(QMainWindow):
             sc = QShortcut(QKeySequence(f"Ctrl+{i + 1}"), self)
             sc.activated.connect(lambda k=key: self.show_page(k))
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.pages["chat"].findProjector.connect(self.find_projector)
 
         side = QWidget()
         side.setFixedWidth(190)
@@ -112,6 +113,35 @@ class MainWindow(QMainWindow):
 
     def show_page(self, key: str) -> None:
         self.nav.setCurrentRow(PAGES.index(key))
+
+    def find_projector(self) -> None:
+        """The chat's "Find its projector…": the Models page's Hugging Face browser on the
+        loaded model's repository when the library knows where it came from, else its
+        search box holding the model's name."""
+        self.show_page("models")
+        info, page = self.models.current, self.pages["models"]
+        if info is None:
+            return
+        repo = None
+        try:
+            entry = next(
+                (e for e in self.ctx.library.entries() if str(e.path(self.ctx.library.root)) == info.path), None
+            )
+            repo = entry.origin.repo if entry is not None else None
+        except Exception:  # an unreadable library: the search box instead (the Models page says why)
+            entry = None
+        if repo:
+            page.open_repo(repo)
+            where = f"the files of {repo} are listed"
+        else:
+            page.query.setText(info.name)
+            page.query.setFocus()
+            where = "search for it"
+        self.ctx.messages.status(  # type: ignore[union-attr]
+            f"{info.name} sees images with its projector (an mmproj GGUF): {where}, pick the model's file and "
+            "Download with vision, then load it",
+            15000,
+        )
 
     @property
     def current_page(self) -> str:

@@ -4,11 +4,15 @@ The page wires its parts and runs replies: the conversation list, the controls
 (:mod:`app.pages.chatcontrols`), the transcript (:mod:`app.pages.transcript`, which
 draws the reply being made, an :class:`app.pages.livereply.LiveReply` fed from the
 job's bridge signals), the figures line (:mod:`app.pages.chatfigures`), and the input
-with Send, Stop and Regenerate. Every engine event reaches it through the one bridge
-(:mod:`app.bridge`). GUI thread.
+with Send, Stop and Regenerate. Pictures pasted, dropped or chosen with Attach image…
+wait in a tray above the input (:mod:`app.pages.chatattach`) and go with the next
+message, kept with the conversation. Every engine event reaches it through the one
+bridge (:mod:`app.bridge`). GUI thread.
 
 Signals:
     generationStarted(job_id)   a reply started generating (the Performance page follows it)
+    findProjector()             the user asked for the loaded model's projector (the window
+                                shows the Models page's Hugging Face browser)
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -29,9 +34,12 @@ from PySide6.QtWidgets import (
 
 from app.bridge import JobSignals
 from app.context import AppContext, ModelController
-from app.history import Conversation
+from app.history import Conversation, has_pictures
+from app.messages import user_text
+from app.pages.chatattach import AttachTray, ChatInput
 from app.pages.chatcontrols import ChatControls
 from app.pages.chatfigures import context_line, figures_line
+from app.pages.chatimages import FILE_FILTER, saved
 from app.pages.livereply import LiveReply
 from app.pages.transcript import Transcript
 from app.widgets.page import page_layout
@@ -40,6 +48,7 @@ from engine.facade import GrammarSpec, J, ModelInfo, Part
 
 class ChatPage(QWidget):
     generationStarted = Signal(int)
+    findProjector = Signal()
 
     def __init__(self, ctx: AppContext, models: ModelController, parent: QWidget | None = None):
         super().__init__(parent)
@@ -49,6 +58,7 @@ class ChatPage(QWidget):
         self.job: JobSignals | None = None  # the reply being generated
         self.live = LiveReply()  # that reply (or the last one)
         self._grammar: GrammarSpec | None = None  # the attached JSON schema of the reply being made
+        self._error: str | None = None  # why the last turn got no reply (shown under it)
         self._build()
         self._connect()
         self._load_history()
@@ -92,11 +102,18 @@ class ChatPage(QWidget):
         self.figures.setObjectName("Figures")
         self.figures.setWordWrap(True)  # a long line of figures wraps instead of widening the window
         rl.addWidget(self.figures)
-        self.input = QPlainTextEdit()
-        self.input.setPlaceholderText("Message (Ctrl+Enter to send)")
+        self.tray = AttachTray()
+        rl.addWidget(self.tray)
+        self.input = ChatInput()
+        self.input.setPlaceholderText("Message (Ctrl+Enter to send; paste or drop pictures to attach them)")
         self.input.setFixedHeight(80)
         rl.addWidget(self.input)
         row = QHBoxLayout()
+        self.attach_btn = QPushButton("Attach image…")
+        self.attach_btn.setToolTip(
+            "Send pictures with the message (PNG, JPEG, GIF, BMP); you can also paste or drop them"
+        )
+        row.addWidget(self.attach_btn)
         self.hint = QLabel("")
         self.hint.setObjectName("Hint")
         row.addWidget(self.hint, 1)
@@ -121,6 +138,11 @@ class ChatPage(QWidget):
         self.stop_btn.clicked.connect(self.stop)
         self.regen_btn.clicked.connect(self.regenerate)
         self.new_btn.clicked.connect(self.new_chat)
+        self.attach_btn.clicked.connect(self.attach_dialog)
+        self.input.picturesOffered.connect(self.tray.offer)
+        self.transcript.picturesOffered.connect(self.tray.offer)
+        self.tray.changed.connect(self._update_sight)
+        self.tray.findProjector.connect(self.findProjector)
         self.history.currentItemChanged.connect(self._on_history_pick)
         self.controls.samplingChanged.connect(self._on_sampling)
         self.controls.sourceChanged.connect(self.models.reload)
@@ -137,6 +159,8 @@ class ChatPage(QWidget):
         self.models.loadFailed.connect(lambda e: self.figures.setText("no model loaded"))
         self.models.loadFailed.connect(lambda e: self.controls.show_think(None))
         self.models.unloaded.connect(lambda: self.controls.show_think(None))
+        self.models.unloaded.connect(self._update_sight)
+        self.models.loadFailed.connect(lambda _e: self._update_sight())
         for seq, fn in (
             ("Ctrl+Return", self.send),
             ("Ctrl+Enter", self.send),
@@ -180,7 +204,9 @@ class ChatPage(QWidget):
             self.system.blockSignals(True)
             self.system.setPlainText(conv.system)
             self.system.blockSignals(False)
+            self._error = None
             self._render()
+            self._update_sight()
 
     def new_chat(self) -> None:
         if self.job is not None:
@@ -188,25 +214,55 @@ class ChatPage(QWidget):
         self.conv = self.ctx.chats.new(self.system.toPlainText())
         self.transcript.close_blocks()
         self.history.clearSelection()
+        self._error = None
         self._render()
+        self._update_sight()
         self.input.setFocus()
 
     def _render(self, keep_scroll: bool = False) -> None:
-        """The whole transcript: the saved messages, then the reply being made."""
+        """The whole transcript: the saved messages, then the reply being made, or why
+        the last turn got none."""
         self.transcript.show_messages(
-            self.conv.messages, self.live if self.job is not None else None, keep_scroll=keep_scroll
+            self.conv.messages,
+            self.live if self.job is not None else None,
+            keep_scroll=keep_scroll,
+            error=self._error if self.job is None else None,
+        )
+
+    # --------------------------------------------------------------- pictures
+    def attach_dialog(self) -> None:
+        """Attach image…: choose picture files."""
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach images", "", FILE_FILTER)
+        if paths:
+            self.tray.attach_files(paths)
+
+    def _update_sight(self) -> None:
+        """Say, beside the pictures, when the loaded model cannot see them."""
+        info = self.models.current
+        pictures = bool(self.tray.pictures) or has_pictures(self.conv.messages)
+        if info is None or not pictures or "vision" in info.modalities:
+            self.tray.show_blind(None)
+            return
+        self.tray.show_blind(
+            f"{info.name} cannot see images: it was loaded without a projector (mmproj), so a message with "
+            "pictures would be refused. Load it with its projector to send them."
         )
 
     # -------------------------------------------------------------------- act
     def send(self) -> None:
         text = self.input.toPlainText().strip()
-        if not text or self.job is not None:
+        if (not text and not self.tray.pictures) or self.job is not None:
             return
         if not self._take_schema():
             return
         self.input.clear()
-        self.conv.messages.append({"role": "user", "content": text})
+        message: dict = {"role": "user", "content": text}
+        pictures = self.tray.take()
+        if pictures:
+            message["images"] = [saved(p) for p in pictures]
+        self.conv.messages.append(message)
         self.ctx.chats.save(self.conv)
+        self._update_sight()  # the conversation now holds them
         self._start()
 
     def _take_schema(self) -> bool:
@@ -234,11 +290,18 @@ class ChatPage(QWidget):
 
     def _start(self) -> None:
         self.conv.system = self.system.toPlainText()
+        self._error = None
+        try:
+            messages = self.conv.chat_messages()
+        except ValueError as e:  # a kept picture is damaged: said under the turn, nothing sent
+            self._error = user_text(e)
+            self._render()
+            return
         self.live = LiveReply()
         self.transcript.new_live()
         c = self.controls
         job = J.Generate(
-            messages=self.conv.chat_messages(),
+            messages=messages,
             grammar=self._grammar,
             chat_template_kwargs=c.template_kwargs(),
             defaults=self._preferences(),
@@ -323,7 +386,9 @@ class ChatPage(QWidget):
     def _on_failed(self, error: object) -> None:
         self.job = None
         self._set_busy(False)
+        self._error = user_text(error) if isinstance(error, BaseException) else str(error)
         self._render()
+        self._load_history()  # the turn was kept
         if self.ctx.messages is not None:
             self.ctx.messages.error("Generation failed", error)  # type: ignore[arg-type]
 
@@ -344,3 +409,4 @@ class ChatPage(QWidget):
         quant = f" {info.quantization}" if info.quantization else ""
         self.figures.setText(f"ready: {info.name}{quant} · MTP {info.mtp} · {context_line(info)}")
         self.figures.setToolTip(f"Chat template: {info.chat_template}")
+        self._update_sight()

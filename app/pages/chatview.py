@@ -29,9 +29,26 @@ def who_html(role: str) -> str:
     return f'<p style="margin:10px 0 2px 0"><b style="color:{color}">{who}</b></p>'
 
 
-def plain_html(role: str, text: str) -> str:
-    """A user (or system, tool) message: plain text, never markup."""
-    return who_html(role) + f'<p style="margin:0 0 6px 0">{_escape(text)}</p>'
+def plain_html(role: str, text: str, pictures: str = "") -> str:
+    """A user (or system, tool) message: plain text, never markup, then its pictures
+    (:func:`pictures_html`)."""
+    body = f'<p style="margin:0 0 6px 0">{_escape(text)}</p>' if text or not pictures else ""
+    return who_html(role) + body + pictures
+
+
+def pictures_html(sources: list[tuple[str, str]]) -> str:
+    """A message's pictures in a row: (resource URL the transcript serves, tooltip) each."""
+    if not sources:
+        return ""
+    imgs = "&nbsp;&nbsp;".join(
+        f'<img src="{html.escape(src)}" title="{html.escape(tip)}" style="vertical-align:top">' for src, tip in sources
+    )
+    return f'<p style="margin:2px 0 6px 0">{imgs}</p>'
+
+
+def error_html(text: str) -> str:
+    """Why the last turn got no reply (not kept with the conversation)."""
+    return f'<p style="margin:6px 0 6px 0; color:#b3261e">Not answered: {_escape(text)}</p>'
 
 
 def thought_header(stats: object) -> str:

@@ -5,10 +5,13 @@ Replies render as Markdown with code blocks that carry a Copy link, thinking in 
 above the answer (live while the model thinks, folded once done, opened and closed by
 its header) and tool calls as cards; the HTML comes from :mod:`app.pages.chatview`. The
 links are handled here: ``copy:N`` puts code block N on the clipboard, ``think:KEY``
-opens or closes a thinking block, web links open in the browser. GUI thread.
+opens or closes a thinking block, web links open in the browser. A user message's
+pictures show as thumbnails under its text (served to the document as ``pic:N``
+resources), and a drop of picture files here offers them to the input. GUI thread.
 
 Signals:
-    codeCopied()   a Copy link put a code block on the clipboard
+    codeCopied()                  a Copy link put a code block on the clipboard
+    picturesOffered(QMimeData)    files or an image were dropped here (read it at once)
 """
 
 from __future__ import annotations
@@ -16,17 +19,20 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QTextCursor
+from PySide6.QtGui import QDesktopServices, QImage, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
 from app.pages import chatview
+from app.pages.chatimages import decoded, describe, offers_pictures, thumbnail
 from app.pages.livereply import LiveReply
 
 LIVE_MS = 40  # the streaming reply is redrawn at most this often (and long ones less often)
+PICTURE = 160  # a sent picture's thumbnail fits a square this wide
 
 
 class Transcript(QTextBrowser):
     codeCopied = Signal()
+    picturesOffered = Signal(object)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -39,16 +45,29 @@ class Transcript(QTextBrowser):
         self._codes: list[str] = []  # the transcript's code blocks (Copy links copy:N)
         self._hist_codes = 0  # how many of them the saved messages hold
         self._open: set[str] = set()  # thinking blocks opened: message index, or "live"
+        self._error: str | None = None  # why the last turn got no reply
+        self._pictures: list[QImage] = []  # the thumbnails the document shows, as pic:N
+        self._thumbs: dict[str, QImage] = {}  # thumbnails by their picture's base64 (decoded once)
+        self.setAcceptDrops(True)
+        self.viewport().setAcceptDrops(True)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self._render_live)
         self.anchorClicked.connect(self._on_anchor)
 
     # ------------------------------------------------------------------- show
-    def show_messages(self, messages: list[dict], live: LiveReply | None = None, *, keep_scroll: bool = False) -> None:
+    def show_messages(
+        self,
+        messages: list[dict],
+        live: LiveReply | None = None,
+        *,
+        keep_scroll: bool = False,
+        error: str | None = None,
+    ) -> None:
         """The whole transcript: ``messages`` (kept, and read again on each redraw), then
-        ``live`` (None: no reply is being generated)."""
-        self._messages, self._live = messages, live
+        ``live`` (None: no reply is being generated), then ``error``: why the last turn
+        got no reply (None: nothing to say)."""
+        self._messages, self._live, self._error = messages, live, error
         self._redraw(keep_scroll)
 
     def close_blocks(self) -> None:
@@ -74,9 +93,17 @@ class Transcript(QTextBrowser):
         bar = self.verticalScrollBar()
         was = bar.value()
         self._codes = []
-        parts = [self._message_html(i, m) for i, m in enumerate(self._messages)]
+        self._pictures = []
+        used: dict[str, QImage] = {}
+        parts = [self._message_html(i, m, used) for i, m in enumerate(self._messages)]
+        self._thumbs = used  # those of pictures no longer shown are let go
         if not self._messages:
-            parts.append('<p style="color:#6b7385">Start a conversation: type a message below.</p>')
+            parts.append(
+                '<p style="color:#6b7385">Start a conversation: type a message below '
+                "(paste or drop pictures to send them with it).</p>"
+            )
+        if self._error:
+            parts.append(chatview.error_html(self._error))
         self.setHtml("".join(parts))
         self._hist_codes = len(self._codes)
         self._live_start = None
@@ -87,10 +114,53 @@ class Transcript(QTextBrowser):
         else:
             self.moveCursor(QTextCursor.MoveOperation.End)
 
-    def _message_html(self, i: int, m: dict) -> str:
+    def _message_html(self, i: int, m: dict, used: dict[str, QImage]) -> str:
         if m["role"] != "assistant":
-            return chatview.plain_html(m["role"], m["content"])
+            return chatview.plain_html(m["role"], m["content"], self._pictures_html(m.get("images") or [], used))
         return chatview.assistant_html(m, str(i), self._codes, expanded=str(i) in self._open)
+
+    def _pictures_html(self, images: list[dict], used: dict[str, QImage]) -> str:
+        sources = []
+        for p in images:
+            data = p.get("data", "")
+            thumb = used.get(data) or self._thumbs.get(data)
+            if thumb is None:
+                thumb = thumbnail(decoded(p), PICTURE)
+            used[data] = thumb
+            self._pictures.append(thumb)
+            size = len(data) * 3 // 4
+            tip = f"{p.get('name') or 'picture'} · {describe(p['mime'], p.get('width', 0), p.get('height', 0), size)}"
+            sources.append((f"pic:{len(self._pictures) - 1}", tip))
+        return chatview.pictures_html(sources)
+
+    def loadResource(self, kind: int, name: QUrl):  # noqa: N802 - Qt's name
+        """The document asks for a picture's thumbnail (``pic:N``)."""
+        if kind == QTextDocument.ResourceType.ImageResource.value and name.scheme() == "pic":
+            n = name.path()
+            if n.isdigit() and int(n) < len(self._pictures) and not self._pictures[int(n)].isNull():
+                return self._pictures[int(n)]
+            return QImage()
+        return super().loadResource(kind, name)
+
+    # ------------------------------------------------------------------ drops
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if offers_pictures(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragEnterEvent(event)
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if offers_pictures(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            super().dragMoveEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if offers_pictures(event.mimeData()):
+            event.acceptProposedAction()
+            self.picturesOffered.emit(event.mimeData())
+        else:
+            super().dropEvent(event)
 
     def _render_live(self) -> None:
         """Redraw the streaming reply in place, after the saved messages."""

@@ -13,6 +13,7 @@ the engine's own business: a page that wants more asks for it here, in one revie
 - :mod:`engine.facade.endpoint`: the local HTTP server (on-demand loading is here);
 - :mod:`engine.facade.hub`: Hugging Face search, downloads and composing a head;
 - :mod:`engine.facade.machine`: backends, devices, memory fit and RPC;
+- :mod:`engine.facade.media`: pictures in a chat turn (checked media and their parts);
 - :mod:`engine.facade.launch`: the command line and the self-test, for the launcher.
 """
 
