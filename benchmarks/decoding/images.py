@@ -31,6 +31,7 @@ import httpx
 from benchmarks.serving.servers import ServerError, ServerProcess, add_llama_server_args, find_llama_server
 from engine.cli import EXIT_INVALID, die
 from engine.runtime import jobs as J
+from engine.runtime.decider import INTERACTIVE
 from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
 from engine.runtime.media import Media, part
@@ -76,7 +77,8 @@ def first_token_ms(engine: Engine, job: J.Generate) -> tuple[float, J.GenerateRe
 
 def in_process(model: Path, mmproj: Path, tokens: int, rounds: int) -> dict:
     out: dict = {}
-    with Engine(EngineConfig()) as e:
+    # no prompt cache: a snapshot would bring the MTP context back as the other arm left it
+    with Engine(EngineConfig(request=INTERACTIVE, prompt_cache_mb=0)) as e:  # as `serve` has it
         e.submit(J.LoadModel(LoadSpec(model, n_ctx=2048, probe=False, fit="off", mmproj=mmproj))).result()
         (lm,) = e._state.models.values()  # the seam: the head's view of a picture is switched below
         t1, t2, acc_seeing, acc_blind, auto, off = [], [], [], [], [], []
@@ -93,12 +95,15 @@ def in_process(model: Path, mmproj: Path, tokens: int, rounds: int) -> dict:
                 for s in _sessions(lm):
                     s.media_row_token = token
                 lm.session.reset()  # the picture's MTP entries are fed again, this way or the other
-                res = e.submit(J.Generate(messages=first, max_tokens=tokens, ignore_eog=True, draft_depth=3)).result()
+                job = J.Generate(messages=first, max_tokens=tokens, ignore_eog=True, draft_depth=3, suffix_drafts=False)
+                res = e.submit(job).result()
                 acc.append(res.stats.accepted / max(1, res.stats.drafted))
             for s in _sessions(lm):
                 s.media_row_token = _row_token(lm)
             for mtp, rates in ((J.Mtp.ON, auto), (J.Mtp.OFF, off)):
-                res = e.submit(J.Generate(messages=first, max_tokens=128, ignore_eog=True, mtp=mtp)).result()
+                # MTP's drafts only: suffix drafts would copy the earlier runs' replies
+                job = J.Generate(messages=first, max_tokens=128, ignore_eog=True, mtp=mtp, suffix_drafts=False)
+                res = e.submit(job).result()
                 rates.append(res.stats.tokens_per_second)
         out = {
             "picture_rows": _rows(lm),
@@ -138,9 +143,11 @@ def data_uri(m: Media) -> str:
     return f"data:{m.mime};base64," + base64.b64encode(m.data).decode()
 
 
-def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> tuple[float, float, int]:
+def stream_chat(
+    c: httpx.Client, url: str, model: str, messages: list[dict], max_tokens: int, extra: dict | None = None
+) -> tuple[float, float, int]:
     """(ms to the first content, decode tok/s after it, completion tokens) of one streamed
-    chat completion."""
+    chat completion (``c`` made beforehand: making a client costs tens of ms of CPU)."""
     body = {
         "model": model,
         "messages": messages,
@@ -149,11 +156,12 @@ def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> 
         "stream": True,
         "ignore_eos": True,
         "stream_options": {"include_usage": True},
+        **(extra or {}),
     }
     first = last = None
     n = 0
     t0 = time.perf_counter()
-    with httpx.Client(timeout=600) as c, c.stream("POST", url + "/v1/chat/completions", json=body) as r:
+    with c.stream("POST", url + "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -169,26 +177,31 @@ def stream_chat(url: str, model: str, messages: list[dict], max_tokens: int) -> 
     return (first - t0) * 1000, (n - 1) / (last - first) if last > first and n > 1 else 0.0, n
 
 
-def over_http(server: ServerProcess, model: str, rounds: int, tokens: int) -> dict:
+def over_http(server: ServerProcess, model: str, rounds: int, tokens: int, extra: dict | None = None) -> dict:
     t1, t2, rates = [], [], []
-    for r in range(rounds):
-        m = picture(200 + r)
-        first = [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": QUESTION},
-                    {"type": "image_url", "image_url": {"url": data_uri(m)}},
-                ],
-            }
-        ]
-        ms, rate, _ = stream_chat(server.url, model, first, tokens)
-        t1.append(ms)
-        rates.append(rate)
-        second = [*first, {"role": "assistant", "content": "I see a picture."}, {"role": "user", "content": "More?"}]
-        ms, _, _ = stream_chat(server.url, model, second, 16)
-        t2.append(ms)
+    # a connection per request: llama-server may close a kept-alive one as it is reused
+    with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as c:
+        stream_chat(c, server.url, model, [{"role": "user", "content": "Hello"}], 4)  # warm-up
+        for r in range(rounds):
+            _http_round(c, server.url, model, r, tokens, t1, t2, rates, extra)
     return {"first_turn_ttft_ms": _med(t1), "next_turn_ttft_ms": _med(t2), "tok_s": _med(rates)}
+
+
+def _http_round(
+    c: httpx.Client, url: str, model: str, r: int, tokens: int, t1: list, t2: list, rates: list, extra: dict | None
+) -> None:
+    """Round ``r``: a new picture's first turn, then the next turn over it."""
+    content = [
+        {"type": "text", "text": QUESTION},
+        {"type": "image_url", "image_url": {"url": data_uri(picture(200 + r))}},
+    ]
+    first = [{"role": "user", "content": content}]
+    ms, rate, _ = stream_chat(c, url, model, first, tokens, extra)
+    t1.append(ms)
+    rates.append(rate)
+    second = [*first, {"role": "assistant", "content": "I see a picture."}, {"role": "user", "content": "More?"}]
+    ms, _, _ = stream_chat(c, url, model, second, 16, extra)
+    t2.append(ms)
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.decoding.images") -> int:
@@ -207,17 +220,29 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.decodi
             "in_process": in_process(model, mmproj, args.tokens, args.rounds),
         }
         if binary:
-            try:
-                with ServerProcess.ours(model, ["--mmproj", str(mmproj), "--ctx", "2048", "--no-fit-check"]) as ours:
-                    result["ours_http_mtp_auto"] = over_http(ours, ours.model_name(), args.rounds, 128)
-                spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(args.llama_mtp_depth)]
-                for name, extra in (("llama_server_draft_mtp", spec), ("llama_server_no_spec", [])):
-                    with ServerProcess.llama_server(
-                        binary, model, ["--mmproj", str(mmproj), "-c", "2048", *extra]
-                    ) as ls:
-                        result[name] = over_http(ls, "bench", args.rounds, 128)
-            except (ServerError, httpx.HTTPError, OSError) as e:
-                return die(f"bench images: {e}", EXIT_INVALID)
+            spec = ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(args.llama_mtp_depth)]
+            arms = {
+                "ours_http_mtp_auto": lambda: ServerProcess.ours(
+                    model, ["--mmproj", str(mmproj), "--ctx", "2048", "--no-fit-check"]
+                ),
+                "llama_server_draft_mtp": lambda: ServerProcess.llama_server(
+                    binary, model, ["--mmproj", str(mmproj), "-c", "2048", *spec]
+                ),
+                "llama_server_no_spec": lambda: ServerProcess.llama_server(
+                    binary, model, ["--mmproj", str(mmproj), "-c", "2048"]
+                ),
+            }
+            for name, start in arms.items():
+                try:
+                    with start() as server:
+                        ours = name.startswith("ours")
+                        # MTP's drafts only: suffix drafts would copy the earlier rounds' replies
+                        extra = {"suffix_drafts": False} if ours else None
+                        result[name] = over_http(
+                            server, server.model_name() if ours else "bench", args.rounds, 128, extra
+                        )
+                except (ServerError, httpx.HTTPError, OSError) as e:
+                    return die(f"bench images: {name}: {e}", EXIT_INVALID)
         print(json.dumps(result), flush=True)
     return 0
 

@@ -176,7 +176,11 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     if job.messages is not None and has_media(job.messages):
         # a prompt with pictures is not remembered as text: its tokens depend on them
         chat, media = _render_media(job, lm)
-        prompt, points = model.with_bos(media.tokens), ()
+        prompt = model.with_bos(media.tokens)
+        # the next turn shares this prompt up to its end (whatever reply it carries back):
+        # a snapshot there lets it resume after the picture where the contexts cannot
+        # roll back (recurrent layers)
+        points = (len(prompt) - 1,) if snapshots else ()
     elif job.messages is not None:
         chat = _render(job, lm, points=snapshots)
         text = chat.text

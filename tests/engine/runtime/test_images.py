@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import GGUFError, InvalidRequestError
+from engine.errors import GGUFError, InvalidRequestError, PromptTooLongError
 from engine.runtime import jobs as J
 from engine.runtime.engine import Engine, EngineConfig
 from engine.runtime.load.loader import LoadSpec
@@ -168,3 +168,112 @@ def engine_on_checked(mmproj: Path | None) -> Engine:
     e = Engine(EngineConfig()).start()
     e.submit(J.LoadModel(LoadSpec(DEMO, n_ctx=1024, probe=False, fit="check", mmproj=mmproj))).result()
     return e
+
+
+@pytest.fixture(scope="module")
+def gemma4(tmp_path_factory) -> dict[str, str]:
+    """Gemma 4 and its assistant (written in a child: laying out a model runs llama.cpp),
+    with a gemma4v projector as wide as the model takes."""
+    out = tmp_path_factory.mktemp("gemma4")
+    code = (
+        "import json, sys; from pathlib import Path; from tests.synth.families import write_all; "
+        "print(json.dumps(write_all(Path(sys.argv[1]), ('gemma4',))['gemma4'].files))"
+    )
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = json.loads(done.stdout.strip().splitlines()[-1])
+    files["mmproj"] = str(write_projector(out / "mmproj-gemma4.gguf", "gemma4v", 128))
+    return files
+
+
+def test_gemma4_sees_through_a_non_causal_projector_and_its_assistant_drafts_after_the_picture(gemma4):
+    """A second projector type (gemma4v: its rows decoded with non-causal attention, in
+    one micro-batch) on Gemma 4, whose assistant reads the target's cache: MTP on equals
+    off after the picture, and two pictures give two replies."""
+    e = Engine(EngineConfig()).start()
+    try:
+        spec = LoadSpec(
+            gemma4["target"], head=gemma4["head"], n_ctx=1024, probe=False, fit="off", mmproj=gemma4["mmproj"]
+        )
+        info = e.submit(J.LoadModel(spec)).result()
+        assert info.drafting == "shared" and info.modalities == ("vision",)
+        out = {}
+        for seed in (1, 2):
+            on = e.submit(gen(ask(image(seed)), draft_depth=2)).result()
+            off = e.submit(gen(ask(image(seed)), J.Mtp.OFF)).result()
+            assert on.tokens == off.tokens and on.stats.drafted > 0
+            assert on.stats.prompt_tokens > 80  # the picture's 80 rows (gemma4v asks for at least 70)
+            out[seed] = on.tokens
+        assert out[1] != out[2]
+    finally:
+        e.stop()
+
+
+def test_a_picture_longer_than_the_context_is_refused_in_words(qwen_mmproj):
+    e = Engine(EngineConfig()).start()
+    try:
+        e.submit(J.LoadModel(LoadSpec(DEMO, n_ctx=256, probe=False, fit="off", mmproj=qwen_mmproj))).result()
+        with pytest.raises(PromptTooLongError):
+            e.submit(gen(ask(image(1, 512, 512)))).result()  # 1,024 rows
+        assert len(e.submit(gen(ask(image(1)), n=4)).result().tokens) == 4
+    finally:
+        e.stop()
+
+
+def test_the_prompt_cache_brings_a_picture_conversation_back_after_another(qwen_mmproj):
+    """The demo is hybrid (recurrent layers roll back only a few tokens): a conversation
+    with a picture, then another conversation, then the first one's next turn — the
+    picture's rows come back from a snapshot, not decoded again, and the reply is the one
+    decoded from scratch."""
+    first = ask(image(5), "Describe it.")
+    e = Engine(EngineConfig(prompt_cache_mb=64)).start()
+    try:
+        e.submit(J.LoadModel(LoadSpec(DEMO, n_ctx=1024, probe=False, fit="off", mmproj=qwen_mmproj))).result()
+        r1 = e.submit(gen(first, n=16)).result()
+        e.submit(gen(ask(image(6), "Something else entirely."), n=16)).result()
+        second = [*first, {"role": "assistant", "content": r1.text}, {"role": "user", "content": "More?"}]
+        r2 = e.submit(gen(second, n=16)).result()
+    finally:
+        e.stop()
+    assert r2.stats.prompt_tokens_restored >= r1.stats.prompt_tokens - 1
+    with engine_on(qwen_mmproj) as fresh:
+        assert fresh.submit(gen(second, n=16)).result().tokens == r2.tokens
+
+
+def test_a_next_turn_carrying_another_reply_resumes_after_the_picture(qwen_mmproj):
+    """A client sends the next turn with a reply of its own (not the tokens generated): the
+    contexts cannot roll back past the reply on the hybrid demo, so the turn resumes from
+    the snapshot taken at the first prompt's end — the picture is not decoded again."""
+    first = ask(image(8), "Describe it.")
+    e = Engine(EngineConfig(prompt_cache_mb=64)).start()
+    try:
+        e.submit(J.LoadModel(LoadSpec(DEMO, n_ctx=1024, probe=False, fit="off", mmproj=qwen_mmproj))).result()
+        r1 = e.submit(gen(first, n=24)).result()
+        second = [*first, {"role": "assistant", "content": "I see a picture."}, {"role": "user", "content": "More?"}]
+        r2 = e.submit(gen(second, n=8)).result()
+    finally:
+        e.stop()
+    assert r2.stats.prompt_tokens_restored + r2.stats.prompt_tokens_reused >= r1.stats.prompt_tokens - 1
+
+
+def test_libmtmd_runs_on_a_thread_that_ends_with_the_call(seeing, monkeypatch):
+    """The encoder's CPU threads belong to the thread that calls it and cost CPU while it
+    lives (an encode on the main thread slowed every later decode tenfold on 2 cores): a
+    prompt's pictures are tokenized and encoded on a thread of their own, gone afterwards."""
+    import threading
+
+    from engine.runtime.media.projector import MARKER, Projector
+
+    projector = _projector(seeing)
+    seen: list[threading.Thread] = []
+    real = Projector._prompt
+
+    def spy(self, text, media):
+        seen.append(threading.current_thread())
+        return real(self, text, media)
+
+    monkeypatch.setattr(Projector, "_prompt", spy)
+    projector.prompt(MARKER, [image(9)])
+    (t,) = seen
+    assert t is not threading.current_thread() and not t.is_alive()
