@@ -118,3 +118,8 @@ def from_exception(exc: BaseException, retry_after_s: int = 2) -> HTTPError:
                 return HTTPError(status, str(exc), type_=type_, code=code, headers=headers, param=param)
         return HTTPError(500, str(exc), type_="server_error", code=exc.code)
     return HTTPError(500, "Internal server error.", type_="server_error", code="internal_error")
+
+
+def bad(message: str, param: str | None = None) -> HTTPError:
+    """A request's 400: what is wrong with it, and the parameter at fault."""
+    return HTTPError(400, message, param=param, code="invalid_request_error" if param is None else "invalid_value")

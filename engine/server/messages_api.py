@@ -31,7 +31,7 @@ from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.chat import not_text
 from engine.runtime.media import Media
 from engine.runtime.media.intake import MediaPolicy
-from engine.server import mediaparts
+from engine.server import mediaparts, thinking
 
 log = logging.getLogger("mtp_studio.server")
 
@@ -182,19 +182,6 @@ def _choice(raw: Any) -> tuple[Any, bool | None]:
     return {"auto": "auto", "any": "required", "none": "none"}[kind], parallel
 
 
-def _thinking(raw: Any) -> tuple[dict | None, int | None]:
-    if raw is None:
-        return None, None
-    if not isinstance(raw, dict) or raw.get("type") not in ("enabled", "disabled", "adaptive"):
-        raise bad("thinking must be {'type': 'enabled', 'budget_tokens': N} or {'type': 'disabled'}", "thinking")
-    if raw["type"] == "disabled":
-        return {"enable_thinking": False}, None
-    budget = raw.get("budget_tokens")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
-        raise bad("thinking.budget_tokens must be an integer", "thinking.budget_tokens")
-    return {"enable_thinking": True}, budget
-
-
 def parse(
     body: Any,
     models: dict[str, ModelInfo],
@@ -220,7 +207,7 @@ def parse(
         raise bad(str(e), e.param) from None
     if skipped:
         log.info("messages: skipped tools this endpoint cannot run: %s", ", ".join(skipped))
-    kwargs, budget = _thinking(body.get("thinking"))
+    thinks = thinking.anthropic(body.get("thinking"))
     stops = body.get("stop_sequences") or []
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise bad("'stop_sequences' must be a list of strings", "stop_sequences")
@@ -233,8 +220,7 @@ def parse(
         tools=parsed_tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
-        chat_template_kwargs=kwargs,
-        thinking_budget=budget,
+        **thinks.job_fields(),
         rounds=False,
         defaults=defaults,
     )

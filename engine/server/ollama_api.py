@@ -30,12 +30,10 @@ from engine.server.errors import HTTPError
 from engine.server.ondemand.listing import Listed
 from engine.server.schemas import Resolve, bad, get, mtp_of
 from engine.runtime.media.intake import MediaPolicy
-from engine.server import mediaparts
+from engine.server import mediaparts, thinking
 
 #: the Ollama version this endpoint answers as (clients check for a recent one)
 VERSION = "0.13.0"
-#: ``think`` efforts (gpt-oss style) as thinking on and a budget
-_EFFORT = {"low": 1024, "medium": 4096, "high": None}
 
 
 def now_iso() -> str:
@@ -178,16 +176,6 @@ def _format(raw: Any) -> GrammarSpec | None:
     raise bad("'format' must be \"json\" or a JSON schema", "format")
 
 
-def _think(raw: Any) -> tuple[dict | None, int | None]:
-    if raw is None:
-        return None, None
-    if isinstance(raw, bool):
-        return {"enable_thinking": raw}, None
-    if isinstance(raw, str) and raw in _EFFORT:
-        return {"enable_thinking": True}, _EFFORT[raw]
-    raise bad("'think' must be true, false, 'low', 'medium' or 'high'", "think")
-
-
 def _num_predict(opts: dict) -> int | None:
     """``options.num_predict`` as the job's ``max_tokens`` (None: the defaults'). Its JSON
     type is checked here; its range, like every API's ``max_tokens``, by the decider.
@@ -252,7 +240,7 @@ def parse(
             prompt = {
                 "messages": [*msgs, {"role": "user", "content": mediaparts.ollama_content(text, images, "prompt")}]
             }
-    kwargs, budget = _think(body.get("think"))
+    thinks = thinking.ollama(body.get("think"))
     stop = opts.get("stop")
     mtp, depth = mtp_of(body)
     job = J.Generate(
@@ -266,8 +254,8 @@ def parse(
         mtp=mtp,
         draft_depth=depth,
         grammar=_format(body.get("format")),
-        chat_template_kwargs=kwargs if "messages" in prompt else None,
-        thinking_budget=budget,
+        chat_template_kwargs=thinks.template_kwargs if "messages" in prompt else None,
+        thinking_budget=thinks.budget,
         rounds=False,
         defaults=defaults,
         **prompt,

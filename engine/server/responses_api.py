@@ -30,19 +30,10 @@ from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.chat import not_text
 from engine.runtime.media import Media
 from engine.runtime.media.intake import MediaPolicy
-from engine.server import mediaparts
+from engine.server import mediaparts, thinking
 
 log = logging.getLogger("mtp_studio.server")
 
-#: thinking for each ``reasoning.effort``: (on, budget in tokens; None: unlimited)
-EFFORT = {
-    "none": (False, None),
-    "minimal": (False, None),
-    "low": (True, 1024),
-    "medium": (True, 4096),
-    "high": (True, None),
-    "xhigh": (True, None),
-}
 #: input items that carry no text a model here could use (they come with tools it skips)
 _SKIPPED_ITEMS = (
     "web_search_call",
@@ -115,7 +106,7 @@ def parse(
         raise bad(str(e), e.param) from None
     if skipped:
         log.info("responses: skipped tools this endpoint cannot run: %s", ", ".join(skipped))
-    kwargs, budget = _reasoning(body.get("reasoning"))
+    thinks = thinking.responses(body.get("reasoning"))
     max_tokens = get(body, "max_output_tokens", (int,), None)
     stop = body.get("stop")  # not OpenAI's, but llama-server's and agents' habit
     job = resolve(
@@ -129,8 +120,7 @@ def parse(
             tools=parsed_tools,
             tool_choice=choice,
             parallel_tool_calls=get(body, "parallel_tool_calls", (bool,), None),
-            chat_template_kwargs=kwargs,
-            thinking_budget=budget,
+            **thinks.job_fields(),
             rounds=False,
             defaults=defaults,
         )
@@ -307,18 +297,3 @@ def _format(text: Any) -> GrammarSpec | None:
             )
         return GrammarSpec.json_schema(schema, param="text.format")
     raise bad("text.format type must be 'text', 'json_object' or 'json_schema'", "text.format")
-
-
-def _reasoning(raw: Any) -> tuple[dict | None, int | None]:
-    """``reasoning.effort`` as the template's ``enable_thinking`` and a thinking budget."""
-    if raw is None:
-        return None, None
-    if not isinstance(raw, dict):
-        raise bad("'reasoning' must be an object", "reasoning")
-    effort = raw.get("effort")
-    if effort is None:
-        return None, None
-    if not isinstance(effort, str) or effort not in EFFORT:
-        raise bad(f"reasoning.effort must be one of {', '.join(EFFORT)}", "reasoning.effort")
-    on, budget = EFFORT[effort]
-    return {"enable_thinking": on}, budget

@@ -25,7 +25,8 @@ from engine.runtime.decode.depth import AUTO_TEXT, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
 from engine.errors import InvalidRequestError
 from engine.runtime.prompt.tools import parse_choice, parse_tools
-from engine.server.errors import HTTPError
+from engine.server import thinking
+from engine.server.errors import HTTPError, bad
 from engine.runtime.modelinfo import ModelInfo
 
 #: decides a job (Engine.resolve): every value set, checked, and marked resolved
@@ -38,10 +39,6 @@ class Parsed:
     model: str
     stream: bool
     include_usage: bool
-
-
-def bad(message: str, param: str | None = None) -> HTTPError:
-    return HTTPError(400, message, param=param, code="invalid_request_error" if param is None else "invalid_value")
 
 
 def get(body: dict, key: str, types: tuple[type, ...], default: Any = None) -> Any:
@@ -242,7 +239,9 @@ def parse_chat(body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaul
     parallel = get(body, "parallel_tool_calls", (bool,), None)
     kwargs = get(body, "chat_template_kwargs", (dict,), None)
     fmt = get(body, "reasoning_format", (str,), None)
-    budget = body.get("thinking_budget_tokens")
+    thinks = thinking.chat(body)
+    if thinks.on is not None:  # reasoning_effort, under what chat_template_kwargs says
+        kwargs = {**(thinks.template_kwargs or {}), **(kwargs or {})}
     return _parsed(
         c,
         resolve,
@@ -253,7 +252,7 @@ def parse_chat(body: Any, models: dict[str, ModelInfo], resolve: Resolve, defaul
         parallel_tool_calls=parallel,
         chat_template_kwargs=kwargs,
         reasoning_format=fmt,
-        thinking_budget=budget,
+        thinking_budget=thinks.budget,
     )
 
 

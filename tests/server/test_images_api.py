@@ -63,46 +63,19 @@ def test_the_model_lists_as_seeing(seeing):
 def test_openai_chat_completions(seeing, want):
     from openai import OpenAI
 
+    def ask(c, seed: int, **kw):
+        picture = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(seed)}"}}
+        messages = [{"role": "user", "content": [{"type": "text", "text": QUESTION}, picture]}]
+        return c.chat.completions.create(model="demo", messages=messages, max_tokens=N, temperature=0, **kw)
+
     with OpenAI(base_url=seeing[0].url + "/v1", api_key="unused", max_retries=0) as c:
         got = {}
         for seed in (1, 2):
-            r = c.chat.completions.create(
-                model="demo",
-                messages=[
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "text", "text": QUESTION},
-                            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(seed)}"}},
-                        ],
-                    }
-                ],
-                max_tokens=N,
-                temperature=0,
-            )
+            r = ask(c, seed)
             got[seed] = r.choices[0].message.content or ""
             assert r.usage.prompt_tokens > 12 + 5  # the picture's 12 rows and the text
-        # two pictures, two replies; and with ignore_eos, whatever the replies' ends
-        longer = {
-            seed: c.chat.completions.create(
-                model="demo",
-                messages=[
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "text", "text": QUESTION},
-                            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(seed)}"}},
-                        ],
-                    }
-                ],
-                max_tokens=N,
-                temperature=0,
-                extra_body={"ignore_eos": True},
-            )
-            .choices[0]
-            .message.content
-            for seed in (1, 2)
-        }
+        # two pictures, two replies (with ignore_eos: whatever the replies' ends)
+        longer = {seed: ask(c, seed, extra_body={"ignore_eos": True}).choices[0].message.content for seed in (1, 2)}
     assert got == want
     assert longer[1] != longer[2]
 
