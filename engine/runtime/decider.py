@@ -163,10 +163,11 @@ class Prepared:
         return getattr(self.params.depth, "learns", False)
 
 
-def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
+def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts, *, encode: bool = True) -> Prepared:
     """The prompt tokens and decode parameters of a resolved ``job`` on ``lm``
-    (``texts``: the model's recent conversations, whose tokens are reused). Runs where the
-    job is prepared: the engine thread, or a request's own thread for a model with slots."""
+    (``texts``: the model's recent conversations, whose tokens are reused; ``encode``
+    False: a prompt's pictures are counted, not encoded — for counting only). Runs where
+    the job is prepared: the engine thread, or a request's own thread for a model with slots."""
     assert job.resolved, "prepare takes a resolved job (engine.runtime.decider.resolve)"
     model = lm.model
     snapshots = lm.snapshots is not None and lm.snapshots.snapshots_in_prefill(model.restores_cut_back)
@@ -175,7 +176,7 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     media: MediaPrompt | None = None
     if job.messages is not None and has_media(job.messages):
         # a prompt with pictures is not remembered as text: its tokens depend on them
-        chat, media = _render_media(job, lm)
+        chat, media = _render_media(job, lm, encode)
         prompt = model.with_bos(media.tokens)
         # the next turn shares this prompt up to its end (whatever reply it carries back):
         # a snapshot there lets it resume after the picture where the contexts cannot
@@ -224,7 +225,7 @@ def prepare(job: Generate, lm: LoadedModel, texts: TokenizedTexts) -> Prepared:
     return Prepared(prompt, text, params, chat.plan if chat is not None else None)
 
 
-def _render_media(job: Generate, lm: LoadedModel) -> tuple[RenderedChat, MediaPrompt]:
+def _render_media(job: Generate, lm: LoadedModel, encode: bool) -> tuple[RenderedChat, MediaPrompt]:
     """A conversation with pictures: rendered with a placeholder where each stands, then
     tokenized and its pictures encoded by the model's projector (any thread)."""
     if lm.projector is None:
@@ -232,7 +233,7 @@ def _render_media(job: Generate, lm: LoadedModel) -> tuple[RenderedChat, MediaPr
     messages, media = mark(job.messages or [])
     chat = _render(replace(job, messages=messages), lm, points=False)
     text, ordered = unmark(chat.text, media)
-    return chat, lm.projector.prompt(text, ordered)
+    return chat, lm.projector.prompt(text, ordered, encode=encode)
 
 
 def no_projector(model: str) -> str:

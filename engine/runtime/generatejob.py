@@ -87,4 +87,4 @@ def count_prompt(job: J.Generate, state, cancel, emit) -> int:
     function: ``state`` is the engine's; picklable with the job, so it runs where the model
     does, a worker process included)."""
     lm = state.get(job.model)
-    return len(prepare(job, lm, state.texts_of(lm.name)).prompt)
+    return len(prepare(job, lm, state.texts_of(lm.name), encode=False).prompt)  # pictures counted, not encoded

@@ -189,3 +189,25 @@ def test_a_bad_picture_is_refused_and_the_engine_serves_on(seeing, want):
     r = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 400 and "messages[0].content[0]" in r.json()["error"]["message"]
     assert in_process(seeing[1], 1) == want[1]
+
+
+def test_count_tokens_counts_a_picture_without_encoding_it(seeing):
+    """Claude Code asks count_tokens constantly: it runs between the running streams' steps,
+    so it tokenizes the picture (its rows counted) without running the encoder."""
+    (lm,) = seeing[1]._state.models.values()  # the seam: the projector's encode count
+    before = lm.projector.encodes
+    body = {
+        "model": "demo",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": QUESTION},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(77)}},
+                ],
+            }
+        ],
+    }
+    r = httpx.post(seeing[0].url + "/v1/messages/count_tokens", json=body, timeout=30)
+    assert r.status_code == 200 and r.json()["input_tokens"] > 12
+    assert lm.projector.encodes == before

@@ -21,6 +21,7 @@ from engine.runtime.decode.session import Session
 from engine.runtime.decode.cache.snapshotcache import SnapshotCache
 from engine.runtime.llama.batch import LOGITS_LAST
 from engine.runtime.media.projector import MediaChunk
+from engine.runtime.media.rows import chunk_edge, decode_run
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ def prefill(
 
     step = s.target.n_batch
     marks = cache.marks(s.target.model.restores_cut_back, c, n, points) if cache is not None else []
+    if media:  # a snapshot is taken at a picture's edge, never inside one
+        marks = sorted({e for e in (chunk_edge(prompt, m) for m in marks) if c < e < n})
+    s.media = media or {}
     i = c
     while i < n:
         if i > c:
@@ -130,8 +134,8 @@ def prefill(
         # hidden rows from the chunk holding the window's first entry's previous position on
         if prompt[i] < 0 or (media and any(t < 0 for t in prompt[i:end])):
             asked = end
-            end, rows = _decode_media_or_text(s, prompt, i, end, media, hidden=use_mtp)
-            if marked and end != asked:  # stopped at a picture's edge before the mark
+            end, rows = decode_run(s, prompt, i, end, media, hidden=use_mtp)
+            if marked and end < asked:  # stopped at a picture's edge before the mark
                 marks.insert(0, asked)
                 marked = False
         else:
@@ -148,43 +152,6 @@ def prefill(
         assert s.last_hidden is not None
         s.lag.append(first, s.last_hidden)
     return Prefill(c, n - c, first, logits, restored=min(restored, c))
-
-
-def chunk_edge(prompt: list[int], i: int) -> int:
-    """``i``, or where the media chunk holding prompt row ``i`` begins (a picture's rows are
-    one negative id repeated): contexts are kept up to a picture's edge, never inside."""
-    if i <= 0 or i >= len(prompt) or prompt[i] >= 0:
-        return max(i, 0)
-    while i > 0 and prompt[i - 1] == prompt[i]:
-        i -= 1
-    return i
-
-
-def _decode_media_or_text(
-    s: Session, prompt: list[int], i: int, end: int, media: dict[int, MediaChunk] | None, *, hidden: bool
-) -> tuple[int, np.ndarray | None]:
-    """Decode from prompt row ``i``: the text before the next picture (at most to
-    ``end``), or the picture's rows from ``i`` (at most to ``end``; a chunk that must be
-    decoded in one micro-batch, whole). Returns where it stopped and the hidden rows."""
-    tok = prompt[i]
-    if tok >= 0:
-        j = i
-        while j < end and prompt[j] >= 0:
-            j += 1
-        return j, s.decode_target(prompt[i:j], logits=LOGITS_LAST, hidden=hidden)
-    chunk = (media or {}).get(tok)
-    if chunk is None:
-        raise MtpStudioError("a prompt holds a picture's rows but not the picture: prepare it with its media")
-    first = chunk_edge(prompt, i)
-    start = (i - first) % chunk.n_tokens
-    stop = chunk.n_tokens if chunk.non_causal else min(chunk.n_tokens, start + end - i)
-    if chunk.non_causal and (start or chunk.n_tokens > s.target.n_ubatch):
-        raise MtpStudioError(
-            f"this picture's {chunk.n_tokens} rows must be decoded in one micro-batch, and the context's holds "
-            f"{s.target.n_ubatch}: load the model with a larger micro-batch (n_ubatch)"
-        )
-    rows = s.decode_media(chunk, start, stop, logits=LOGITS_LAST, hidden=hidden)
-    return i + stop - start, rows
 
 
 def resume(s: Session, cache: SnapshotCache, prompt: list[int], limit: int) -> int:

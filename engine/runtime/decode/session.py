@@ -35,6 +35,7 @@ from engine.runtime.decode.entries import HOLE, Choose, FedTail, Lag
 from engine.runtime.decode.cache.snapshot import Snapshot, token_key
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
 from engine.runtime.llama.context import Context
+from engine.runtime.media.rows import decode_run
 
 #: the most of a prompt's last positions the MTP head is fed before its first draft. Its
 #: attention over a long prompt costs as much as one trunk attention layer (on the demo,
@@ -88,11 +89,11 @@ class Session:
         self.prompt_window = MTP_PROMPT_WINDOW
         #: test seam: called with a phase name at every cancellation point
         self.phase_hook: Callable[[str], None] | None = None
-        #: media rows (a prompt's negative ids: engine.runtime.media.projector) enter the MTP
-        #: context as this token with the target's hidden row before each, so the head's
-        #: cache has no holes at a picture; None: they are left as holes (llama-server's way)
+        #: a picture's rows (negative ids: engine.runtime.media.projector) enter the MTP context
+        #: as this token with the target's hidden row before each; None: as holes (llama-server's)
         self.media_row_token: int | None = None
         self._media_batch = None  # engine.runtime.media.batch.MediaBatch, made when first needed
+        self.media: dict = {}  # the chunks of the pictures whose rows the target holds
 
     def close(self) -> None:
         self.batch.close()
@@ -134,9 +135,8 @@ class Session:
         return rows
 
     def decode_media(self, chunk, start: int, stop: int, *, logits: str, hidden: bool) -> np.ndarray | None:
-        """Decode rows ``start..stop`` of media ``chunk`` (a
-        :class:`~engine.runtime.media.projector.MediaChunk`) after ``target_tokens``, as
-        :meth:`decode_target` decodes tokens: the prompt's next rows are the chunk's."""
+        """:meth:`decode_target` for rows ``start..stop`` of a picture's ``chunk``
+        (:class:`~engine.runtime.media.projector.MediaChunk`)."""
         from engine.runtime.media.batch import batch_for
 
         n = stop - start
@@ -191,10 +191,12 @@ class Session:
 
     def _rewind_target(self, keep: int) -> bool:
         """Drop target positions from ``keep`` on, if llama.cpp can roll its state back
-        that far; False (nothing changed) if it cannot."""
+        that far; False (nothing changed) if it cannot — nor over a picture's rows in a
+        recurrent state, which counts a rollback in positions, and a picture's share one."""
         if keep >= len(self.target_tokens):
             return True
-        if keep < self.floor or not self.target.seq_rm(keep, -1):
+        over_picture = self.target.model.is_recurrent and any(t < 0 for t in self.target_tokens[keep:])
+        if keep < self.floor or over_picture or not self.target.seq_rm(keep, -1):
             return False
         del self.target_tokens[keep:]
         self.last_hidden = None  # the caller sets it when it holds the row
@@ -230,17 +232,16 @@ class Session:
     ) -> list[np.ndarray]:
         """Decode ``tokens`` in n_batch chunks; returns the hidden rows of each chunk."""
         out: list[np.ndarray] = []
-        step = self.target.n_batch
-        for i in range(0, len(tokens), step):
+        step, i, n = self.target.n_batch, 0, len(tokens)
+        while i < n:
             if i:
                 self.phase("prefill", cancel)
-            chunk = tokens[i : i + step]
-            last = i + step >= len(tokens)
-            rows = self.decode_target(
-                chunk, logits=LOGITS_LAST if (last and want_logits) else LOGITS_NONE, hidden=hidden
-            )
+            end = min(i + step, n)
+            # a picture's rows are decoded from its chunk (the prompt's: self.media)
+            end, rows = decode_run(self, tokens, i, end, self.media, hidden=hidden, logits=end >= n and want_logits)
             if rows is not None:
                 out.append(rows)
+            i = end
         return out
 
     # ------------------------------------------------------------------ draft

@@ -2,7 +2,9 @@
 
 A batch of embeddings has no token ids (llama.cpp reads ``embd`` when ``token`` is NULL)
 and, under M-RoPE, four positions per row laid out section-major (``pos[j * n + i]``:
-llama.cpp's ``llama_batch_compat``), so it is allocated for ``capacity × sections`` rows.
+llama.cpp's ``llama_batch_compat``): its position array is this object's own, ``capacity ×
+sections`` long, put in place of llama.cpp's (``capacity`` long) and taken out again before
+``llama_batch_free``.
 """
 
 from __future__ import annotations
@@ -26,15 +28,18 @@ class MediaBatch(Owned):
         self._own()
         L = llama()
         self.capacity, self.n_embd, self.sections, self.seq = capacity, n_embd, sections, seq
-        n_alloc = capacity * sections
-        self._batch = L.llama_batch_init(n_alloc, n_embd, 1)  # embd set, token NULL
-        self.embd = np.ctypeslib.as_array(self._batch.embd, shape=(n_alloc, n_embd))
-        self.pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_alloc,))
+        self._batch = L.llama_batch_init(capacity, n_embd, 1)  # embd set, token NULL
+        # the address (a field read from a ctypes structure follows later writes to it)
+        self._their_pos = ctypes.cast(self._batch.pos, ctypes.c_void_p).value
+        self._own_pos = (L.llama_pos * (capacity * sections))()
+        self._batch.pos = self._own_pos
+        self.embd = np.ctypeslib.as_array(self._batch.embd, shape=(capacity, n_embd))
+        self.pos = np.ctypeslib.as_array(self._own_pos, shape=(capacity * sections,))
         self.logits = np.ctypeslib.as_array(
-            ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(n_alloc,)
+            ctypes.cast(self._batch.logits, ctypes.POINTER(ctypes.c_int8)), shape=(capacity,)
         )
-        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(n_alloc,))[:] = 1
-        for i in range(n_alloc):
+        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))[:] = 1
+        for i in range(capacity):
             self._batch.seq_id[i][0] = seq
         self.n = 0
         self.n_logits = 0
@@ -71,14 +76,21 @@ class MediaBatch(Owned):
     def close(self) -> None:
         free = self._closer()
         self._batch = None
+        self._own_pos = None
         if free is not None:
             free()
 
     def _closer(self):
-        batch = getattr(self, "_batch", None)
+        batch, theirs = getattr(self, "_batch", None), getattr(self, "_their_pos", None)
         if batch is None:
             return None
-        return lambda: llama().llama_batch_free(batch)
+
+        def free() -> None:
+            # llama.cpp frees the array it allocated, not ours
+            batch.pos = ctypes.cast(theirs, ctypes.POINTER(llama().llama_pos))
+            llama().llama_batch_free(batch)
+
+        return free
 
 
 def batch_for(b: MediaBatch | None, chunk: MediaChunk, n: int, n_batch: int, seq: int) -> MediaBatch:

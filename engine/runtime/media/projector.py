@@ -31,6 +31,7 @@ the call. Closed on the thread that loaded it, before its model.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import secrets
 import threading
@@ -50,8 +51,12 @@ log = logging.getLogger(__name__)
 
 #: the marker rendering puts where a media part stands (random per process)
 MARKER = f"<__media_{secrets.token_hex(6)}__>"
-#: pictures whose embeddings are kept for the next turn, by content hash
-ENCODED_KEEP = 16
+#: bytes of embeddings kept for the next turn, by content hash (a 1080p picture on a
+#: Qwen3-VL-class model is ~2,000 rows of 16-20k floats: 130-170 MB)
+ENCODED_BUDGET = 512 << 20
+#: where libmtmd would look for ffmpeg: nowhere. Bytes stb_image cannot decode fall through
+#: to its video decoder, which would hand a request's bytes to ffmpeg/ffprobe
+_NO_FFMPEG = b"/nonexistent/mtp-studio-has-no-ffmpeg"
 #: libmtmd's chunk types
 _TEXT, _IMAGE, _AUDIO = 0, 1, 2
 
@@ -89,9 +94,15 @@ class MediaChunk:
         """Section-major positions of rows ``start..stop`` when the chunk begins at ``p0``."""
         rel = self.rel_pos[:, start:stop]
         out = rel + np.int32(p0)
-        if len(out) == 4:  # M-RoPE's fourth section stays 0 (libmtmd: "unused for now")
+        if len(out) == 4 and self.kind == "image":  # a picture's fourth section stays 0 (libmtmd: "unused")
             out[3] = rel[3]
         return np.ascontiguousarray(out, dtype=np.int32)
+
+
+def _slice_token(digest: str, j: int) -> int:
+    """The id of slice ``j`` of a media (a tiling projector's overview and tiles, a long
+    clip's pieces, the same picture met again in one prompt: each has rows of its own)."""
+    return media_token(digest if j == 0 else hashlib.sha256(f"{digest}:{j}".encode()).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -141,8 +152,9 @@ class Projector(OwnedPtr):
         self.n_embd = int(mtmd_n_embd_inp(model))
         #: one thread at a time in libmtmd (its eval helpers are not thread-safe)
         self.lock = threading.Lock()
-        self._encoded: OrderedDict[str, tuple[np.ndarray, np.ndarray, bool]] = OrderedDict()
-        #: pictures encoded so far (a picture met again within ENCODED_KEEP is not)
+        self._encoded: OrderedDict[tuple[str, int], tuple[np.ndarray, np.ndarray, bool]] = OrderedDict()
+        self._encoded_bytes = 0
+        #: media chunks encoded so far (one met again while its embeddings are kept is not)
         self.encodes = 0
 
     @property
@@ -150,9 +162,10 @@ class Projector(OwnedPtr):
         return (*(("vision",) if self.vision else ()), *(("audio",) if self.audio else ()))
 
     # ------------------------------------------------------------------ prompt
-    def prompt(self, text: str, media: list[Media]) -> MediaPrompt:
+    def prompt(self, text: str, media: list[Media], *, encode: bool = True) -> MediaPrompt:
         """``text`` (its media at :data:`MARKER`, one per item of ``media``, in order) as
-        prompt tokens and media chunks. Raises InvalidRequestError for media libmtmd cannot
+        prompt tokens and media chunks (``encode`` False: only their rows are counted, the
+        chunks carry no embeddings). Raises InvalidRequestError for media libmtmd cannot
         read or this projector does not take."""
         if text.count(MARKER) != len(media):
             raise InvalidRequestError(
@@ -165,14 +178,16 @@ class Projector(OwnedPtr):
                     f"this model's projector ({self.path.name}) does not take {m.kind}: "
                     f"it takes {' and '.join(self.modalities) or 'nothing'}"
                 )
-        return _on_own_thread(lambda: self._prompt(text, media))
+        return _on_own_thread(lambda: self._prompt(text, media, encode))
 
-    def _prompt(self, text: str, media: list[Media]) -> MediaPrompt:
+    def _prompt(self, text: str, media: list[Media], encode: bool) -> MediaPrompt:
         M = mtmd()
         with self.lock:
-            bitmaps = [self._bitmap(m, i) for i, m in enumerate(media)]
+            bitmaps: list = []
             chunks = M.mtmd_input_chunks_init()
             try:
+                for i, m in enumerate(media):
+                    bitmaps.append(self._bitmap(m, i))
                 data = text.encode()
                 inp = M.mtmd_input_text(data, len(data), False, True)
                 arr = (M.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
@@ -180,7 +195,7 @@ class Projector(OwnedPtr):
                 if rc != 0:
                     why = {1: "the markers and media do not match", 2: "a picture could not be preprocessed"}
                     raise InvalidRequestError(f"the media could not be prepared: {why.get(rc, f'error {rc}')}")
-                return self._read(chunks, media)
+                return self._read(chunks, encode)
             finally:
                 M.mtmd_input_chunks_free(chunks)
                 for b in bitmaps:
@@ -189,7 +204,9 @@ class Projector(OwnedPtr):
     def _bitmap(self, m: Media, i: int):
         M = mtmd()
         buf = (ctypes.c_uint8 * len(m.data)).from_buffer_copy(m.data)
-        b = M.mtmd_helper_bitmap_init_from_buf(self.ptr, buf, len(m.data), False)
+        opt = M.mtmd_helper_init_opt_default()
+        opt.video_params.ffmpeg_bin_dir = _NO_FFMPEG
+        b = M.mtmd_helper_bitmap_init_from_buf(self.ptr, buf, len(m.data), False, opt)
         if not b:
             raise InvalidRequestError(
                 f"media {i + 1} ({m.mime}, {len(m.data)} bytes) could not be decoded: it is damaged or not "
@@ -198,11 +215,14 @@ class Projector(OwnedPtr):
         M.mtmd_bitmap_set_id(b, m.digest.encode())
         return b
 
-    def _read(self, chunks, media: list[Media]) -> MediaPrompt:
+    def _read(self, chunks, encode: bool) -> MediaPrompt:
+        """The prompt of libmtmd's ``chunks``. A media may give several chunks (a tiling
+        projector's overview and tiles, a long clip's pieces), each known by its media's id
+        (the content hash set on its bitmap) and its place among that media's chunks."""
         M = mtmd()
         tokens: list[int] = []
         out: dict[int, MediaChunk] = {}
-        k = 0
+        seen: dict[str, int] = {}
         for i in range(M.mtmd_input_chunks_size(chunks)):
             c = M.mtmd_input_chunks_get(chunks, i)
             kind = M.mtmd_input_chunk_get_type(c)
@@ -211,26 +231,30 @@ class Projector(OwnedPtr):
                 ptr = M.mtmd_input_chunk_get_tokens_text(c, ctypes.byref(n))
                 tokens.extend(ptr[: n.value])
                 continue
-            m = media[k]
-            k += 1
-            chunk = self._chunk(c, m, "image" if kind == _IMAGE else "audio")
+            digest = (M.mtmd_input_chunk_get_id(c) or b"").decode()
+            j = seen[digest] = seen.get(digest, -1) + 1
+            chunk = self._chunk(c, digest, j, "image" if kind == _IMAGE else "audio", encode)
             out[chunk.token] = chunk
             tokens.extend([chunk.token] * chunk.n_tokens)
         return MediaPrompt(tokens, out)
 
-    def _chunk(self, c, m: Media, kind: str) -> MediaChunk:
-        """The chunk ``c`` of ``m``: encoded now, or its embeddings from the cache."""
+    def _chunk(self, c, digest: str, j: int, kind: str, encode: bool) -> MediaChunk:
+        """Chunk ``c`` (slice ``j`` of the media ``digest``): encoded now, or its
+        embeddings from the cache (``encode`` False: none, only its rows)."""
         M = mtmd()
         n = int(M.mtmd_input_chunk_get_n_tokens(c))
-        got = self._encoded.get(m.digest)
+        key = (digest, j)
+        got = self._encoded.get(key)
         ms = 0.0
         if got is not None and len(got[0]) == n:
-            self._encoded.move_to_end(m.digest)
+            self._encoded.move_to_end(key)
             embd, rel, non_causal = got
+        elif not encode:
+            embd, rel, non_causal = np.empty((n, 0), np.float32), self._rel_positions(c, kind, n), False
         else:
             t0 = time.perf_counter()
             if M.mtmd_encode_chunk(self.ptr, c) != 0:
-                raise InvalidRequestError(f"the projector could not encode this {kind} ({m.mime})")
+                raise InvalidRequestError(f"the projector could not encode this {kind}")
             ptr = M.mtmd_get_output_embd(self.ptr)
             embd = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
             embd.setflags(write=False)
@@ -238,10 +262,19 @@ class Projector(OwnedPtr):
             self.encodes += 1
             rel = self._rel_positions(c, kind, n)
             non_causal = bool(M.mtmd_decode_use_non_causal(self.ptr, c))
-            self._encoded[m.digest] = (embd, rel, non_causal)
-            while len(self._encoded) > ENCODED_KEEP:
-                self._encoded.popitem(last=False)
-        return MediaChunk(media_token(m.digest), m.digest, kind, embd, rel, non_causal, ms)
+            self._keep(key, (embd, rel, non_causal))
+        return MediaChunk(_slice_token(digest, j), digest, kind, embd, rel, non_causal, ms)
+
+    def _keep(self, key: tuple[str, int], entry: tuple[np.ndarray, np.ndarray, bool]) -> None:
+        """Keep a chunk's embeddings for the next turn, the oldest dropped past the budget."""
+        old = self._encoded.pop(key, None)
+        if old is not None:
+            self._encoded_bytes -= old[0].nbytes
+        self._encoded[key] = entry
+        self._encoded_bytes += entry[0].nbytes
+        while self._encoded_bytes > ENCODED_BUDGET and len(self._encoded) > 1:
+            _, dropped = self._encoded.popitem(last=False)
+            self._encoded_bytes -= dropped[0].nbytes
 
     def _rel_positions(self, c, kind: str, n: int) -> np.ndarray:
         """Positions of the chunk's rows from its first (section-major), as libmtmd lays them."""

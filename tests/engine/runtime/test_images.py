@@ -269,11 +269,82 @@ def test_libmtmd_runs_on_a_thread_that_ends_with_the_call(seeing, monkeypatch):
     seen: list[threading.Thread] = []
     real = Projector._prompt
 
-    def spy(self, text, media):
+    def spy(self, *args):
         seen.append(threading.current_thread())
-        return real(self, text, media)
+        return real(self, *args)
 
     monkeypatch.setattr(Projector, "_prompt", spy)
     projector.prompt(MARKER, [image(9)])
     (t,) = seen
     assert t is not threading.current_thread() and not t.is_alive()
+
+
+def _load(mmproj: Path):
+    from engine.runtime.load.loader import load
+
+    return load(LoadSpec(DEMO, n_ctx=1024, probe=False, fit="off", mmproj=mmproj))
+
+
+def _picture_prompt(lm, seed: int) -> tuple[list[int], dict]:
+    from engine.runtime.media.projector import MARKER
+
+    text = f"<|im_start|>user\nLook: {MARKER}\nWhat is it?<|im_end|>\n<|im_start|>assistant\n"
+    mp = lm.projector.prompt(text, [image(seed, 96, 64)])
+    return lm.model.with_bos(mp.tokens), mp.chunks
+
+
+def test_a_hybrid_state_is_never_rolled_back_over_a_picture(qwen_mmproj):
+    """The demo's recurrent layers count a rollback in positions, and an M-RoPE picture's
+    rows share one: contexts left at a picture's end (a cancel), then a prompt with another
+    picture in its place, give the logits a fresh decode gives (rolling back over the
+    picture left most of it in the state: logits 0.07 off)."""
+    import numpy as np
+
+    from engine.runtime.decode.prefill import prefill
+
+    lm = _load(qwen_mmproj)
+    try:
+        s = lm.session
+        first, first_media = _picture_prompt(lm, 1)
+        other, other_media = _picture_prompt(lm, 2)
+        fresh = prefill(s, other, speculative=False, cancel=None, media=other_media)
+        s.reset()
+        at = next(i for i, t in enumerate(first) if t < 0)
+        s.decode_target(first[:at], logits="last", hidden=False)
+        chunk = first_media[first[at]]
+        s.decode_media(chunk, 0, chunk.n_tokens, logits="last", hidden=False)
+        again = prefill(s, other, speculative=False, cancel=None, media=other_media)
+        assert float(np.abs(again.logits - fresh.logits).max()) < 1e-4
+    finally:
+        lm.close()
+
+
+@pytest.mark.parametrize("kind", ["qwen3vl_merger", "gemma4v"])
+def test_prompt_cache_snapshots_are_taken_at_a_pictures_edge(kind, tmp_path):
+    """A snapshot mark that falls inside a picture moves to its first row: a non-causal
+    picture (decoded whole) no longer fails the request, and no snapshot splits a picture."""
+    from engine.runtime.decode.cache.snapshotcache import SnapshotCache
+    from engine.runtime.decode.loop import generate
+    from engine.runtime.decode.params import DecodeParams
+
+    lm = _load(write_projector(tmp_path / f"mmproj-{kind}.gguf", kind, 192))
+    try:
+        prompt, chunks = _picture_prompt(lm, 1)
+        at = next(i for i, t in enumerate(prompt) if t < 0)
+        cache = SnapshotCache(64 << 20, interval=at + 5)  # a mark 5 rows into the picture
+        d = generate(lm.session, prompt, DecodeParams(max_tokens=8, ignore_eog=True, media=chunks), cache=cache)
+        assert len(d.tokens) == 8
+        ends = [e.n for e in cache.entries()]
+        assert at in ends and not any(at < n < at + len(next(iter(chunks.values())).embd) for n in ends)
+    finally:
+        lm.close()
+
+
+def test_a_damaged_second_picture_is_refused_and_the_first_one_freed(seeing):
+    from engine.runtime.media.projector import MARKER
+    from tests.synth.images import corrupt_png
+
+    bad = Media("image", corrupt_png(32, 32), "image/png", 32, 32)
+    with pytest.raises(InvalidRequestError, match="media 2"):
+        _projector(seeing).prompt(f"{MARKER} and {MARKER}", [image(1), bad])
+    assert sum(t < 0 for t in _projector(seeing).prompt(MARKER, [image(1)]).tokens) == 12
