@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -348,3 +349,17 @@ def test_a_damaged_second_picture_is_refused_and_the_first_one_freed(seeing):
     with pytest.raises(InvalidRequestError, match="media 2"):
         _projector(seeing).prompt(f"{MARKER} and {MARKER}", [image(1), bad])
     assert sum(t < 0 for t in _projector(seeing).prompt(MARKER, [image(1)]).tokens) == 12
+
+
+def test_suffix_drafts_and_a_grammar_work_after_a_picture(seeing):
+    """Suffix drafts (from the conversation, never a picture's rows) and a grammar go on
+    as with text: the reply follows the grammar, and MTP with suffix drafts emits plain
+    greedy's tokens."""
+    from engine.runtime.decode.grammar import GrammarSpec
+
+    grammar = GrammarSpec("regex", r"(the |a )?[a-z]{2,10}( [a-z]{2,10}){3,12}")
+    messages = ask(image(11), "Name what you see, in words.")
+    on = seeing.submit(gen(messages, n=32, suffix_drafts=True, grammar=grammar)).result()
+    off = seeing.submit(gen(messages, J.Mtp.OFF, n=32, suffix_drafts=False, grammar=grammar)).result()
+    assert on.tokens == off.tokens
+    assert re.fullmatch(r"(the |a )?[a-z]{2,10}( [a-z]{2,10}){3,12}", on.text)
