@@ -6,7 +6,7 @@ and write, never trusted as paths. A file that does not hold a well-formed conve
 is renamed ``<name>.bad`` (kept, not deleted) and the others load as usual.
 
 A user message may keep pictures: ``images``, a list of ``{"name", "mime", "data"
-(base64), "width", "height"}`` (:func:`app.pages.chatimages.saved`). They go to the
+(base64), "width", "height"}`` (:func:`app.pages.chat.images.saved`). They go to the
 model as the OpenAI shape has them: the text part first, then one media part each."""
 
 from __future__ import annotations

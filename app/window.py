@@ -18,8 +18,8 @@ from app.context import AppContext, ModelController
 from app.endpoint import Endpoint
 from app.messages import Messages
 from app.pages.backend import BackendPage
-from app.pages.chat import ChatPage
-from app.pages.chatfigures import context_line
+from app.pages.chat.page import ChatPage
+from app.pages.chat.figures import context_line
 from app.pages.compose import ComposePage
 from app.pages.models import ModelsPage
 from app.pages.performance import PerformancePage

@@ -125,7 +125,7 @@ def _rows(lm) -> int:
 
 
 def _row_token(lm) -> int:
-    from engine.runtime.load.media import media_row_token
+    from engine.runtime.media.attach import media_row_token
 
     return media_row_token(lm.model)
 

@@ -25,7 +25,7 @@ from engine.runtime.decode.depth import AUTO_TEXT, Mtp
 from engine.runtime.decode.grammar import GrammarSpec
 from engine.errors import InvalidRequestError
 from engine.runtime.prompt.tools import parse_choice, parse_tools
-from engine.server import thinking
+from engine.server.apis import thinking
 from engine.server.errors import HTTPError, bad
 from engine.runtime.modelinfo import ModelInfo
 

@@ -197,7 +197,7 @@ def load_seeing(qtbot, window, mmproj: Path):
 
 
 def _picture(name: str, data: bytes):
-    from app.pages.chatimages import check
+    from app.pages.chat.images import check
 
     return check(data, name)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from app.pages.livereply import LiveReply
+from app.pages.chat.livereply import LiveReply
 from engine.runtime.decode.stats import RoundStats
 from engine.runtime.prompt.reply import CALL, CONTENT, REASONING, Part, Reply
 from engine.runtime.prompt.tools import ToolCall
@@ -87,7 +87,7 @@ def test_rounds_give_the_live_rate():
 
 def test_the_live_reply_does_not_import_qt():
     code = (
-        "import sys, app.pages.livereply; "
+        "import sys, app.pages.chat.livereply; "
         "print(sorted(m for m in sys.modules if m.startswith(('PySide6', 'shiboken'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

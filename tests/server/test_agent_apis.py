@@ -396,7 +396,7 @@ def test_either_header_may_carry_the_key(agent_served):
 
 
 def test_conversions_pair_results_and_reasoning_with_their_turns():
-    from engine.server import ollama_api, responses_api
+    from engine.server.apis import ollama as ollama_api, responses as responses_api
 
     msgs = ollama_api._messages(
         [

@@ -1,4 +1,4 @@
-"""Images and audio in each API become the conversation's media parts (engine.server.mediaparts):
+"""Images and audio in each API become the conversation's media parts (engine.server.apis.mediaparts):
 the same bytes, in order with the text. The parsers are called as the routes call them (no model
 needed); bad media is refused through the real server in each API's own error shape, before the
 engine is given a job."""
@@ -15,9 +15,9 @@ import pytest
 from engine.runtime.decider import resolve
 from engine.runtime.media import MEDIA_PART, Media
 from engine.runtime.modelinfo import ModelInfo
-from engine.server import messages_api, ollama_api, responses_api
+from engine.server.apis import messages as messages_api, ollama as ollama_api, responses as responses_api
 from engine.server.errors import HTTPError
-from engine.server.mediaparts import chat_messages
+from engine.server.apis.mediaparts import chat_messages
 from engine.server.routes import chat as chat_route
 from engine.server.settings import ServerSettings
 from tests.server.conftest import MODEL

@@ -17,7 +17,8 @@ from engine.runtime.prompt import calls, reasoning
 from engine.runtime.prompt.templates import ChatTemplate
 from engine.runtime.prompt.tokenized import TokenizedTexts
 from engine.runtime.decider import BUILTIN, INTERACTIVE
-from engine.server import messages_api, ollama_api, responses_api, schemas
+from engine.server import schemas
+from engine.server.apis import messages as messages_api, ollama as ollama_api, responses as responses_api
 from engine.server.errors import HTTPError
 from engine.server.runner import ServerThread
 from engine.server.settings import ServerSettings

@@ -7,7 +7,7 @@ import pytest
 
 from engine.runtime.decider import resolve
 from engine.runtime.modelinfo import ModelInfo
-from engine.server import thinking
+from engine.server.apis import thinking
 from engine.server.errors import HTTPError
 from engine.server.schemas import parse_chat
 

@@ -10,7 +10,7 @@ function of what the one before found: ``_check`` (settings and headers, the MTP
 resolved) → ``_plan`` (memory, the layers' placement, the probe) → ``_build`` (the
 llama.cpp objects, closed again if anything fails) → :func:`~engine.runtime.load.describe.describe`
 (the frozen :class:`~engine.runtime.modelinfo.ModelInfo` every other layer reads); a
-projector is attached last (:mod:`engine.runtime.load.media`).
+projector is attached last (:mod:`engine.runtime.media.attach`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from engine.runtime.llama import repack
 from engine.runtime import limits
 from engine.runtime.load import fit, rpcdevices
 from engine.runtime.load.contexts import make_contexts
-from engine.runtime.load.media import attach_projector, projector_size
+from engine.runtime.media.attach import attach_projector, projector_size
 from engine.runtime.media.projector import Projector
 from engine.runtime.load.describe import describe
 from engine.runtime.load.placement import LlamaParams, LocalOnly, Placement, plan_placement

@@ -1,6 +1,6 @@
 """What a request sent as an image or audio clip, turned into a checked :class:`Media`.
 
-Every API front (:mod:`engine.server.mediaparts`) hands its media here as it came — a
+Every API front (:mod:`engine.server.apis.mediaparts`) hands its media here as it came — a
 ``data:`` URI, bare base64 (llama-server takes it), an ``http(s)://`` URL, a ``file://``
 URL — and gets a :class:`Media` back or an :class:`~engine.errors.InvalidRequestError`
 that says where the media is (``messages[1].content[0].image_url``), what is wrong and

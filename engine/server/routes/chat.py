@@ -11,7 +11,7 @@ from starlette.routing import Route
 from engine.runtime import jobs as J
 from engine.runtime.prompt.reply import CALL_ARGS, CALL_START, CONTENT, REASONING
 from engine.server.generation import Shape, chat_logprobs, run
-from engine.server.mediaparts import chat_messages
+from engine.server.apis.mediaparts import chat_messages
 from engine.server.ondemand import hold, on_demand
 from engine.server.request import json_body
 from engine.server.schemas import Parsed, parse_chat

@@ -1,5 +1,5 @@
 """POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API;
-:mod:`engine.server.messages_api` maps it). Errors take Anthropic's shape
+:mod:`engine.server.apis.messages` maps it). Errors take Anthropic's shape
 (:mod:`engine.server.errors`, by path)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from starlette.routing import Route
 from engine.runtime import jobs as J
 from engine.runtime.generatejob import count_prompt
 from engine.server import errors as E
-from engine.server import messages_api as M
+from engine.server.apis import messages as M
 from engine.server.schemas import new_id
 from engine.server.flow import PING, Flow, answer, job_result
 from engine.server.replyblocks import Blocks

@@ -1,5 +1,5 @@
 """Ollama's API: GET /api/version, /api/tags, /api/ps; POST /api/show, /api/chat,
-/api/generate (:mod:`engine.server.ollama_api` maps it). Errors take Ollama's shape
+/api/generate (:mod:`engine.server.apis.ollama` maps it). Errors take Ollama's shape
 (``{"error": "..."}``, by path)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from starlette.routing import Route
 from engine.errors import NoModelLoadedError
 from engine.runtime import jobs as J
 from engine.server import errors as E
-from engine.server import ollama_api as O
+from engine.server.apis import ollama as O
 from engine.server.flow import Flow, answer
 from engine.server.ondemand.listing import listing
 from engine.runtime.ondemand.residency import parse_keep_alive

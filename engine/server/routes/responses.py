@@ -1,5 +1,5 @@
 """POST /v1/responses, GET and DELETE /v1/responses/{id} (OpenAI's Responses API;
-:mod:`engine.server.responses_api` maps it).
+:mod:`engine.server.apis.responses` maps it).
 
 Stored responses (``store``, the default) are kept in memory, a bounded number, newest
 last, so ``previous_response_id`` continues a conversation without the client re-sending
@@ -18,8 +18,8 @@ from starlette.routing import Route
 
 from engine.runtime import jobs as J
 from engine.server import errors as E
-from engine.server import responses_api as R
-from engine.server import responses_out as RO
+from engine.server.apis import responses as R
+from engine.server.apis import responses_out as RO
 from engine.server.schemas import new_id
 from engine.server.flow import PING, Flow, answer
 from engine.server.replyblocks import Blocks

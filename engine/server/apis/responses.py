@@ -12,7 +12,7 @@ thinking on, off or a budget. The job is then decided where every request is
 
 The reply comes back as output items — a ``reasoning`` item, a ``message`` with one
 ``output_text`` part, a ``function_call`` per call — whole or streamed as OpenAI's event sequence
-(:mod:`engine.server.responses_out`).
+(:mod:`engine.server.apis.responses_out`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.chat import not_text
 from engine.runtime.media import Media
 from engine.runtime.media.intake import MediaPolicy
-from engine.server import mediaparts, thinking
+from engine.server.apis import mediaparts, thinking
 
 log = logging.getLogger("mtp_studio.server")
 

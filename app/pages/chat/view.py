@@ -3,7 +3,7 @@
 An assistant message is a dict as history keeps it: ``content`` (Markdown), and when the
 engine split the reply ``reasoning`` (the thinking text), ``calls`` ([{name, arguments,
 id}]) and ``stats`` (``thinking_tokens``, ``thinking_s``); nothing here splits text
-itself. Links the transcript handles (:mod:`app.pages.transcript`): ``think:KEY`` opens
+itself. Links the transcript handles (:mod:`app.pages.chat.transcript`): ``think:KEY`` opens
 or closes a thinking block, ``copy:N`` copies code block N. Only text written by this
 module is markup: every other string is escaped or goes through :mod:`app.markdown`,
 which keeps raw HTML as text. Plain functions, called on the GUI thread.

@@ -30,7 +30,7 @@ from engine.server.errors import HTTPError
 from engine.server.ondemand.listing import Listed
 from engine.server.schemas import Resolve, bad, get, mtp_of
 from engine.runtime.media.intake import MediaPolicy
-from engine.server import mediaparts, thinking
+from engine.server.apis import mediaparts, thinking
 
 #: the Ollama version this endpoint answers as (clients check for a recent one)
 VERSION = "0.13.0"
@@ -113,7 +113,7 @@ class OllamaRequest:
 
 def _messages(raw: Any, media: MediaPolicy = mediaparts.BYTES_ONLY) -> list[dict]:
     """Ollama's ``messages`` as chat messages (``images`` as media parts, where Ollama
-    places them: :func:`engine.server.mediaparts.ollama_content`)."""
+    places them: :func:`engine.server.apis.mediaparts.ollama_content`)."""
     if not isinstance(raw, list) or not raw:
         raise bad("'messages' must be a non-empty list", "messages")
     out = []

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.pages.chatimages import Picture, from_mime, offers_pictures, read_file, thumbnail, NotAttached
+from app.pages.chat.images import Picture, from_mime, offers_pictures, read_file, thumbnail, NotAttached
 
 THUMB = 56  # a pending picture's thumbnail fits a square this wide
 

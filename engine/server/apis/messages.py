@@ -31,7 +31,7 @@ from engine.runtime.modelinfo import ModelInfo
 from engine.runtime.prompt.chat import not_text
 from engine.runtime.media import Media
 from engine.runtime.media.intake import MediaPolicy
-from engine.server import mediaparts, thinking
+from engine.server.apis import mediaparts, thinking
 
 log = logging.getLogger("mtp_studio.server")
 

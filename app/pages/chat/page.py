@@ -1,11 +1,11 @@
 """Chat: streaming conversations with MTP controls and a live line of figures.
 
 The page wires its parts and runs replies: the conversation list, the controls
-(:mod:`app.pages.chatcontrols`), the transcript (:mod:`app.pages.transcript`, which
-draws the reply being made, an :class:`app.pages.livereply.LiveReply` fed from the
-job's bridge signals), the figures line (:mod:`app.pages.chatfigures`), and the input
+(:mod:`app.pages.chat.controls`), the transcript (:mod:`app.pages.chat.transcript`, which
+draws the reply being made, an :class:`app.pages.chat.livereply.LiveReply` fed from the
+job's bridge signals), the figures line (:mod:`app.pages.chat.figures`), and the input
 with Send, Stop and Regenerate. Pictures pasted, dropped or chosen with Attach image…
-wait in a tray above the input (:mod:`app.pages.chatattach`) and go with the next
+wait in a tray above the input (:mod:`app.pages.chat.attach`) and go with the next
 message, kept with the conversation. Every engine event reaches it through the one
 bridge (:mod:`app.bridge`). GUI thread.
 
@@ -36,12 +36,12 @@ from app.bridge import JobSignals
 from app.context import AppContext, ModelController
 from app.history import Conversation, has_pictures
 from app.messages import user_text
-from app.pages.chatattach import AttachTray, ChatInput
-from app.pages.chatcontrols import ChatControls
-from app.pages.chatfigures import context_line, figures_line
-from app.pages.chatimages import FILE_FILTER, saved
-from app.pages.livereply import LiveReply
-from app.pages.transcript import Transcript
+from app.pages.chat.attach import AttachTray, ChatInput
+from app.pages.chat.controls import ChatControls
+from app.pages.chat.figures import context_line, figures_line
+from app.pages.chat.images import FILE_FILTER, saved
+from app.pages.chat.livereply import LiveReply
+from app.pages.chat.transcript import Transcript
 from app.widgets.page import page_layout
 from engine.facade import GrammarSpec, J, ModelInfo, Part
 

@@ -1,9 +1,9 @@
 """The chat transcript: a conversation's saved messages and, after them, the reply being
-generated (an :class:`app.pages.livereply.LiveReply`), redrawn in place as it streams.
+generated (an :class:`app.pages.chat.livereply.LiveReply`), redrawn in place as it streams.
 
 Replies render as Markdown with code blocks that carry a Copy link, thinking in a block
 above the answer (live while the model thinks, folded once done, opened and closed by
-its header) and tool calls as cards; the HTML comes from :mod:`app.pages.chatview`. The
+its header) and tool calls as cards; the HTML comes from :mod:`app.pages.chat.view`. The
 links are handled here: ``copy:N`` puts code block N on the clipboard, ``think:KEY``
 opens or closes a thinking block, web links open in the browser. A user message's
 pictures show as thumbnails under its text (served to the document as ``pic:N``
@@ -22,9 +22,9 @@ from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QImage, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
-from app.pages import chatview
-from app.pages.chatimages import decoded, describe, offers_pictures, thumbnail
-from app.pages.livereply import LiveReply
+from app.pages.chat import view as chatview
+from app.pages.chat.images import decoded, describe, offers_pictures, thumbnail
+from app.pages.chat.livereply import LiveReply
 
 LIVE_MS = 40  # the streaming reply is redrawn at most this often (and long ones less often)
 PICTURE = 160  # a sent picture's thumbnail fits a square this wide

@@ -3,7 +3,7 @@ parts accumulated (thinking, content, tool calls), how many tokens the model tho
 and for how long, the rounds so far, and at the end the message history keeps.
 
 Plain Python, no Qt: the chat page feeds it from its job's bridge signals on the GUI
-thread, and :mod:`app.pages.transcript` draws it. Nothing here parses the text: the
+thread, and :mod:`app.pages.chat.transcript` draws it. Nothing here parses the text: the
 engine splits a reply (``Tokens.parts``, :mod:`engine.runtime.prompt.reply`) when its
 template thinks or tools are offered; when it sends no parts, all text is content, as
 the endpoint streams it.
@@ -94,7 +94,7 @@ class LiveReply:
         return head + (f", {n / elapsed:.1f} tok/s" if elapsed > 0.05 else "")
 
     def message(self) -> dict:
-        """The reply so far as a history message (app.pages.chatview draws it); the
+        """The reply so far as a history message (app.pages.chat.view draws it); the
         thinking figures once the thinking is done."""
         msg: dict = {"content": self.content, "reasoning": self.reasoning, "calls": self.calls}
         if msg["reasoning"] and not self.thinking:

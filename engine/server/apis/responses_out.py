@@ -1,7 +1,7 @@
 """A Responses API reply (``POST /v1/responses``) as OpenAI's output items — a ``reasoning``
 item, a ``message`` with one ``output_text`` part, a ``function_call`` per call — whole
 (:func:`response_object`) or streamed as OpenAI's event sequence (:class:`EventWriter`); the
-request side is :mod:`engine.server.responses_api`."""
+request side is :mod:`engine.server.apis.responses`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from engine.runtime import jobs as J
 from engine.server.generation import timings
 from engine.server.replyblocks import DELTA, START, STOP, TEXT, THINKING, TOOL, Block, BlockEvent
-from engine.server.responses_api import ResponsesRequest, input_messages
+from engine.server.apis.responses import ResponsesRequest, input_messages
 from engine.server.schemas import new_id
 
 
