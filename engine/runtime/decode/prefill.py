@@ -75,6 +75,7 @@ def prefill(
     #: needs only the hidden state of the prompt's last token
     entries = use_mtp and not s.shared
     s.target.set_nextn_embeddings(use_mtp)
+    s.media = media or {}  # before a restore: the pictures' positions come from their chunks
     restored = 0
     if cache is not None:
         restored = resume(s, cache, prompt, chunk_edge(prompt, n - 1))
@@ -121,7 +122,6 @@ def prefill(
     marks = cache.marks(s.target.model.restores_cut_back, c, n, points) if cache is not None else []
     if media:  # a snapshot is taken at a picture's edge, never inside one
         marks = sorted({e for e in (chunk_edge(prompt, m) for m in marks) if c < e < n})
-    s.media = media or {}
     i = c
     while i < n:
         if i > c:

@@ -35,7 +35,7 @@ from engine.runtime.decode.entries import HOLE, Choose, FedTail, Lag
 from engine.runtime.decode.cache.snapshot import Snapshot, token_key
 from engine.runtime.llama.batch import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Batch
 from engine.runtime.llama.context import Context
-from engine.runtime.media.rows import decode_run
+from engine.runtime.media.rows import Positions, decode_run, feed_media_rows
 
 #: the most of a prompt's last positions the MTP head is fed before its first draft. Its
 #: attention over a long prompt costs as much as one trunk attention layer (on the demo,
@@ -94,6 +94,8 @@ class Session:
         self.media_row_token: int | None = None
         self._media_batch = None  # engine.runtime.media.batch.MediaBatch, made when first needed
         self.media: dict = {}  # the chunks of the pictures whose rows the target holds
+        #: the target's position of each row (they part after an M-RoPE picture)
+        self.positions = Positions()
 
     def close(self) -> None:
         self.batch.close()
@@ -123,8 +125,7 @@ class Session:
     # ----------------------------------------------------------------- target
     def decode_target(self, tokens: list[int], *, logits: str, hidden: bool) -> np.ndarray | None:
         """Decode ``tokens`` after ``target_tokens`` (one batch, <= n_batch)."""
-        pos0 = len(self.target_tokens)
-        self.batch.set(tokens, pos0, logits)
+        self.batch.set(tokens, self.positions.of(len(self.target_tokens)), logits)
         self.target.decode(self.batch)
         self.target_tokens.extend(tokens)
         if not hidden:
@@ -141,10 +142,12 @@ class Session:
 
         n = stop - start
         b = self._media_batch = batch_for(self._media_batch, chunk, n, self.target.n_batch, self.batch.seq)
-        pos0 = len(self.target_tokens)
-        b.fill(chunk, start, stop, pos0 - start, logits_last=logits == LOGITS_LAST)
+        first = len(self.target_tokens) - start
+        b.fill(chunk, start, stop, self.positions.of(first), logits_last=logits == LOGITS_LAST)
         self.target.decode(b)
         self.target_tokens.extend([chunk.token] * n)
+        if stop == chunk.n_tokens:
+            self.positions.add(len(self.target_tokens), chunk.shift)
         if not hidden:
             self.last_hidden = None
             return None
@@ -180,10 +183,11 @@ class Session:
         n, data = ck
         if not (self.floor <= n <= keep <= len(self.target_tokens)):
             return False
-        if not (self.target.partial_set(data) and self.target.seq_rm(n, -1)):
+        if not (self.target.partial_set(data) and self.target.seq_rm(self.positions.of(n), -1)):
             return False  # the full repair starts from an emptied context
         again = self.target_tokens[n:keep]
         del self.target_tokens[n:]
+        self.positions.keep(n)
         self.last_hidden = None
         self.replays += 1
         self._decode_chunks(again, hidden=hidden, cancel=None, want_logits=False)
@@ -196,9 +200,10 @@ class Session:
         if keep >= len(self.target_tokens):
             return True
         over_picture = self.target.model.is_recurrent and any(t < 0 for t in self.target_tokens[keep:])
-        if keep < self.floor or over_picture or not self.target.seq_rm(keep, -1):
+        if keep < self.floor or over_picture or not self.target.seq_rm(self.positions.of(keep), -1):
             return False
         del self.target_tokens[keep:]
+        self.positions.keep(keep)
         self.last_hidden = None  # the caller sets it when it holds the row
         return True
 
@@ -214,6 +219,7 @@ class Session:
         self._checkpoint = None
         self.target.clear()
         self.target_tokens = []
+        self.positions.clear()
         self.last_hidden = None
         self.floor = 0
 
@@ -259,7 +265,7 @@ class Session:
         ``hidden`` (the target's hidden state of each previous position)."""
         assert self.draft is not None and self.dbatch is not None
         if any(t < 0 for t in tokens):  # a picture's rows
-            self._feed_media_rows(tokens, hidden, logits_last=logits_last)
+            feed_media_rows(self, tokens, hidden, logits_last=logits_last)
             return
         step = self.draft.n_batch
         for i in range(0, len(tokens), step):
@@ -270,28 +276,6 @@ class Session:
             self._decode_heads(pos)
             self.fed.add(len(self.draft_tokens), chunk, hidden[i : i + step])
             self.draft_tokens.extend(chunk)
-
-    def _feed_media_rows(self, tokens: list[int], hidden: np.ndarray, *, logits_last: bool) -> None:
-        """:meth:`feed_draft` of entries holding media rows: each as :attr:`media_row_token`
-        (None: as holes). ``draft_tokens`` keeps the media's own ids, so a prompt with
-        another picture does not match them."""
-        assert self.draft is not None and self.dbatch is not None
-        i, n = 0, len(tokens)
-        while i < n:
-            media = tokens[i] < 0
-            j = i
-            while j < n and (tokens[j] < 0) == media:
-                j += 1
-            last = j == n
-            if media and self.media_row_token is None:
-                self.add_holes(j - i)
-                self.fed.clear()
-            else:
-                run = [self.media_row_token] * (j - i) if media else tokens[i:j]
-                start = len(self.draft_tokens)
-                self.feed_draft(run, hidden[i:j], logits_last=logits_last and last)  # type: ignore[arg-type]
-                self.draft_tokens[start:] = tokens[i:j]
-            i = j
 
     def _decode_heads(self, pos: int) -> None:
         """Decode :attr:`dbatch` (entries from ``pos``) into the MTP context, once per head
@@ -353,7 +337,7 @@ class Session:
         ``pos0`` (the position after the target's last, whatever the draft's index: the
         head attends over the target's cache and writes nothing). Nothing to remove after."""
         assert self.shared and self.draft is not None and self.dbatch is not None
-        self.dbatch.set([token], pos0, LOGITS_ALL, hidden[None, :])
+        self.dbatch.set([token], self.positions.of(pos0), LOGITS_ALL, hidden[None, :])  # over the target's cells
         self.draft.decode(self.dbatch)
         d = self.draft.argmax(0) if choose is None else choose(self.draft.logits(0))
         return d, self.draft.hidden_row(0).copy()
@@ -488,6 +472,7 @@ class Session:
             self.reset()
             raise
         self.target_tokens = snap.tokens.tolist()
+        self.positions.find(self.target_tokens, self.media)
         n_swa = self.target.model.n_swa
         # decoding at position p reads the cells after p - n_swa; the snapshot kept those
         # after its last position - n_swa (every one while it was shorter than the window)

@@ -11,13 +11,12 @@ matches the cached one. The chunk carries its embeddings (encoded once per pictu
 kept in a small cache by content hash, so a conversation's next turn does not encode its
 pictures again) and its positions.
 
-Positions: a prompt's position ``p`` is its ``p``-th row, media rows included, so
-rollback, the prompt cache and the MTP head work as with text. Inside a chunk llama.cpp's
-layout is kept: M-RoPE images (Qwen-VL) place row ``i`` at (``t``, ``y``, ``x``) =
-(``p0``, ``p0 + i // nx``, ``p0 + i % nx``) as libmtmd does. Text after such an image
-resumes at ``p0 + n_tokens``, where Qwen-VL and llama-server resume at ``p0 + max(nx,
-ny)``: text-to-text distances are the same, text-to-image distances grow by the
-difference. Every other projector's rows are consecutive positions, exactly llama.cpp's.
+Positions are llama.cpp's: M-RoPE images (Qwen-VL) place row ``i`` at (``t``, ``y``,
+``x``) = (``p0``, ``p0 + i // nx``, ``p0 + i % nx``) as libmtmd does, and the text after
+one resumes at ``p0 + n_pos`` (``max(nx, ny)``), fewer positions than rows; every other
+chunk takes one position a row. A session keeps rows and positions apart
+(:class:`~engine.runtime.media.rows.Positions`): rollback, the prompt cache and
+the MTP head count rows.
 
 Threads: libmtmd's context is used by one thread at a time (:attr:`Projector.lock`);
 preparing a request (any thread) tokenizes and encodes; the engine thread only reads a
@@ -85,6 +84,14 @@ class MediaChunk:
     #: the chunk is decoded with non-causal attention, in one micro-batch (Gemma's vision)
     non_causal: bool = False
     encode_ms: float = 0.0  # 0: its embeddings were cached
+    #: positions the chunk takes (libmtmd's n_pos): an M-RoPE picture takes max(nx, ny),
+    #: fewer than its rows; every other chunk one a row
+    n_pos: int = 0
+
+    @property
+    def shift(self) -> int:
+        """How many fewer positions than rows the chunk takes."""
+        return self.n_tokens - self.n_pos if self.n_pos else 0
 
     @property
     def n_tokens(self) -> int:
@@ -263,7 +270,8 @@ class Projector(OwnedPtr):
             rel = self._rel_positions(c, kind, n)
             non_causal = bool(M.mtmd_decode_use_non_causal(self.ptr, c))
             self._keep(key, (embd, rel, non_causal))
-        return MediaChunk(_slice_token(digest, j), digest, kind, embd, rel, non_causal, ms)
+        n_pos = int(M.mtmd_input_chunk_get_n_pos(c))
+        return MediaChunk(_slice_token(digest, j), digest, kind, embd, rel, non_causal, ms, n_pos)
 
     def _keep(self, key: tuple[str, int], entry: tuple[np.ndarray, np.ndarray, bool]) -> None:
         """Keep a chunk's embeddings for the next turn, the oldest dropped past the budget."""

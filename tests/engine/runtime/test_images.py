@@ -363,3 +363,59 @@ def test_suffix_drafts_and_a_grammar_work_after_a_picture(seeing):
     off = seeing.submit(gen(messages, J.Mtp.OFF, n=32, suffix_drafts=False, grammar=grammar)).result()
     assert on.tokens == off.tokens
     assert re.fullmatch(r"(the |a )?[a-z]{2,10}( [a-z]{2,10}){3,12}", on.text)
+
+
+def test_a_picture_prompt_decodes_as_libmtmd_itself_decodes_it(qwen_mmproj):
+    """Rows and positions as llama.cpp lays them out: the demo's logits after a 192-row
+    M-RoPE picture (it takes 16 positions) and the text after it equal, bit for bit, those
+    of libmtmd's own helper (mtmd_helper_eval_chunks) on a plain context. (With the text
+    resuming a position a row, the logits were 0.48 off.)"""
+    import ctypes
+    import threading
+
+    import numpy as np
+
+    from engine.runtime.decode.prefill import prefill
+    from engine.runtime.llama.lib import llama, mtmd
+    from engine.runtime.media.projector import MARKER
+
+    lm = _load(qwen_mmproj)
+    try:
+        text = f"<|im_start|>user\nLook at this: {MARKER}\nWhat is it? Tell me.<|im_end|>\n<|im_start|>assistant\n"
+        picture = image(3, 256, 192)
+        mp = lm.projector.prompt(text, [picture])
+        ours = prefill(lm.session, mp.tokens, speculative=False, cancel=None, media=mp.chunks).logits
+        got: dict = {}
+
+        def reference() -> None:  # on a thread that ends: its encoder threads end with it
+            L, M = llama(), mtmd()
+            params = L.llama_context_default_params()
+            params.n_ctx, params.n_batch, params.n_ubatch = 1024, 512, 512
+            ctx = L.llama_init_from_model(lm.model.ptr, params)
+            chunks = M.mtmd_input_chunks_init()
+            buf = (ctypes.c_uint8 * len(picture.data)).from_buffer_copy(picture.data)
+            bitmap = M.mtmd_helper_bitmap_init_from_buf(lm.projector.ptr, buf, len(picture.data), False)
+            try:
+                data = text.encode()
+                inp = M.mtmd_input_text(data, len(data), False, True)
+                bitmaps = (M.mtmd_bitmap_p_ctypes * 1)(bitmap)
+                assert M.mtmd_tokenize(lm.projector.ptr, chunks, ctypes.byref(inp), bitmaps, 1) == 0
+                n_past = L.llama_pos(0)
+                assert (
+                    M.mtmd_helper_eval_chunks(lm.projector.ptr, ctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) == 0
+                )
+                got["positions"] = n_past.value
+                row = L.llama_get_logits_ith(ctx, -1)
+                got["logits"] = np.ctypeslib.as_array(row, shape=(lm.model.n_vocab,)).copy()
+            finally:
+                M.mtmd_input_chunks_free(chunks)
+                M.mtmd_bitmap_free(bitmap)
+                L.llama_free(ctx)
+
+        t = threading.Thread(target=reference)
+        t.start()
+        t.join()
+        assert got["positions"] == len(mp.tokens) - 192 + 16
+        assert np.array_equal(got["logits"], ours)
+    finally:
+        lm.close()
