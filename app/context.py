@@ -168,7 +168,9 @@ class ModelController(QObject):
         if model is not None:
             self.load(model)
         elif s.last_model and Path(s.last_model).exists():
-            self.load(s.last_model, s.last_head if s.last_head and Path(s.last_head).exists() else None)
+            head = s.last_head if s.last_head and Path(s.last_head).exists() else None
+            mmproj = s.last_mmproj if s.last_mmproj and Path(s.last_mmproj).exists() else None
+            self.load(s.last_model, head, mmproj=mmproj)
         else:
             self.load(demo_model_path())
 
@@ -193,9 +195,11 @@ class ModelController(QObject):
         if self.path and Path(self.path).resolve() != demo_model_path().resolve():
             self.ctx.settings.last_model = self.path
             self.ctx.settings.last_head = self.head
+            self.ctx.settings.last_mmproj = self.mmproj
         else:
             self.ctx.settings.last_model = None
             self.ctx.settings.last_head = None
+            self.ctx.settings.last_mmproj = None
         self.loaded.emit(result)
 
     def _on_models_changed(self, models: dict) -> None:

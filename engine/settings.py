@@ -116,6 +116,7 @@ class Settings:
     schema_version: int = SCHEMA_VERSION
     last_model: str | None = None  # path of the model to load at start (None: the demo)
     last_head: str | None = None
+    last_mmproj: str | None = None  # the projector it was loaded with (it sees images)
     n_ctx: int = DEFAULT_CTX
     max_draft_depth: int = 4
     mtp: MtpPrefs = field(default_factory=MtpPrefs)
@@ -199,6 +200,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
 OPTIONAL: dict[str, type] = {
     "last_model": str,
     "last_head": str,
+    "last_mmproj": str,
     "chat.temperature": float,
     "chat.top_p": float,
     "chat.top_k": int,

@@ -220,3 +220,30 @@ def test_a_kept_picture_damaged_on_disk_is_said_and_a_malformed_one_set_aside(qt
     assert chat.job is None
     shown = chat.transcript.toPlainText()
     assert "Not answered: a.png (picture 1 of message 1)" in shown and "base64" in shown
+
+
+def test_the_last_model_comes_back_with_its_projector_after_a_restart(qtbot, settings_path, tmp_path, mmproj):
+    """Like its MTP head, the projector a model was loaded with is loaded again at start."""
+    import shutil
+
+    from app.main import build_app
+
+    model = shutil.copy(demo_model_path(), tmp_path / "mine.gguf")  # the demo itself is not remembered
+    _, win, ctx = build_app(settings_path=settings_path)
+    qtbot.addWidget(win)
+    with qtbot.waitSignal(win.models.loaded, timeout=60000):
+        win.models.load(model, mmproj=mmproj)
+    win.close()
+    ctx.bridge.engine.stop()
+    assert ctx.settings.last_mmproj == str(mmproj)
+
+    _, win2, ctx2 = build_app(settings_path=settings_path)
+    qtbot.addWidget(win2)
+    with qtbot.waitSignal(win2.models.loaded, timeout=60000):
+        win2.models.load_startup()
+    try:
+        info = win2.models.current
+        assert info.path == str(model) and info.projector == str(mmproj) and "vision" in info.modalities
+    finally:
+        win2.close()
+        ctx2.bridge.engine.stop()
