@@ -46,6 +46,8 @@ class ProbeRequest:
     max_draft_depth: int
     n_threads: int | None = None
     exact: bool = False
+    #: a projector loaded beside the model: the child loads it too and decodes a picture
+    mmproj: str | None = None
 
 
 @dataclass
@@ -70,6 +72,7 @@ def _key(req: ProbeRequest) -> str:
         req.n_gpu_layers,
         req.max_draft_depth,
         req.exact,
+        req.mmproj,
         os.environ.get(CRASH_ENV, ""),
         repack.allowed(),
         # the CPU too (its name and flags): a cache folder shared between machines (a
@@ -114,6 +117,8 @@ def _run(req: ProbeRequest, extra_bufts: bool, timeout: float, cancel: threading
         args.append("--no-extra-bufts")
     if req.exact:
         args.append("--exact")
+    if req.mmproj:
+        args += ["--mmproj", req.mmproj]
     # at a lower priority: on a machine with few cores a probe's decodes beside running
     # streams stalled them (llama.cpp's threads wait on each other at every op; a thread
     # the probe displaced held a stream's token back 0.77 s on 2 cores; at nice 10 the
@@ -144,6 +149,7 @@ _STAGES = {
     "context": "creating its contexts",
     "decode": "decoding the first tokens",
     "mtp": "drafting with MTP",
+    "picture": "encoding and decoding a picture with the projector",
 }
 
 
@@ -163,7 +169,7 @@ def check_load(req: ProbeRequest, *, timeout: float = 600.0, cancel: threading.E
         verdict = LoadVerdict(machine, [])
     elif first.returncode == 0 and first.last.get("error"):
         raise ModelLoadError(f"llama.cpp rejects {Path(req.path).name}: {first.last['error']}")
-    elif not machine or first.last.get("stage") in ("load", "start", None) or first.timed_out:
+    elif not machine or first.last.get("stage") in ("load", "start", "picture", None) or first.timed_out:
         # the repack kernels run on decode: a crash before it has no known-safe fallback
         raise NativeCrashError(
             f"{_describe_crash(first)}. MTP Studio kept running; {Path(req.path).name} cannot be used with this "

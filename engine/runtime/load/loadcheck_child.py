@@ -33,6 +33,34 @@ def _maybe_crash(extra_bufts: bool) -> None:
         os.kill(os.getpid(), signal.SIGSEGV)  # as ggml_backend_amx_mul_mat does on some Xeons
 
 
+def _picture(lm) -> None:
+    """A projector's first work, where it could abort: one tiny picture tokenized, encoded
+    and decoded (plain, and with MTP where the model drafts)."""
+    import struct
+    import zlib
+
+    from engine.runtime.decode.loop import generate
+    from engine.runtime.decode.params import DecodeParams
+    from engine.runtime.decode.policy.base import FixedDepth
+    from engine.runtime.media import Media
+    from engine.runtime.media.projector import MARKER
+
+    if os.environ.get(CRASH_ENV, "") == "picture":
+        os.kill(os.getpid(), signal.SIGABRT)  # the test seam: as a projector libmtmd cannot run
+    w = h = 32
+    raw = b"".join(b"\0" + bytes((x * 7 + y * 3) % 256 for x in range(w * 3)) for y in range(h))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    media = lm.projector.prompt(f"Look: {MARKER} What is it?", [Media("image", png, "image/png", w, h)])
+    prompt = lm.model.with_bos(media.tokens)
+    depth = FixedDepth(1) if lm.session.draft is not None else None
+    generate(lm.session, prompt, DecodeParams(max_tokens=2, ignore_eog=True, depth=depth, media=media.chunks))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="engine.runtime.load.loadcheck_child")
     ap.add_argument("path")
@@ -43,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--no-extra-bufts", action="store_true")
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--mmproj")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr, format="%(message)s")
     extra = not a.no_extra_bufts
@@ -69,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 # the parent judged memory (or the user chose Load anyway): a probe at
                 # context 256 must not refuse again, nor refuse what the user overrode
                 fit="off",
+                mmproj=a.mmproj,
             )
         )
     except MtpStudioError as e:
@@ -87,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                 lm.session, prompt, DecodeParams(max_tokens=depth + 3, depth=FixedDepth(depth), ignore_eog=True)
             )
             drafted = spec.stats.drafted
+        if lm.projector is not None:
+            _say(stage="picture")
+            _picture(lm)
         _say(stage="done", ok=True, tokens=len(plain.tokens), drafted=drafted)
     except MtpStudioError as e:
         _say(stage="decode", error=str(e))

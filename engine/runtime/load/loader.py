@@ -1,16 +1,14 @@
-"""Loading a target model (and its MTP head) safely, with the MTP source resolved.
+"""Loading a target model (and its MTP head, and its projector) safely, with the MTP source resolved.
 
-Order matters because llama.cpp can abort the process: the settings are checked
-against what llama.cpp asserts on (:mod:`engine.runtime.limits`), every file is validated
-structurally (:mod:`engine.gguf.validate`), a head is checked against its target from the
-headers alone, the combination is loaded and decoded once in a child process
-(:mod:`engine.runtime.load.loadcheck`, cached), and only then does this process call llama.cpp,
-with whatever fallback the child needed. :func:`load` runs that as four stages, each a
-function of what the one before found: ``_check`` (settings and headers, the MTP source
-resolved) → ``_plan`` (memory, the layers' placement, the probe) → ``_build`` (the
-llama.cpp objects, closed again if anything fails) → :func:`~engine.runtime.load.describe.describe`
-(the frozen :class:`~engine.runtime.modelinfo.ModelInfo` every other layer reads); a
-projector is attached last (:mod:`engine.runtime.media.attach`).
+Order matters because llama.cpp can abort the process: the settings are checked against
+what llama.cpp asserts on (:mod:`engine.runtime.limits`), every file is validated
+structurally (:mod:`engine.gguf.validate`), a head and a projector are checked against
+their target from the headers alone, the combination is loaded and decoded once in a
+child process (:mod:`engine.runtime.load.loadcheck`, cached), and only then does this
+process call llama.cpp, with whatever fallback the child needed. :func:`load`: ``_check``
+(settings, headers, the MTP source) → ``_plan`` (memory, placement, the probe) → ``_build``
+(the llama.cpp objects, closed again if anything fails) → ``describe`` (the frozen
+:class:`~engine.runtime.modelinfo.ModelInfo`); the projector last (engine.runtime.media.attach).
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ from engine.runtime.llama import repack
 from engine.runtime import limits
 from engine.runtime.load import fit, rpcdevices
 from engine.runtime.load.contexts import make_contexts
-from engine.runtime.media.attach import attach_projector, projector_size
+from engine.runtime.media.attach import attach_projector, check_projector, projector_size
 from engine.runtime.media.projector import Projector
 from engine.runtime.load.describe import describe
 from engine.runtime.load.placement import LlamaParams, LocalOnly, Placement, plan_placement
@@ -110,8 +108,7 @@ class LoadSpec:
 
 @dataclass
 class LoadedModel:
-    """A target model, its optional head and contexts, and the session over them.
-    Owned by the engine thread."""
+    """A target model, its optional head and contexts, and the session over them (engine thread)."""
 
     spec: LoadSpec
     name: str
@@ -283,6 +280,8 @@ def _check(spec: LoadSpec) -> _Checked:
     if endpoints and spec.parallel > 1:
         spec = replace(spec, parallel=1)  # a model over RPC runs in a worker process, one sequence at a time
     target_set, facts = _checked(spec.path, "The model")
+    if spec.mmproj is not None:
+        check_projector(spec.mmproj, spec.path)  # its header against the model's, before any probe
     pooling = pooling_of_file(target_set)
     if pooling is not None:  # embeddings or reranking: one pooled context, no drafting, no slots
         if spec.mtp in (MtpSource.INTEGRATED, MtpSource.EXTERNAL):
@@ -366,6 +365,7 @@ def _plan(c: _Checked, report: Callable[[float, str], None], cancel: threading.E
                 spec.max_draft_depth,
                 spec.n_threads,
                 spec.exact,
+                str(spec.mmproj) if spec.mmproj is not None else None,
             ),
             cancel=cancel,
         )

@@ -33,22 +33,26 @@ def attach_projector(lm, path: str | Path) -> None:
     lm.info = replace(lm.info, projector=str(path), modalities=projector.modalities)
 
 
-def load_projector(path: str | Path, model: Model, *, use_gpu: bool) -> Projector:
-    """The projector at ``path`` for ``model``. Raises ModelNotFoundError, GGUFError (not
-    a projector, damaged, made for another model) or ModelLoadError."""
+def check_projector(path: str | Path, model_path: str | Path) -> None:
+    """The projector at ``path`` against the model at ``model_path``, from their headers
+    alone (before anything loads either). Raises ModelNotFoundError, or GGUFError in words
+    (not a projector, damaged, made for another model)."""
+    from engine.gguf.projector import pair_problem, read_projector
+
     path = Path(path)
     if not path.is_file():
         raise ModelNotFoundError(f"The projector file was not found: {path}. Check the path or download it again.")
-    try:
-        from engine.gguf.projector import pair_problem, read_projector
-    except ImportError:  # pragma: no cover - the header check ships with the engine
-        pair_problem = read_projector = None
-    if read_projector is not None and pair_problem is not None:
-        read_projector(path)  # raises in words for a file that is not a projector
-        problem = pair_problem(model.path, path)
-        if problem:
-            raise GGUFError(problem, file=str(path))
-    return Projector(path, model, use_gpu=use_gpu)
+    read_projector(path)  # raises in words for a file that is not a projector
+    problem = pair_problem(model_path, path)
+    if problem:
+        raise GGUFError(problem, file=str(path))
+
+
+def load_projector(path: str | Path, model: Model, *, use_gpu: bool) -> Projector:
+    """The projector at ``path`` for ``model``, checked first (:func:`check_projector`).
+    Raises ModelNotFoundError, GGUFError or ModelLoadError."""
+    check_projector(path, model.path)
+    return Projector(Path(path), model, use_gpu=use_gpu)
 
 
 def projector_size(path: str | Path | None) -> int:

@@ -419,3 +419,24 @@ def test_a_picture_prompt_decodes_as_libmtmd_itself_decodes_it(qwen_mmproj):
         assert np.array_equal(got["logits"], ours)
     finally:
         lm.close()
+
+
+def test_the_load_probe_runs_the_projector_in_a_child_first(qwen_mmproj, tmp_path, monkeypatch):
+    """A projector is loaded, and a picture encoded and decoded with MTP, in the load
+    probe's child before this process touches it: one that takes the child down (the
+    test seam aborts it there) is a typed error, and the engine serves on."""
+    import shutil
+
+    from engine.errors import NativeCrashError
+    from engine.runtime.load.loadcheck import CRASH_ENV, ProbeRequest, check_load
+
+    model = shutil.copy(DEMO, tmp_path / "mine.gguf")  # a new file identity: nothing cached
+    verdict = check_load(ProbeRequest(str(model), None, "integrated", -1, 4, mmproj=str(qwen_mmproj)))
+    assert not verdict.cached and verdict.fallbacks == []
+    monkeypatch.setenv(CRASH_ENV, "picture")
+    with Engine(EngineConfig()) as e:
+        with pytest.raises(NativeCrashError, match="aborted.*encoding and decoding a picture with the projector"):
+            e.submit(J.LoadModel(LoadSpec(model, n_ctx=512, fit="off", mmproj=qwen_mmproj))).result(120)
+        monkeypatch.delenv(CRASH_ENV)
+        e.submit(J.LoadModel(LoadSpec(DEMO, n_ctx=512, probe=False, fit="off"))).result(60)
+        assert len(e.submit(J.Generate(prompt="Hello", max_tokens=4, ignore_eog=True)).result(60).tokens) == 4
