@@ -28,7 +28,13 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.serving.servers import ServerError, ServerProcess, add_llama_server_args, find_llama_server
+from benchmarks.serving.servers import (
+    ServerError,
+    ServerProcess,
+    add_llama_server_args,
+    find_llama_server,
+    timed_stream,
+)
 from engine.cli import EXIT_INVALID, die
 from engine.runtime import jobs as J
 from engine.runtime.decider import INTERACTIVE
@@ -158,21 +164,10 @@ def stream_chat(
         "stream_options": {"include_usage": True},
         **(extra or {}),
     }
-    first = last = None
-    n = 0
     t0 = time.perf_counter()
-    with c.stream("POST", url + "/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                n = chunk["usage"].get("completion_tokens", n)
-            if any((ch.get("delta") or {}).get("content") for ch in chunk.get("choices") or []):
-                now = time.perf_counter()
-                first = first if first is not None else now
-                last = now
+    n, first, last = timed_stream(
+        c, url + "/v1/chat/completions", body, lambda ch: (ch.get("delta") or {}).get("content")
+    )
     first, last = first or t0, last or t0
     return (first - t0) * 1000, (n - 1) / (last - first) if last > first and n > 1 else 0.0, n
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from engine.rpc.server import free_port
@@ -110,6 +110,29 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def timed_stream(
+    client, url: str, body: dict, text: Callable[[dict], str | None]
+) -> tuple[int, float | None, float | None]:
+    """POST ``body`` to ``url`` (an OpenAI-style streamed completion) on ``client`` (an
+    httpx client) and read it to its end: the completion tokens its usage reports, and
+    when (``time.perf_counter``) the first and last chunks carrying text arrived (None:
+    none did). ``text`` reads a choice's text (``delta.content``, or ``text``)."""
+    first = last = None
+    tokens = 0
+    with client.stream("POST", url, json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"].get("completion_tokens", tokens)
+            if any(text(ch) for ch in chunk.get("choices") or []):
+                last = time.perf_counter()
+                first = first if first is not None else last
+    return tokens, first, last
 
 
 def find_llama_server(given: str | None) -> str | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 
-from benchmarks.serving.servers import ServerProcess, add_llama_server_args, find_llama_server
+from benchmarks.serving.servers import ServerProcess, add_llama_server_args, find_llama_server, timed_stream
 from engine.cli import EXIT_INVALID, EXIT_USAGE, die
 from engine.runtime.llama.lib import default_threads
 
@@ -89,20 +89,7 @@ def _one(
 
 
 def _stream(c: httpx.Client, url: str, body: dict, t0: float, out: list, i: int) -> None:
-    first = last = None
-    tokens = 0
-    with c.stream("POST", url + "/v1/completions", json=body) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                tokens = chunk["usage"].get("completion_tokens", tokens)
-            if any(ch.get("text") for ch in chunk.get("choices") or []):
-                now = time.perf_counter()
-                first = first if first is not None else now
-                last = now
+    tokens, first, last = timed_stream(c, url + "/v1/completions", body, lambda ch: ch.get("text"))
     out[i] = (tokens, (first or t0) - t0, (last or t0) - (first or t0))
 
 
