@@ -34,7 +34,6 @@ import hashlib
 import logging
 import secrets
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,10 +65,6 @@ def media_token(digest: str) -> int:
     return -2 - int(digest[:7], 16)  # -1 is an MTP hole (engine.runtime.decode.entries.HOLE)
 
 
-def is_media(token: int) -> bool:
-    return token < 0
-
-
 @dataclass(frozen=True, eq=False)
 class MediaChunk:
     """One picture's (or clip's) rows of a prompt: its embeddings and their positions."""
@@ -83,7 +78,6 @@ class MediaChunk:
     rel_pos: np.ndarray = field(repr=False)
     #: the chunk is decoded with non-causal attention, in one micro-batch (Gemma's vision)
     non_causal: bool = False
-    encode_ms: float = 0.0  # 0: its embeddings were cached
     #: positions the chunk takes (libmtmd's n_pos): an M-RoPE picture takes max(nx, ny),
     #: fewer than its rows; every other chunk one a row
     n_pos: int = 0
@@ -118,10 +112,6 @@ class MediaPrompt:
 
     tokens: list[int]
     chunks: dict[int, MediaChunk]
-
-    @property
-    def encode_ms(self) -> float:
-        return sum(c.encode_ms for c in self.chunks.values())
 
 
 class Projector(OwnedPtr):
@@ -252,26 +242,23 @@ class Projector(OwnedPtr):
         n = int(M.mtmd_input_chunk_get_n_tokens(c))
         key = (digest, j)
         got = self._encoded.get(key)
-        ms = 0.0
         if got is not None and len(got[0]) == n:
             self._encoded.move_to_end(key)
             embd, rel, non_causal = got
         elif not encode:
             embd, rel, non_causal = np.empty((n, 0), np.float32), self._rel_positions(c, kind, n), False
         else:
-            t0 = time.perf_counter()
             if M.mtmd_encode_chunk(self.ptr, c) != 0:
                 raise InvalidRequestError(f"the projector could not encode this {kind}")
             ptr = M.mtmd_get_output_embd(self.ptr)
             embd = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
             embd.setflags(write=False)
-            ms = (time.perf_counter() - t0) * 1000
             self.encodes += 1
             rel = self._rel_positions(c, kind, n)
             non_causal = bool(M.mtmd_decode_use_non_causal(self.ptr, c))
             self._keep(key, (embd, rel, non_causal))
         n_pos = int(M.mtmd_input_chunk_get_n_pos(c))
-        return MediaChunk(_slice_token(digest, j), digest, kind, embd, rel, non_causal, ms, n_pos)
+        return MediaChunk(_slice_token(digest, j), digest, kind, embd, rel, non_causal, n_pos)
 
     def _keep(self, key: tuple[str, int], entry: tuple[np.ndarray, np.ndarray, bool]) -> None:
         """Keep a chunk's embeddings for the next turn, the oldest dropped past the budget."""
