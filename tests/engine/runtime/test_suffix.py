@@ -224,6 +224,40 @@ def test_the_store_of_recent_outputs_is_bounded_and_drafts_across_requests():
     assert store.lookup([5, 9000, 9001, 9002], 2)[0] == [9003, 9004]
 
 
+def test_adding_to_a_full_store_indexes_only_the_new_output(monkeypatch):
+    """A full store forgets its oldest outputs in place: each generation's end indexes its
+    own tokens, never again every token held (32k tokens took ~50 ms of the engine thread,
+    every stream waiting, at each end)."""
+    store = OutputStore(limit=100)
+    for i in range(10):
+        store.add([1000 * i + j for j in range(30)])
+    indexed: list[int] = []
+    real = SuffixIndex.extend
+    monkeypatch.setattr(SuffixIndex, "extend", lambda self, toks: (indexed.append(len(toks)), real(self, toks))[1])
+    store.add([5000 + j for j in range(30)])
+    assert sum(indexed) == 31  # the output and its separator
+    assert store.tokens <= 100
+    assert store.lookup([5000, 5001, 5002], 2) == ([5003, 5004], 3)
+    assert store.lookup([7000, 7001, 7002], 2) == ([], 0)  # dropped with the oldest: a miss
+
+
+def test_an_index_forgets_what_it_dropped_and_keeps_the_rest():
+    idx = SuffixIndex()
+    idx.extend([1, 2, 3, 4, 9, 9, 9, 9, 5, 6, 7, 8])
+    idx.drop(6)
+    assert idx.lookup([1, 2, 3], 3) == ([], 0)  # ended in the dropped tokens
+    assert idx.lookup([9, 9, 5], 2) == ([6, 7], 3)  # starts in them, ends after: kept
+    idx.extend([5, 6, 7])
+    assert idx.propose(2) == ([8, 5], 3)  # the match of the newest tokens, by absolute position
+    for _ in range(40):  # a long life of drops: the stale entries are swept out
+        idx.extend(list(range(100, 200)))
+        idx.drop(len(idx.tokens) - 50)
+    assert idx.tokens == list(range(150, 200))
+    assert idx.lookup([150, 151, 152], 2) == ([153, 154], 3)
+    assert idx.lookup([140, 141, 142], 2) == ([], 0)
+    assert sum(len(e) for e in idx._ends.values()) <= 2 * 4 * max(len(idx.tokens), 64)
+
+
 def test_a_later_request_drafts_from_an_earlier_output(copying):
     """The bigram fixture's answer depends on the last token only: a short prompt gets the
     answer an earlier request got, which its own prompt does not hold."""

@@ -37,22 +37,33 @@ _BULK = 64
 
 
 class SuffixIndex:
-    """Where each n-gram of :data:`LENGTHS` last ended, over the tokens seen so far."""
+    """Where each n-gram of :data:`LENGTHS` last ended, over the tokens seen so far.
+
+    Positions are absolute: :meth:`drop` forgets the oldest tokens by moving :attr:`base`
+    on, and an n-gram whose last end is older is a miss (its earlier ends are older
+    still), so dropping costs no re-indexing; the stale entries are swept out once they
+    outnumber the live ones (:meth:`_sweep`)."""
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
+        #: absolute position of ``tokens[0]`` (the tokens before it were dropped)
+        self.base = 0
         self._ends: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in LENGTHS}
-        #: (end of the earlier occurrence, length) of the longest match ending at the newest token
+        #: (absolute end of the earlier occurrence, length) of the longest match ending at
+        #: the newest token
         self._match: tuple[int, int] | None = None
 
     def extend(self, tokens: list[int]) -> None:
         toks = self.tokens
+        base = self.base
         new = [int(t) for t in tokens]
         if len(new) > _BULK:  # a prompt: index all but its last token at once (no match is read there)
             start = len(toks)
             toks.extend(new[:-1])
             for n in LENGTHS:  # ascending: a later occurrence overwrites an earlier one
-                self._ends[n].update((tuple(toks[i + 1 - n : i + 1]), i) for i in range(max(start, n - 1), len(toks)))
+                self._ends[n].update(
+                    (tuple(toks[i + 1 - n : i + 1]), base + i) for i in range(max(start, n - 1), len(toks))
+                )
             new = new[-1:]
         for t in new:
             toks.append(t)
@@ -63,10 +74,27 @@ class SuffixIndex:
                     continue
                 key = tuple(toks[i + 1 - n :])
                 ends = self._ends[n]
-                if match is None and key in ends:
-                    match = (ends[key], n)
-                ends[key] = i
+                if match is None:
+                    end = ends.get(key)
+                    if end is not None and end >= base:
+                        match = (end, n)
+                ends[key] = base + i
             self._match = match
+
+    def drop(self, count: int) -> None:
+        """Forget the oldest ``count`` tokens (no n-gram ends in them any more)."""
+        count = min(count, len(self.tokens))
+        del self.tokens[:count]
+        self.base += count
+        if self._match is not None and self._match[0] < self.base:
+            self._match = None
+        if sum(len(e) for e in self._ends.values()) > 2 * len(LENGTHS) * max(len(self.tokens), _BULK):
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Drop the entries of n-grams whose last end was dropped."""
+        base = self.base
+        self._ends = {n: {k: v for k, v in e.items() if v >= base} for n, e in self._ends.items()}
 
     def propose(self, k: int) -> tuple[list[int], int]:
         """Up to ``k`` tokens that followed the longest earlier match of the newest
@@ -84,7 +112,7 @@ class SuffixIndex:
         for n in LENGTHS:
             if len(tail) >= n:
                 end = self._ends[n].get(tuple(tail[-n:]))
-                if end is not None:
+                if end is not None and end >= self.base:
                     tokens, _ = self._after(end, n, k)
                     if tokens:
                         return tokens, n
@@ -92,10 +120,13 @@ class SuffixIndex:
 
     def _after(self, end: int, n: int, k: int, *, periodic: bool = False) -> tuple[list[int], int]:
         toks = self.tokens
-        out = toks[end + 1 : min(end + 1 + k, len(toks))]
+        i = end - self.base  # where the match ends in ``tokens``
+        if i < 0:
+            return [], 0
+        out = toks[i + 1 : min(i + 1 + k, len(toks))]
         if _SEP in out:
             out = out[: out.index(_SEP)]
-        elif periodic and out and len(out) < k and end + 1 + len(out) == len(toks):
+        elif periodic and out and len(out) < k and i + 1 + len(out) == len(toks):
             # the continuation runs into the newest tokens: the text repeats with this
             # period, so the draft goes on repeating it (what chaining an n-gram lookup
             # through its own draft gives), as far as ``k``
@@ -108,16 +139,19 @@ class SuffixIndex:
 class OutputStore:
     """A loaded model's recent outputs, for drafting in later requests: the next turn of
     an agent often repeats what an earlier answer (or another client's) wrote. Bounded
-    to :data:`STORE_TOKENS`: the oldest outputs go first. Output never changes by what
-    is stored (every draft is verified); only which drafts are tried does.
+    to :data:`STORE_TOKENS`: the oldest outputs go first, forgotten in place
+    (:meth:`SuffixIndex.drop`), so adding to a full store costs what adding to any does
+    (rebuilding the index of 32k tokens took ~50 ms of the engine thread, every stream
+    waiting, at each generation's end). Output never changes by what is stored (every
+    draft is verified); only which drafts are tried does.
 
-    Several sequences draft from it at once (slots): :meth:`add` takes a lock and, when
-    the bound drops outputs, builds a new index and swaps it in, so a reader never sees
-    one half-built."""
+    Sequences add and look up on the engine thread (the steps' one thread); the lock
+    keeps an add and a lookup from another thread (a tool, a test) from meeting."""
 
     def __init__(self, limit: int = STORE_TOKENS):
         self.limit = limit
-        self._outputs: deque[list[int]] = deque()
+        #: the stored outputs' lengths, oldest first, each with the separator before it
+        self._outputs: deque[int] = deque()
         self._index = SuffixIndex()
         self._lock = threading.Lock()
         self.learned = SuffixLearned()
@@ -125,27 +159,24 @@ class OutputStore:
     @property
     def tokens(self) -> int:
         """Tokens held (separators not counted)."""
-        return sum(len(o) for o in self._outputs)
+        return sum(self._outputs) - len(self._outputs)
 
     def add(self, tokens: list[int]) -> None:
         out = [int(t) for t in tokens[-self.limit :]]
         if len(out) < MIN_MATCH + 1:
             return
         with self._lock:
-            self._outputs.append(out)
-            held = self.tokens
-            if held <= self.limit:
-                self._index.extend([_SEP, *out])
-                return
-            while held > self.limit:
-                held -= len(self._outputs.popleft())
-            index = SuffixIndex()
-            for o in self._outputs:
-                index.extend([_SEP, *o])
-            self._index = index
+            self._index.extend([_SEP, *out])
+            self._outputs.append(len(out) + 1)
+            dropped = 0
+            while self.tokens > self.limit:
+                dropped += self._outputs.popleft()
+            if dropped:
+                self._index.drop(dropped)
 
     def lookup(self, tail: list[int], k: int) -> tuple[list[int], int]:
-        return self._index.lookup(tail, k)
+        with self._lock:
+            return self._index.lookup(tail, k)
 
 
 class SuffixDraft:
