@@ -210,6 +210,24 @@ def test_concurrent_first_requests_load_one_copy(serve, library):
     assert s.loaded() == [ids["Fixture Partial"]]
 
 
+def test_a_request_to_a_loaded_model_reads_no_file(serve, library):
+    """What a load would take (the file's header read: milliseconds of the GIL the engine
+    thread waits for between its decodes) is worked out only when a load is needed."""
+    estimated: list[str] = []
+
+    def estimate(x, spec):
+        estimated.append(x.name)
+        return estimate_bytes(x, spec)
+
+    s = serve(estimate=estimate)
+    for _ in range(3):
+        r = httpx.post(
+            s.url + "/v1/completions", json={"model": "Fixture Partial", "prompt": "a", "max_tokens": 2}, timeout=60
+        )
+        assert r.status_code == 200
+    assert len(estimated) == 1
+
+
 # ------------------------------------------------------------------ room and time
 def _estimates(s: Served, library) -> dict[str, int]:
     return {x.name: estimate_bytes(x, spec_for(x)) for x in s.catalog.items()}

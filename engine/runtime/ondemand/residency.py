@@ -203,9 +203,8 @@ class Residency:
         (waiting for a load already under way). Raises what the load raises, and
         :class:`InsufficientMemoryError` when no room can be made."""
         lname, s = self.resolve(name)
-        # what a load would take, worked out before the lock (it reads the file's header)
-        spec = self.spec_for(s) if s is not None else None
-        need = self._estimate(s, spec) if s is not None and spec is not None else 0
+        spec: LoadSpec | None = None
+        need: int | None = None  # what a load would take: worked out only when one is needed
         while True:
             victims: list[str] = []
             with self._cv:
@@ -220,13 +219,20 @@ class Residency:
                     if cancel is not None and cancel.is_set():
                         raise InvalidRequestError("The request was cancelled while its model loaded.")
                     continue
-                if s is None or spec is None:
+                if s is None:
                     raise NoModelLoadedError(f"Model {name!r} is not loaded.")
-                victims = self._room_locked(s, need)
-                for v in victims:
-                    self._residents[v].state = "unloading"
-                self._residents[lname] = Resident(lname, s, state="loading", memory=need)
-            break
+                if need is not None:
+                    victims = self._room_locked(s, need)
+                    for v in victims:
+                        self._residents[v].state = "unloading"
+                    self._residents[lname] = Resident(lname, s, state="loading", memory=need)
+                    break
+            # a load is needed: what it would take, worked out outside the lock (it reads the
+            # file's header: a few ms of the GIL, never spent on a request to a loaded
+            # model); then the residents are looked at again
+            spec = self.spec_for(s)
+            need = self._estimate(s, spec)
+        assert spec is not None
         try:
             for v in victims:
                 log.info("unloading %s to make room for %s", v, lname)
