@@ -6,8 +6,10 @@ Loads the model (the bundled demo by default) with as many slots as the largest 
 greedy generations at once on the engine (in process, no HTTP), and reads the model's
 batcher: the seconds its decodes took (target and MTP, inside llama.cpp) against the wall
 time from the first submission to the last result. What is left is this program's own
-cost per step — the sequences' Python, the scheduler, the events. Prints one JSON line per
-(depth, N).
+cost per step — the sequences' Python, the scheduler, the events. The jobs are submitted as
+the HTTP server submits them: no per-round events, and each event handed to a callback on
+the engine thread (the server's bridge) rather than to a queue another thread wakes for at
+every token. Prints one JSON line per (depth, N).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import deque
 from pathlib import Path
 
 from engine.runtime import jobs as J
@@ -47,13 +50,15 @@ def main(argv: list[str] | None = None) -> int:
                             max_tokens=a.tokens,
                             ignore_eog=True,
                             model="m",
+                            rounds=False,
                             **how,
                         )
                         for i in range(n)
                     ]
                     before = getattr(batcher, "decode_seconds", None)
                     t0 = time.perf_counter()
-                    handles = [eng.submit(j) for j in jobs]
+                    sink: deque = deque(maxlen=64)  # the bridge's buffer, less its wake-ups of the loop
+                    handles = [eng.submit(j, on_event=sink.append) for j in jobs]
                     tokens = sum(len(h.result(600).tokens) for h in handles)
                     wall = time.perf_counter() - t0
                     inside = None if before is None else batcher.decode_seconds - before  # an older batcher: no clock
