@@ -51,7 +51,8 @@ def decode_prepared(
 
     def on_round(r) -> None:
         slot.record(r)
-        h._emit(J.Round(r))
+        if h.wants_rounds:
+            h._emit(J.Round(r))
 
     try:
         g = generate(

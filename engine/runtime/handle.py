@@ -43,6 +43,12 @@ class JobHandle:
     def cancelled(self) -> bool:
         return self.cancel_event.is_set()
 
+    @property
+    def wants_rounds(self) -> bool:
+        """Whether a Round event reaches anyone: the submitter asked for them, or an
+        observer watches (the emitter makes none otherwise: one per token, plain)."""
+        return self._rounds or bool(self._observers)
+
     def _emit(self, event: J.Event) -> None:
         if isinstance(event, (J.Done, J.Failed)):
             self._final = event

