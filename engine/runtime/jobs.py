@@ -19,7 +19,7 @@ from engine.runtime.decode.logprobs import TokenLogprob
 from engine.runtime.decode.stats import GenerationStats, RoundStats
 from engine.runtime.decode.stopping import StopReason
 from engine.runtime.load.loader import LoadSpec
-from engine.runtime.prompt.reply import Part, Reply
+from engine.runtime.prompt.reply import Part, Reply, joined_parts
 from engine.runtime.prompt.tools import Tool, ToolChoice
 
 
@@ -178,6 +178,19 @@ class Tokens:
     #: the text split into thinking, content and tool calls (prompt.reply), when the
     #: reply is split (a thinking template, or tools)
     parts: tuple[Part, ...] | None = None
+
+    def then(self, nxt: Tokens) -> Tokens | None:
+        """This event and the ``nxt`` one as one (a reader that is behind writes them in
+        one chunk), or None when they cannot be one (log-probabilities or a split in
+        one only)."""
+        if (self.logprobs is None) != (nxt.logprobs is None) or (self.parts is None) != (nxt.parts is None):
+            return None
+        return Tokens(
+            self.tokens + nxt.tokens,
+            self.text + nxt.text,
+            None if self.logprobs is None else self.logprobs + nxt.logprobs,  # type: ignore[operator]
+            None if self.parts is None else joined_parts(self.parts, nxt.parts),  # type: ignore[arg-type]
+        )
 
 
 @dataclass(frozen=True)

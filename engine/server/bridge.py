@@ -7,10 +7,11 @@ burst of events costs one. While tokens stream, a wake-up is followed by a pause
 from the engine thread): one wake-up per few tokens instead of one per token. Every wake-up is a
 switch of the loop's thread onto a core llama.cpp's threads are decoding on; on the demo, one
 stream over HTTP went from ~2,510 to ~3,040 chunks/s with the pause (2 cores). A job's first
-tokens and its final event are never held back. The loop takes buffered events without waiting
-(:meth:`JobStream.poll`), and waits on a plain future (:meth:`JobStream.waiter`) only when the
-buffer is empty: no task per event. Cancelling the stream (a client disconnect) cancels the job; the engine then leaves
-its contexts holding exactly the tokens emitted so far.
+tokens and its final event are never held back. The loop takes buffered events
+without waiting (:meth:`JobStream.poll`), and waits on a plain future (:meth:`JobStream.waiter`)
+only when the buffer is empty: no task per event, and Tokens events that gathered come out as
+one (one chunk). Cancelling the stream (a client disconnect) cancels the job; the engine then
+leaves its contexts holding exactly the tokens emitted so far.
 
 Ownership: the buffer is appended to by the engine thread and read by the loop (a deque's
 append and popleft are atomic); ``_scheduled`` is shared under ``_lock`` (set: a wake-up or the
@@ -80,11 +81,22 @@ class JobStream:
             self._wake()
 
     def poll(self) -> Any | None:
-        """The next buffered event, or None when there is none yet (the loop; never waits)."""
-        if not self._events:
+        """The next buffered event, or None when there is none yet (the loop; never waits).
+        Tokens events buffered one after another come as one (:meth:`J.Tokens.then`): one
+        chunk for what gathered during a pause, not one per round, so the loop writes and
+        the client parses a chunk per few tokens."""
+        events = self._events
+        if not events:
             return None
-        ev = self._events.popleft()
-        if isinstance(ev, (J.Done, J.Failed)):
+        ev = events.popleft()
+        if isinstance(ev, J.Tokens):
+            while events and isinstance(events[0], J.Tokens):  # only the loop takes from the left
+                joined = ev.then(events[0])
+                if joined is None:
+                    break
+                ev = joined
+                events.popleft()
+        elif isinstance(ev, (J.Done, J.Failed)):
             self.final = ev
         return ev
 

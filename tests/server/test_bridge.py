@@ -1,6 +1,6 @@
 """The endpoint's view of an engine job (engine/server/bridge.py): every event arrives, in
 order, with one wake-up of the event loop per pause while tokens stream, not one per token;
-the first tokens and the end are never held back."""
+the first tokens and the end are never held back; what gathered comes as one event."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import asyncio
 import time
 
 from engine.runtime import jobs as J
+from engine.runtime.decode.logprobs import TokenLogprob
 from engine.runtime.engine import Engine
+from engine.runtime.prompt.reply import CALL_ARGS, CALL_START, CONTENT, Part, joined_parts
 from engine.server import bridge
 
 
@@ -93,3 +95,51 @@ def test_a_stream_nobody_reads_any_more_stops_waking_the_loop():
     after, left = asyncio.run(run())
     assert left > 0  # the unread events are still there ...
     assert after <= 1  # ... and the loop is left alone
+
+
+def test_what_gathered_comes_as_one_event_and_a_slow_stream_comes_as_written():
+    """A reader that is behind gets the Tokens events that gathered as one (one chunk on the
+    wire): their tokens, text and parts one after another. A stream slower than the pause
+    arrives event by event, as it is written."""
+
+    def job(state, cancel, emit):
+        emit(J.Tokens((0,), "a", None, (Part(CONTENT, "a"),)))
+        for i in range(1, 21):
+            emit(J.Tokens((i,), f"<{i}>", None, (Part(CALL_ARGS, f"<{i}>", index=0),)))
+        return 21
+
+    async def behind():
+        with Engine() as engine:
+            stream = bridge.JobStream(engine, J.Call(job))
+            while not stream.handle.done.is_set():  # the reader is busy elsewhere meanwhile
+                await asyncio.sleep(0.01)
+            return [ev async for ev in stream]
+
+    events = asyncio.run(behind())
+    tokens = [ev for ev in events if isinstance(ev, J.Tokens)]
+    assert len(tokens) == 1 and isinstance(events[-1], J.Done)
+    (one,) = tokens
+    assert one.tokens == tuple(range(21)) and one.text == "a" + "".join(f"<{i}>" for i in range(1, 21))
+    assert one.parts == (Part(CONTENT, "a"), Part(CALL_ARGS, "".join(f"<{i}>" for i in range(1, 21)), index=0))
+
+    async def keeping_up():
+        with Engine() as engine:
+            stream = bridge.JobStream(engine, _stream_job(5, 10 * bridge.PACE_S))
+            return [ev.tokens for ev in [ev async for ev in stream] if isinstance(ev, J.Tokens)]
+
+    assert asyncio.run(keeping_up()) == [(i,) for i in range(5)]
+
+
+def test_events_that_cannot_be_one_stay_apart():
+    lp = TokenLogprob(1, b"a", -0.5)
+    with_lp, without = J.Tokens((1,), "a", (lp,)), J.Tokens((2,), "b")
+    assert with_lp.then(without) is None and without.then(with_lp) is None
+    assert with_lp.then(with_lp) == J.Tokens((1, 1), "aa", (lp, lp))
+    assert J.Tokens((1,), "a", None, ()).then(without) is None  # split and not split
+    # a call's arguments join only within the same call; a new call's start stays its own part
+    a = (Part(CALL_ARGS, "{", index=0),)
+    b = (Part(CALL_ARGS, "}", index=1),)
+    assert joined_parts(a, b) == a + b
+    assert joined_parts(a, (Part(CALL_ARGS, "}", index=0),)) == (Part(CALL_ARGS, "{}", index=0),)
+    start = (Part(CALL_START, index=1),)
+    assert joined_parts(a, start) == a + start

@@ -139,7 +139,8 @@ def test_the_demo_calls_in_each_familys_own_syntax_with_and_without_mtp(served, 
     assert finish == "tool_calls"
     streamed = [json.loads("".join(p)) for _, p in sorted(pieces.items())]
     assert [(a["day"], a["hour"]) for a in streamed] == [(a["day"], a["hour"]) for _, a in replies["on"]]
-    assert all(len([x for x in p if x]) > 1 for p in pieces.values()), pieces
+    # (in as many pieces as the stream's pauses cut them into: tests/server/test_bridge.py)
+    assert all(any(p) for p in pieces.values()), pieces
 
 
 def test_every_vendored_template_that_declares_tools_is_native_or_named_generic():

@@ -148,7 +148,8 @@ def test_a_streamed_function_call_follows_openais_events(oai):
     assert mine[0] == "response.output_item.added" and mine[-1] == "response.output_item.done"
     assert "response.function_call_arguments.delta" in mine and "response.function_call_arguments.done" in mine
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
-    # the arguments arrive as they are written, several pieces before the call is done
+    # the arguments arrive as they are written, in pieces before the call is done (as many as
+    # the stream's pauses cut them into: on the fast demo often one; tests/server/test_bridge.py)
     deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
-    assert len(deltas) > 1 and "".join(deltas) == done.arguments
+    assert deltas and "".join(deltas) == done.arguments
     assert json.loads(done.arguments)["city"] in ("Paris", "Rome") and kinds[-1] == "response.completed"

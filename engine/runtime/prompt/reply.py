@@ -33,6 +33,18 @@ class Part:
     index: int = 0  # the call's index in the reply
 
 
+def joined_parts(a: tuple[Part, ...], b: tuple[Part, ...]) -> tuple[Part, ...]:
+    """The parts of two consecutive pieces of a reply as those of one: where ``a`` ends
+    and ``b`` begins with text of the same kind (thinking, content, one call's arguments)
+    the two are one part."""
+    if not a or not b:
+        return a + b
+    p, q = a[-1], b[0]
+    if p.kind == q.kind and (p.kind in (REASONING, CONTENT) or (p.kind == CALL_ARGS and p.index == q.index)):
+        return (*a[:-1], Part(p.kind, p.text + q.text, None, p.index), *b[1:])
+    return a + b
+
+
 @dataclass
 class Reply:
     """A whole reply, split."""
