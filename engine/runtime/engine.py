@@ -1,21 +1,20 @@
 """The engine thread: the one owner of every llama.cpp model and context.
 
-The GUI and the HTTP server never touch llama.cpp; they :meth:`Engine.submit` jobs and
-receive events. Jobs are taken in submission order (FIFO is the fairness rule: a request
-never waits behind one submitted later). A chat model decodes up to ``LoadSpec.parallel``
-generations together (one slot or several: one path either way): the engine thread admits
-each to a free slot (waiting for one when all are busy), a thread of the request's own
-prepares its prompt, and its decode loop then runs here, on the engine thread, one of the
-sequences its batcher steps together (:mod:`engine.runtime.slots`). A read-only
-:class:`~engine.runtime.jobs.Call` (``access="read"``: counting a prompt's tokens) and
-embeddings or rerank scores on a pooling model (:mod:`engine.runtime.pooled`: such a model
-has no streams) run between the slots' steps. A load is built on a thread of its own while this thread keeps
-the running streams stepping, and the model is handed over when ready; an unload waits for
-its own model's streams only, and so does a call that names the one model it needs (the
-A/B bench). While one of these holds its model, the jobs at the queue's head that need
-another model (a generation into a free slot, embeddings) or only read start meanwhile.
-Any other job (a plain ``Call``) waits until the slots are idle. A bounded
-queue rejects work with :class:`QueueFullError` instead of growing without limit.
+The GUI and the HTTP server never touch llama.cpp; they :meth:`Engine.submit` jobs and receive
+events. Jobs are taken in submission order (FIFO is the fairness rule: a request never waits behind
+one submitted later). A chat model decodes up to ``LoadSpec.parallel`` generations together (one
+slot or several: one path either way): the engine thread admits each to a free slot (waiting for one
+when all are busy), a thread of the request's own prepares its prompt, and its decode loop then runs
+here, on the engine thread, one of the sequences its batcher steps together
+(:mod:`engine.runtime.slots`). A read-only :class:`~engine.runtime.jobs.Call` (``access="read"``:
+counting a prompt's tokens) and embeddings or rerank scores on a pooling model
+(:mod:`engine.runtime.pooled`: such a model has no streams) run between the slots' steps. A load is
+built on a thread of its own while this thread keeps the running streams stepping, and the model is
+handed over when ready; an unload waits for its own model's streams only, and so does a call that
+names the one model it needs (the A/B bench). While one of these holds its model, the jobs at the
+queue's head that need another model (a generation into a free slot, embeddings) or only read start
+meanwhile. Any other job (a plain ``Call``) waits until the slots are idle. A bounded queue rejects
+work with :class:`QueueFullError` instead of growing without limit.
 
 Each job has a :class:`~engine.runtime.handle.JobHandle`: an event stream (iterate it, or
 pass ``on_event`` to be called on the engine thread — keep that callback quick) and
@@ -52,7 +51,7 @@ from engine.runtime.config import EngineConfig
 from engine.runtime.admission import beside_streams, can_run_beside, run_in_steps, run_off_path, slotted
 from engine.runtime.generatejob import decode_prepared, prepare_in_slot
 from engine.runtime.handle import EventFn, JobHandle
-from engine.runtime.llama import owned
+from engine.runtime.llama import lib, owned
 from engine.runtime.load.loader import LoadedModel, load
 from engine.runtime.decode.cache.snapshotcache import CacheFigures
 from engine.runtime.modelinfo import CHAT, ModelInfo
@@ -99,8 +98,8 @@ class Engine:
         self._observers: list[Callable[[JobHandle, J.Event], None]] = []
 
     def observe(self, fn: Callable[[JobHandle, J.Event], None]) -> None:
-        """Also call ``fn(handle, event)`` for every event of every job submitted from
-        now on, on the engine thread (keep it quick). The GUI sees server traffic this way."""
+        """Also call ``fn(handle, event)`` for every event of every job submitted from now on,
+        on the engine thread (keep it quick). The GUI sees server traffic this way."""
         self._observers.append(fn)
 
     def unobserve(self, fn: Callable[[JobHandle, J.Event], None]) -> None:
@@ -112,6 +111,7 @@ class Engine:
     # -------------------------------------------------------------- lifecycle
     def start(self) -> Engine:
         if self._thread is None:
+            lib.prefer_decoding_thread()  # the GIL back soon after each decode (lib.SWITCH_INTERVAL_S)
             self._thread = threading.Thread(target=self._run, name="mtp-engine", daemon=True)
             self._thread.start()
         return self

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -118,6 +119,21 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS, Windows
         return max(1, os.cpu_count() or 1)
+
+
+#: the GIL's switch interval while an engine runs (CPython's default is 5 ms): how long a
+#: thread that wants the GIL waits before it asks the holder to let go. The engine thread
+#: wants it back after every decode (llama.cpp runs without it); with the default, the
+#: event loop writing a burst of chunks, or a request's thread rendering its prompt, held
+#: every stream's next step for up to 5 ms. Measured on the demo over HTTP (2 cores, three
+#: pairs of runs each): +1 to +6% tokens/s at 2 streams, +2 to +11% at 4.
+SWITCH_INTERVAL_S = 0.0002
+
+
+def prefer_decoding_thread() -> None:
+    """Shorten the GIL's switch interval to :data:`SWITCH_INTERVAL_S` (never lengthen it)."""
+    if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def system_info() -> str:

@@ -134,3 +134,22 @@ def test_stop_cancels_the_running_job(fixtures):
     final = list(h.events(timeout=30))[-1]
     assert isinstance(final, J.Done) and final.cancelled
     assert eng.models() == {}
+
+
+def test_a_running_engine_gets_the_gil_back_soon_after_each_decode():
+    """CPython's 5 ms switch interval let a busy event loop hold every stream's next step
+    for up to 5 ms; an engine shortens it, and never lengthens a shorter one."""
+    import sys
+
+    from engine.runtime.llama import lib
+
+    was = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        with Engine():
+            assert sys.getswitchinterval() == pytest.approx(lib.SWITCH_INTERVAL_S)
+        sys.setswitchinterval(lib.SWITCH_INTERVAL_S / 2)
+        with Engine():
+            assert sys.getswitchinterval() == pytest.approx(lib.SWITCH_INTERVAL_S / 2)
+    finally:
+        sys.setswitchinterval(was)
