@@ -49,9 +49,11 @@ class JobStream:
 
     def _on_event(self, event: Any) -> None:  # engine thread
         self._events.append(event)
-        # the first tokens (time to first token) and the end go out at once, pause or not
+        # the first tokens (time to first token) and the end go out at once, pause or not;
+        # tokens a client sees nothing of (a special token's empty text, the first bytes of
+        # a character) do not start the pauses: the first text would wait for one
         urgent = isinstance(event, (J.Done, J.Failed)) or (isinstance(event, J.Tokens) and not self._tokens_seen)
-        if isinstance(event, J.Tokens):
+        if isinstance(event, J.Tokens) and (event.text or event.parts or event.logprobs):
             self._tokens_seen = True
         with self._lock:
             if self._scheduled and not urgent:

@@ -143,3 +143,26 @@ def test_events_that_cannot_be_one_stay_apart():
     assert joined_parts(a, (Part(CALL_ARGS, "}", index=0),)) == (Part(CALL_ARGS, "{}", index=0),)
     start = (Part(CALL_START, index=1),)
     assert joined_parts(a, start) == a + start
+
+
+def test_the_first_text_is_not_held_behind_tokens_without_any(monkeypatch):
+    """A reply whose first token shows nothing (a special token, the first bytes of a
+    character) still has its first text go out at once: the pauses start with text."""
+    monkeypatch.setattr(bridge, "PACE_S", 5.0)
+
+    def job(state, cancel, emit):
+        emit(J.Tokens((2,), ""))
+        time.sleep(0.05)
+        emit(J.Tokens((3,), "hello"))
+        time.sleep(1.0)
+        return 2
+
+    async def run():
+        with Engine() as engine:
+            t0 = time.perf_counter()
+            stream = bridge.JobStream(engine, J.Call(job))
+            async for ev in stream:
+                if isinstance(ev, J.Tokens) and ev.text:
+                    return time.perf_counter() - t0
+
+    assert asyncio.run(run()) < 0.5
