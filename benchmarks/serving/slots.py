@@ -162,6 +162,28 @@ def paired(arms: dict[str, dict[int, list[Run]]], arm: str) -> dict[int, float]:
     return out
 
 
+def versus(results: dict[str, dict[int, list[Run]]], mine: list[str], theirs: list[str]) -> dict[int, float]:
+    """Per client count, the median over rounds of the best of ``mine`` in round r over the
+    best of ``theirs`` in the same round r (the issue's "best arm against best arm"; a
+    ratio within a round escapes the machine's drift between rounds)."""
+    out: dict[int, float] = {}
+    mine = [m for m in mine if m in results]
+    theirs = [t for t in theirs if t in results]
+    if not mine or not theirs:
+        return out
+    for n in results[mine[0]]:
+        rounds = min(len(results[a].get(n, [])) for a in mine + theirs)
+        ratios = []
+        for r in range(rounds):
+            ours = max(results[a][n][r].tokens_per_second for a in mine)
+            best = max(results[a][n][r].tokens_per_second for a in theirs)
+            if best > 0:
+                ratios.append(ours / best)
+        if ratios:
+            out[n] = round(statistics.median(ratios), 3)
+    return out
+
+
 # ------------------------------------------------------------------ the command
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -245,6 +267,12 @@ def main(argv: list[str] | None = None, prog: str = "benchmarks.serving.slots") 
     ours_arms = {name: per for name, per in results.items() if name.startswith("ours ")}
     if "ours auto" in ours_arms and len(ours_arms) > 1:
         body["auto_vs_worst_paired"] = {str(n): r for n, r in paired(ours_arms, "ours auto").items()}
+    llama = [name for name in results if name.startswith("llama-server")]
+    if llama:
+        body["versus_llama_server"] = {
+            "best": {str(n): r for n, r in versus(results, list(ours_arms), llama).items()},
+            "off": {str(n): r for n, r in versus(results, ["ours off"], ["llama-server no speculation"]).items()},
+        }
     if args.json:
         print(json.dumps(body))
         return 0
@@ -271,6 +299,14 @@ def _print(body: dict, clients: list[int], rounds: int) -> None:
             + "".join(f"{body['auto_vs_worst_paired'].get(str(n), float('nan')):>22.3f}" for n in clients)
             + "  (of ours; medians of the ratios within rounds)"
         )
+    for key, label in (("best", "ours best / llama-server best"), ("off", "ours off / llama no speculation")):
+        per = body.get("versus_llama_server", {}).get(key)
+        if per:
+            print(
+                f"{label:<34}"
+                + "".join(f"{per.get(str(n), float('nan')):>22.3f}" for n in clients)
+                + "  (medians of the ratios within rounds)"
+            )
     if not body["llama_server"]:
         print("llama-server: not found (pass --llama-server PATH); its arms were skipped")
 
