@@ -420,8 +420,8 @@ class Engine:
 
         held = frozenset({job.spec.name or Path(job.spec.path).name.removesuffix(".gguf")})
         lm: LoadedModel | WorkerModel = self._off_path(work, h, held)
-        if isinstance(lm, LoadedModel) and lm.slots is not None:
-            lm.slots.batcher.adopt()  # this thread runs its steps, wherever it was made
+        if isinstance(lm, LoadedModel) and lm.slots is not None:  # this thread runs its steps, seeing its queue
+            lm.slots.batcher.adopt(lambda: self._peeked is not _NOTHING or not self._queue.empty())
         old = self._state.models.get(lm.name)
         if old is not None:
             self._drain([old])

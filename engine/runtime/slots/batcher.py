@@ -10,7 +10,8 @@ No thread hands over to another, no lock is waited for and nothing is woken that
 nothing to do: a step costs its decodes, the sequences' own Python, and one greenlet
 switch per sequence and decode. A sequence alone runs its own steps, with no switch, and
 gives the thread back to the scheduler every :data:`YIELD_S` (so arrivals start and the
-engine takes its next job): the switches cost a single stream 6-8% of its tokens/s on the
+engine takes its next job), and at once when the engine has a job waiting
+(:attr:`Batcher.attention`): the switches cost a single stream 6-8% of its tokens/s on the
 demo. ggml's CPU threads are an OpenMP team of the thread that
 calls it, and every decode runs on the owner (from another thread the same decode ran
 1.65x slower on this machine's two cores).
@@ -102,6 +103,10 @@ class StepRows:
             self.n_logits = int(self.logits.sum())
 
 
+def _nothing_waits() -> bool:
+    return False
+
+
 class Batcher:
     """Steps for the sequences of one loaded model (its target and MTP contexts)."""
 
@@ -139,13 +144,19 @@ class Batcher:
         #: and how long a sequence alone may run its own steps (0: always through the scheduler)
         self._yielded = 0.0
         self.yield_s = YIELD_S
+        #: whether the owner has other work waiting (the engine's queue): a sequence alone
+        #: then gives the thread back at its next decode instead of within YIELD_S (owner thread)
+        self.attention: Callable[[], bool] = _nothing_waits
 
     # ------------------------------------------------------------ taking part
-    def adopt(self) -> None:
+    def adopt(self, attention: Callable[[], bool] | None = None) -> None:
         """The calling thread runs the steps from now on (a model loaded on another thread
-        and handed to the engine thread); before any sequence takes part."""
+        and handed to the engine thread); before any sequence takes part. ``attention``:
+        whether that thread has other work waiting (:attr:`attention`)."""
         assert not self._sequences and not self._pending
         self.owner = threading.get_ident()
+        if attention is not None:
+            self.attention = attention
 
     def start(self, run: Callable[[], None]) -> None:
         """Any thread: run ``run()`` — one sequence's decode loop — on the owner thread,
@@ -204,16 +215,19 @@ class Batcher:
 
     def _alone(self, req: StepRows) -> bool:
         """Whether a sequence's decode may run its step at once, in the sequence: it is the
-        only sequence, nothing else waits for a step or to start, and it gave the thread
-        back (to the scheduler, so the engine's other work and arrivals are seen) within
-        :data:`YIELD_S`. A step of one costs the same either way; the switches to the
-        scheduler and back cost 12% of the demo's tokens/s at one sequence."""
+        only sequence, nothing else waits for a step or to start, the owner has no other
+        work waiting (a request in the engine's queue is taken at once, not after up to
+        :data:`YIELD_S`: its first token came 5 ms late behind a stream), and it gave the
+        thread back (to the scheduler, so the engine's other work and arrivals are seen)
+        within :data:`YIELD_S`. A step of one costs the same either way; the switches to
+        the scheduler and back cost 12% of the demo's tokens/s at one sequence."""
         return (
             len(self._sequences) == 1
             and self._pending == [req]
             and not self._runnable
             and not self._arrivals
             and time.perf_counter() - self._yielded < self.yield_s
+            and not self.attention()
         )
 
     # ------------------------------------------------------------------ step

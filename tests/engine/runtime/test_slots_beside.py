@@ -100,6 +100,29 @@ def test_a_count_is_answered_between_the_steps_of_running_streams(fixtures, para
         J.Call(lambda *_: None, access="write")
 
 
+def test_a_request_that_comes_while_a_stream_runs_alone_starts_at_the_streams_next_decode(fixtures):
+    """A stream alone runs its own steps, giving the thread back to the engine only now and
+    then (YIELD_S): a request queued meanwhile is taken at the stream's next decode, not when
+    the stream next gives the thread back (its first token came up to 5 ms late)."""
+    import time
+
+    emitted: list[float] = []
+    with engine_with(fixtures["partial"].path, 2) as e:
+        batcher = e.submit(J.Call(lambda st, *_: next(iter(st.models.values())).slots.batcher)).result(30)
+        batcher.yield_s = 3600.0  # the stream would keep the thread to itself to its end
+        alone = e.submit(
+            job(0, max_tokens=4000),
+            on_event=lambda ev: isinstance(ev, J.Tokens) and emitted.append(time.perf_counter()),
+        )
+        while not emitted:
+            time.sleep(0.001)
+        second = e.submit(job(1, max_tokens=4))
+        assert len(second.result(60).tokens) == 4
+        assert not alone.done.is_set(), "the queued request waited for the stream to end"
+        alone.cancel()
+        alone.result(60)
+
+
 def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_own(fixtures, tmp_path):
     """A load is built off the stepping path: the running stream keeps emitting while the
     new model is checked in a child and loaded, and it is handed over while the stream still
