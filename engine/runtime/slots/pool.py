@@ -107,6 +107,7 @@ class SlotPool:
         self._cv = threading.Condition()
         #: generations admitted whose slot is not chosen yet
         self._promised = 0
+        batcher.arriving = lambda: self._promised > 0  # a prompt being prepared: a new sequence soon
         #: the depth of steps of each batch size, with MTP auto (engine.runtime.decode.policy.steps)
         self.steppers: dict[int, StepDepth] = {}
 

@@ -123,6 +123,36 @@ def test_a_request_that_comes_while_a_stream_runs_alone_starts_at_the_streams_ne
         alone.result(60)
 
 
+def test_prompts_that_come_together_are_decoded_in_one_decode(fixtures, monkeypatch):
+    """A new sequence's prompt waits a moment (GATHER_S) for a request being prepared beside
+    it, so two clients that start together share one prompt decode instead of the second
+    waiting for the first's."""
+    import time
+
+    import engine.runtime.generatejob as generatejob
+    from engine.runtime.slots import batcher as batcher_mod
+
+    monkeypatch.setattr(batcher_mod, "GATHER_S", 5.0, raising=False)  # however slow this machine
+    prepare = generatejob.prepare
+
+    def slow_second(job, lm, texts):
+        if job.prompt == PROMPTS[1]:
+            time.sleep(0.05)  # the second request's prompt is still being rendered
+        return prepare(job, lm, texts)
+
+    monkeypatch.setattr(generatejob, "prepare", slow_second)
+    with engine_with(fixtures["partial"].path, 2) as e:
+        lm = e.submit(J.Call(lambda st, *_: next(iter(st.models.values())))).result(30)
+        lengths = [len(lm.model.prompt_tokens(p)) for p in PROMPTS[:2]]
+        lm.slots.batcher.target_decodes.clear()
+        handles = [e.submit(J.Generate(prompt=p, max_tokens=4, ignore_eog=True)) for p in PROMPTS[:2]]
+        assert [len(h.result(60).tokens) for h in handles] == [4, 4]
+        rows = [n for n, _ in lm.slots.batcher.target_decodes]
+    # the first decode holds rows of both prompts (each prompt's last token may follow in a
+    # decode of its own: a prompt-cache point)
+    assert rows[0] > max(lengths) and sum(rows[:2]) == sum(lengths), (rows, lengths)
+
+
 def test_a_model_loads_beside_running_streams_and_an_unload_waits_only_for_its_own(fixtures, tmp_path):
     """A load is built off the stepping path: the running stream keeps emitting while the
     new model is checked in a child and loaded, and it is handed over while the stream still
