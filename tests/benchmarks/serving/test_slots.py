@@ -42,7 +42,10 @@ def test_bench_slots_measures_each_arm_at_each_client_count(fixtures):
     for per in r["arms"].values():
         assert set(per) == {"1", "2"}
         for fig in per.values():
-            assert len(fig["rounds"]) == 2 and fig["tokens_per_second"] > 0 and fig["per_token_ms_p50"] > 0
+            # (a reply of 8 tokens on this tiny fixture may come in one chunk, what gathered while
+            # the first went out: then nothing passes between its first text and its last)
+            assert len(fig["rounds"]) == 2 and fig["tokens_per_second"] > 0 and fig["per_token_ms_p50"] >= 0
+            assert fig["first_token_ms_p50"] > 0
     # auto against off round by round: the ratio of each round's figures, its median
     auto, off = r["arms"]["ours auto"], r["arms"]["ours off"]
     for n in ("1", "2"):
