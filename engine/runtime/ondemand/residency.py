@@ -198,6 +198,25 @@ class Residency:
         return s.name, s
 
     # ----------------------------------------------------------------- leases
+    def try_acquire(self, name: str, *, keep_alive: float | None = None) -> Lease | None:
+        """A lease on ``name`` at once when it is a loaded model's own name and nothing holds
+        the books (no catalog read, no wait: the event loop asks this first, sparing a worker
+        thread's round trip per request); None otherwise (then :meth:`acquire`)."""
+        loaded = self.engine.models()
+        lname = next((n for n in (name, name.removesuffix(":latest")) if n in loaded), None)
+        if lname is None or not self._cv.acquire(blocking=False):
+            return None
+        try:
+            self._sync_locked()
+            r = self._residents.get(lname)
+            if r is None or r.state != "loaded":
+                return None
+            r.users += 1
+            r.requests += 1
+            return Lease(self, lname, keep_alive, r)
+        finally:
+            self._cv.release()
+
     def acquire(self, name: str, *, keep_alive: float | None = None, cancel: threading.Event | None = None) -> Lease:
         """A lease on the model ``name`` means, loading it first when it is not loaded
         (waiting for a load already under way). Raises what the load raises, and

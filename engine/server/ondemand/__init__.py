@@ -35,7 +35,10 @@ async def hold(request: Request, body: Any, *, keys: tuple[str, ...] = ("model",
     if name is None:
         return st.engine.models()
     keep = parse_keep_alive(body["keep_alive"] if "keep_alive" in body else body.get("ttl"))
-    lease: Lease = await run_in_threadpool(residency.acquire, name, keep_alive=keep)
+    # a loaded model's lease is taken here at once; a load (or a wait for one) on a worker thread
+    lease = residency.try_acquire(name, keep_alive=keep) or await run_in_threadpool(
+        residency.acquire, name, keep_alive=keep
+    )
     let_go(request)  # a route that holds twice keeps one lease
     request.state.lease = lease
     for k in keys:
