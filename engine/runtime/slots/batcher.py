@@ -346,6 +346,7 @@ class Batcher:
         """:meth:`_step` for the one request of a sequence alone (:meth:`_alone`): the same
         decode and rows, without the grouping a step of several needs."""
         self._pending.clear()
+        self._gather_since = None
         ctx = req.ctx
         for old in self._holders.pop(id(ctx), ()):
             if old.seq != req.seq:  # a sequence that left: nobody reads it, but keep it whole
