@@ -125,8 +125,9 @@ def default_threads() -> int:
 #: thread that wants the GIL waits before it asks the holder to let go. The engine thread
 #: wants it back after every decode (llama.cpp runs without it); with the default, the
 #: event loop writing a burst of chunks, or a request's thread rendering its prompt, held
-#: every stream's next step for up to 5 ms. Measured on the demo over HTTP (2 cores, three
-#: pairs of runs each): +1 to +6% tokens/s at 2 streams, +2 to +11% at 4.
+#: every stream's next step for up to 5 ms. Measured on the demo over HTTP (2 cores, runs in
+#: pairs): +1 to +6% tokens/s at 2 streams (three pairs), +2 to +11% at 4 and +0.3 to +5% at 1
+#: (two pairs each).
 SWITCH_INTERVAL_S = 0.0002
 
 
