@@ -18,16 +18,10 @@ import numpy as np
 import pytest
 
 from engine.hub.library import Library
-from engine.runtime.engine import Engine, EngineConfig
-from engine.runtime.jobs import Defaults
-from engine.runtime.load.loader import LoadSpec, MtpSource
-from engine.runtime.ondemand.catalog import Catalog
-from engine.runtime.ondemand.residency import Residency, estimate_bytes
-from engine.server.runner import ServerThread
-from engine.server.settings import ServerSettings
+from engine.runtime.ondemand.residency import estimate_bytes
+from tests.server.ondemandserving import BASE, Served, ids as _ids, spec_for, wait as _wait
 
 REPO = "example-org/Fixture-Full-GGUF"
-BASE = LoadSpec("", n_ctx=4096, parallel=2, probe=True)
 
 
 @pytest.fixture(scope="module")
@@ -66,34 +60,6 @@ def library(fixtures, pooled_files, tmp_path_factory) -> Library:
     return lib
 
 
-def spec_for(s) -> LoadSpec:
-    if s.kind != "chat":
-        return replace(BASE, path=s.path, mtp=MtpSource.OFF, parallel=1, name=s.name)
-    return replace(BASE, path=s.path, head=s.head, name=s.name)
-
-
-class Served:
-    """An engine with nothing loaded, a residency over the library, and a server."""
-
-    def __init__(self, library: Library, **kw):
-        self.engine = Engine(EngineConfig(request=Defaults(draft_depth=2))).start()
-        self.catalog = Catalog(library)
-        self.residency = Residency(self.engine, self.catalog, spec_for, **kw)
-        self.server = ServerThread(
-            self.engine, ServerSettings(port=0, max_pending=32), residency=self.residency
-        ).start()
-        self.server.wait_ready()
-        self.url = self.server.url
-
-    def loaded(self) -> list[str]:
-        return sorted(self.engine.models())
-
-    def close(self) -> None:
-        self.server.stop()
-        self.residency.close()
-        self.engine.stop()
-
-
 @pytest.fixture
 def serve(library):
     made: list[Served] = []
@@ -106,19 +72,6 @@ def serve(library):
     yield make
     for s in made:
         s.close()
-
-
-def _ids(library: Library) -> dict[str, str]:
-    return {e.name: e.id for e in library.entries()}
-
-
-def _wait(cond, timeout: float = 20.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 # ------------------------------------------------------------------ names and lists
@@ -210,40 +163,6 @@ def test_concurrent_first_requests_load_one_copy(serve, library):
     assert s.loaded() == [ids["Fixture Partial"]]
 
 
-def test_a_request_to_a_loaded_model_reads_no_file(serve, library):
-    """What a load would take (the file's header read: milliseconds of the GIL the engine
-    thread waits for between its decodes) is worked out only when a load is needed."""
-    estimated: list[str] = []
-
-    def estimate(x, spec):
-        estimated.append(x.name)
-        return estimate_bytes(x, spec)
-
-    s = serve(estimate=estimate)
-    for _ in range(3):
-        r = httpx.post(
-            s.url + "/v1/completions", json={"model": "Fixture Partial", "prompt": "a", "max_tokens": 2}, timeout=60
-        )
-        assert r.status_code == 200
-    assert len(estimated) == 1
-
-
-def test_a_request_to_a_loaded_model_takes_its_lease_on_the_event_loop(serve, library):
-    """Only a load (or a wait for one) goes to a worker thread: a loaded model's lease is
-    taken at once, sparing each request a thread's round trip (on two busy cores, a few ms of
-    its first token)."""
-    s = serve()
-    slow: list[str] = []
-    acquire = s.residency.acquire
-    s.residency.acquire = lambda name, **kw: (slow.append(name), acquire(name, **kw))[1]
-    for name in ["Fixture Partial", *[_ids(library)["Fixture Partial"]] * 3]:  # then by the name /v1/models lists
-        r = httpx.post(s.url + "/v1/completions", json={"model": name, "prompt": "a", "max_tokens": 2}, timeout=60)
-        assert r.status_code == 200
-    assert slow == ["Fixture Partial"]  # the first request's load
-    assert _wait(lambda: all(x.users == 0 for x in s.residency._residents.values()))  # every lease given back
-
-
-# ------------------------------------------------------------------ room and time
 def _estimates(s: Served, library) -> dict[str, int]:
     return {x.name: estimate_bytes(x, spec_for(x)) for x in s.catalog.items()}
 
