@@ -33,6 +33,8 @@ from engine.runtime.engine import Engine, JobHandle
 #: while a stream's tokens flow, the loop is woken for them at most once per this many seconds
 #: (a human reads nothing in 4 ms; an agent waits for the whole reply)
 PACE_S = 0.004
+#: the most Tokens events joined into one (:meth:`JobStream.poll`)
+JOIN_MAX = 256
 
 
 class JobStream:
@@ -92,12 +94,15 @@ class JobStream:
             return None
         ev = events.popleft()
         if isinstance(ev, J.Tokens):
-            while events and isinstance(events[0], J.Tokens):  # only the loop takes from the left
+            n = 1  # at most JOIN_MAX in one (each join copies what came before: a long backlog
+            # of a reader that was away comes in several chunks, not in quadratic time)
+            while n < JOIN_MAX and events and isinstance(events[0], J.Tokens):  # only the loop takes from the left
                 joined = ev.then(events[0])
                 if joined is None:
                     break
                 ev = joined
                 events.popleft()
+                n += 1
         elif isinstance(ev, (J.Done, J.Failed)):
             self.final = ev
         return ev

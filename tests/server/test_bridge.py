@@ -166,3 +166,17 @@ def test_the_first_text_is_not_held_behind_tokens_without_any(monkeypatch):
                     return time.perf_counter() - t0
 
     assert asyncio.run(run()) < 0.5
+
+
+def test_a_long_backlog_comes_in_chunks_of_at_most_join_max(monkeypatch):
+    monkeypatch.setattr(bridge, "JOIN_MAX", 8)
+
+    async def behind():
+        with Engine() as engine:
+            stream = bridge.JobStream(engine, _stream_job(21, 0.0))
+            while not stream.handle.done.is_set():
+                await asyncio.sleep(0.01)
+            return [ev.tokens for ev in [ev async for ev in stream] if isinstance(ev, J.Tokens)]
+
+    got = asyncio.run(behind())
+    assert [len(t) for t in got] == [8, 8, 5] and [x for t in got for x in t] == list(range(21))
