@@ -88,3 +88,21 @@ def claude(agent_served):
 
     with anthropic.Anthropic(base_url=agent_served[0].url, api_key="unused", max_retries=0) as c:
         yield c
+
+
+@pytest.fixture
+def serve(library):
+    """Make ``Served`` endpoints over the module's ``library`` (the on-demand tests'), each
+    closed after the test."""
+    from tests.server.ondemandserving import Served
+
+    made: list[Served] = []
+
+    def make(**kw) -> Served:
+        s = Served(library, **kw)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()

@@ -60,20 +60,6 @@ def library(fixtures, pooled_files, tmp_path_factory) -> Library:
     return lib
 
 
-@pytest.fixture
-def serve(library):
-    made: list[Served] = []
-
-    def make(**kw) -> Served:
-        s = Served(library, **kw)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.close()
-
-
 # ------------------------------------------------------------------ names and lists
 def test_every_library_model_is_listed_with_its_state_and_kind(serve, library):
     s = serve()

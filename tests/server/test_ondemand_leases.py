@@ -10,7 +10,7 @@ import pytest
 
 from engine.hub.library import Library
 from engine.runtime.ondemand.residency import estimate_bytes
-from tests.server.ondemandserving import Served, ids as _ids, wait as _wait
+from tests.server.ondemandserving import ids as _ids, wait as _wait
 
 
 @pytest.fixture(scope="module")
@@ -22,20 +22,6 @@ def library(fixtures, tmp_path_factory) -> Library:
     shutil.copyfile(fixtures["partial"].path, copy)
     lib.add([copy], name="Fixture Partial", provenance={"source": "import"})
     return lib
-
-
-@pytest.fixture
-def serve(library):
-    made: list[Served] = []
-
-    def make(**kw) -> Served:
-        s = Served(library, **kw)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.close()
 
 
 def test_a_request_to_a_loaded_model_reads_no_file(serve, library):
