@@ -2,12 +2,14 @@
 
 The engine thread calls ``on_event``: the event is appended to the stream's buffer, and the
 server's event loop is woken (``call_soon_threadsafe``) only when no wake-up is pending, so a
-burst of events costs one. While tokens stream, a wake-up is followed by a pause of
-:data:`PACE_S` in which the events only gather (a timer of the loop's ends it, with no wake-up
-from the engine thread): one wake-up per few tokens instead of one per token. Every wake-up is a
-switch of the loop's thread onto a core llama.cpp's threads are decoding on; on the demo, one
-stream over HTTP went from ~2,510 to ~3,040 chunks/s with the pause (2 cores). A job's first
-tokens and its final event are never held back. The loop takes buffered events
+burst of events costs one. While tokens stream faster than :data:`PACE_S` apart, a wake-up is
+followed by a pause of :data:`PACE_S` in which the events only gather (a timer of the loop's
+ends it, with no wake-up from the engine thread): one wake-up per few tokens instead of one per
+token. Every wake-up is a switch of the loop's thread onto a core llama.cpp's threads are
+decoding on; on the demo, one stream over HTTP went from ~2,510 to ~3,040 chunks/s with the
+pause (2 cores). A stream slower than that (a big model's, a token every 10 ms) gathers nothing
+in a pause: it has none, so each of its tokens costs the loop one wake-up, not two (the event's
+and the empty pause's end). A job's first tokens and its final event are never held back. The loop takes buffered events
 without waiting (:meth:`JobStream.poll`), and waits on a plain future (:meth:`JobStream.waiter`)
 only when the buffer is empty: no task per event, and Tokens events that gathered come out as
 one (one chunk). Cancelling the stream (a client disconnect) cancels the job; the engine then
@@ -45,6 +47,7 @@ class JobStream:
         self._scheduled = False
         self._tokens_seen = False
         self._pause: asyncio.TimerHandle | None = None  # the pause under way (the loop's)
+        self._woke_at = float("-inf")  # the engine thread's last wake-up of the loop (the loop's)
         self._waiter: asyncio.Future | None = None
         self.final: J.Done | J.Failed | None = None
         self.handle: JobHandle = engine.submit(job, on_event=self._on_event)
@@ -63,15 +66,26 @@ class JobStream:
             self._scheduled = True
         self._loop.call_soon_threadsafe(self._wake)
 
-    def _wake(self) -> None:  # the loop
-        w, self._waiter = self._waiter, None
-        if w is not None and not w.done():
-            w.set_result(None)
-        if not self._tokens_seen:
+    def _wake(self) -> None:  # the loop, woken by the engine thread
+        # a pause gathers only what comes less than PACE_S after what came before
+        now = self._loop.time()
+        fast, self._woke_at = now - self._woke_at < PACE_S, now
+        self._deliver(pause=fast)
+
+    def _deliver(self, *, pause: bool) -> None:  # the loop
+        self.poke()
+        if not (pause and self._tokens_seen):
             with self._lock:
                 self._scheduled = False
         elif self._pause is None:  # tokens flow: what comes next gathers for a while
             self._pause = self._loop.call_later(PACE_S, self._paused)
+
+    def poke(self) -> None:
+        """Wake the reader waiting on :meth:`waiter`, if one is (the loop): an event may be
+        buffered, or something else it waits for has happened."""
+        w, self._waiter = self._waiter, None
+        if w is not None and not w.done():
+            w.set_result(None)
 
     def _paused(self) -> None:  # the loop, PACE_S after a wake-up while tokens flow
         self._pause = None
@@ -82,7 +96,7 @@ class JobStream:
             # a stream nobody reads any more is left alone)
             again = self._scheduled = bool(self._events) and waiting
         if again:
-            self._wake()
+            self._deliver(pause=True)
 
     def poll(self) -> Any | None:
         """The next buffered event, or None when there is none yet (the loop; never waits).

@@ -41,7 +41,13 @@ class Flow:
     def __init__(self, request: Request, stream: JobStream):
         self.request = request
         self.stream = stream
+        self._loop = asyncio.get_running_loop()
         self._watcher = asyncio.ensure_future(_disconnected(request))
+        self._watcher.add_done_callback(lambda _: stream.poke())  # a reader waiting sees the client leave
+        #: when the reader last got something (an event or a PING), and the timer that wakes
+        #: it for the next PING: one timer while events flow, not one per wait
+        self._last = self._loop.time()
+        self._ping: asyncio.TimerHandle | None = None
         self._held = True
         self._pending: list[Any] = []
         self.left = False  # the client went away
@@ -76,6 +82,9 @@ class Flow:
             self._held = False
             self.request.app.state.pending -= 1
             self._watcher.cancel()
+            if self._ping is not None:
+                self._ping.cancel()
+                self._ping = None
             if self.stream.final is None:
                 self.stream.cancel()
             if self.lease is not None:
@@ -90,17 +99,31 @@ class Flow:
         the client went away (the job is then cancelled and drained)."""
         if self._pending:
             return self._pending.pop(0)
+        loop = self._loop
         while True:
             if self._watcher.done():
                 return await self._left()
             ev = self.stream.poll()  # buffered: no waiting, no task
             if ev is not None:
+                self._last = loop.time()
                 return ev
-            done, _ = await asyncio.wait(
-                {self.stream.waiter(), self._watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not done:
-                return PING
+            if timeout is not None:
+                due = self._last + timeout
+                if loop.time() >= due:
+                    self._last = loop.time()
+                    return PING
+                if self._ping is None or self._ping.when() > due:
+                    # a timer rings at the earliest deadline asked for; one set earlier just
+                    # wakes the reader to find it is not due yet (once per PING_INTERVAL_S at most)
+                    if self._ping is not None:
+                        self._ping.cancel()
+                    self._ping = loop.call_at(due, self._ring)
+            # the stream's future alone: the watcher's end and the timer wake it too (poke)
+            await self.stream.waiter()
+
+    def _ring(self) -> None:
+        self._ping = None
+        self.stream.poke()
 
     async def _left(self) -> None:
         """The client went away: the job is cancelled and drained."""

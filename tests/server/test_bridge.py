@@ -59,6 +59,23 @@ def test_a_stream_wakes_the_loop_once_per_pause_and_loses_nothing():
     assert first_at is not None and first_at < 0.5  # the first token is not held for a pause
 
 
+def test_a_stream_slower_than_the_pause_costs_one_wake_up_per_event():
+    """A big model's stream (a token every 10 ms) gathers nothing in a pause: it starts none,
+    so the loop is not woken a second time per token for a pause's empty end."""
+    n = 12
+
+    async def run():
+        with Engine() as engine:
+            stream = bridge.JobStream(engine, _stream_job(n, 3 * bridge.PACE_S))
+            wakes, paused = _counting(stream, "_wake"), _counting(stream, "_paused")
+            got = [t async for ev in stream if isinstance(ev, J.Tokens) for t in ev.tokens]
+            return got, wakes[0], paused[0]
+
+    got, wakes, paused = asyncio.run(run())
+    assert got == list(range(n))
+    assert wakes >= n and paused <= 1, (wakes, paused)
+
+
 def test_the_end_of_a_stream_is_not_held_for_a_pause(monkeypatch):
     monkeypatch.setattr(bridge, "PACE_S", 5.0)  # a pause far longer than the job
 
