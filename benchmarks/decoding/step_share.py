@@ -6,7 +6,8 @@ Loads the model (the bundled demo by default) with as many slots as the largest 
 greedy generations at once on the engine (in process, no HTTP), and reads the model's
 batcher: the seconds its decodes took (target and MTP, inside llama.cpp) against the wall
 time from the first submission to the last result. What is left is this program's own
-cost per step — the sequences' Python, the scheduler, the events. The jobs are submitted as
+cost per step — the sequences' Python, the scheduler, the events — as a share of the wall
+time and in microseconds per target step. The jobs are submitted as
 the HTTP server submits them: no per-round events, and each event handed to a callback on
 the engine thread (the server's bridge) rather than to a queue another thread wakes for at
 every token. Prints one JSON line per (depth, N).
@@ -56,13 +57,16 @@ def main(argv: list[str] | None = None) -> int:
                         for i in range(n)
                     ]
                     before = getattr(batcher, "decode_seconds", None)
+                    steps_before = batcher.steps
                     t0 = time.perf_counter()
                     sink: deque = deque(maxlen=64)  # the bridge's buffer, less its wake-ups of the loop
                     handles = [eng.submit(j, on_event=sink.append) for j in jobs]
                     tokens = sum(len(h.result(600).tokens) for h in handles)
                     wall = time.perf_counter() - t0
                     inside = None if before is None else batcher.decode_seconds - before  # an older batcher: no clock
-                    shares.append((tokens / wall, None if inside is None else 1 - inside / wall))
+                    steps = max(batcher.steps - steps_before, 1)
+                    outside = None if inside is None else wall - inside
+                    shares.append((tokens / wall, None if outside is None else (outside / wall, outside / steps * 1e6)))
                 shares.sort(key=lambda x: x[0])
                 tps, share = shares[len(shares) // 2]
                 print(
@@ -70,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
                         {
                             "depth": depth,
                             "n": n,
-                            "outside_llama_cpp": None if share is None else round(share, 3),
+                            "outside_llama_cpp": None if share is None else round(share[0], 3),
+                            # the same time per target step, in microseconds (the prompts' and
+                            # the requests' own costs spread over the steps): what a faster or
+                            # slower decode does not change
+                            "outside_us_per_step": None if share is None else round(share[1], 1),
                             "tok_s": round(tps, 1),
                             "rounds": a.rounds,
                         }
