@@ -47,7 +47,7 @@ class JobStream:
         self._scheduled = False
         self._tokens_seen = False
         self._pause: asyncio.TimerHandle | None = None  # the pause under way (the loop's)
-        self._woke_at = float("-inf")  # the engine thread's last wake-up of the loop (the loop's)
+        self._woke_at = float("-inf")  # when the loop last looked at the buffer (the loop's)
         self._waiter: asyncio.Future | None = None
         self.final: J.Done | J.Failed | None = None
         self.handle: JobHandle = engine.submit(job, on_event=self._on_event)
@@ -67,12 +67,11 @@ class JobStream:
         self._loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:  # the loop, woken by the engine thread
-        # a pause gathers only what comes less than PACE_S after what came before
-        now = self._loop.time()
-        fast, self._woke_at = now - self._woke_at < PACE_S, now
-        self._deliver(pause=fast)
+        # a pause gathers only what comes less than PACE_S after the loop last looked
+        self._deliver(pause=self._loop.time() - self._woke_at < PACE_S)
 
     def _deliver(self, *, pause: bool) -> None:  # the loop
+        self._woke_at = self._loop.time()
         self.poke()
         if not (pause and self._tokens_seen):
             with self._lock:
@@ -89,6 +88,7 @@ class JobStream:
 
     def _paused(self) -> None:  # the loop, PACE_S after a wake-up while tokens flow
         self._pause = None
+        self._woke_at = self._loop.time()  # a reader busy now takes what gathered itself
         waiting = self._waiter is not None and not self._waiter.done()
         with self._lock:
             # what gathered goes to a reader waiting for it, and the next pause begins; a
