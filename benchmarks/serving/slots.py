@@ -7,10 +7,12 @@ after its first (its generation time over its tokens) and the time to its first 
 The same measurement runs against this app's endpoint (arms: request values such as MTP
 off or a draft depth) and against llama-server processes started on the same file (arms:
 their command lines), in alternating rounds: this machine's speed drifts between
-launches, so every arm's round r runs between the others' rounds r. Each round's prompts
-open with the round's number, so no server reuses the last round's prompt: llama-server
-keeps a checkpoint of each slot's recurrent state near its prompt's end even with
-``--cache-ram 0``, and that reuse would count in its time per round, not its decoding.
+launches, so every arm's round r runs between the others' rounds r. Each run's prompts
+open with the round, the number of clients and the arm, so no server has seen them before:
+llama-server keeps each slot's last prompt (and a checkpoint of its recurrent state near
+the prompt's end) even with ``--cache-ram 0``, and our arms share one server: a prompt seen
+at N = 1 and again at N = 2 of the same round, or by the arm before, would be reused, and
+the reuse would count in that arm's time, not its decoding.
 """
 
 from __future__ import annotations
@@ -247,8 +249,10 @@ def main(argv: list[str] | None = None, prog: str = "benchmarks.serving.slots") 
             measure(url, model, 1, 16, extra)
         for r in range(args.rounds):
             for n in clients:
-                for name, (url, model, extra) in targets.items():
-                    run = measure(url, model, n, args.tokens, extra, opening=f"Round {r + 1}. ")
+                for k, (name, (url, model, extra)) in enumerate(targets.items()):
+                    # a prompt no server has seen: not in an earlier round, nor at another N of
+                    # this round, nor (our arms share one server) in another arm's run
+                    run = measure(url, model, n, args.tokens, extra, opening=f"Round {r + 1}.{n}.{k}. ")
                     results.setdefault(name, {}).setdefault(n, []).append(run)
     except (RuntimeError, OSError) as e:
         return die(f"bench slots: {e}", EXIT_INVALID)
