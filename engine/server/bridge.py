@@ -9,10 +9,10 @@ token. Every wake-up is a switch of the loop's thread onto a core llama.cpp's th
 decoding on; on the demo, one stream over HTTP went from ~2,510 to ~3,040 chunks/s with the
 pause (2 cores). A stream slower than that (a big model's, a token every 10 ms) gathers nothing
 in a pause: it has none, so each of its tokens costs the loop one wake-up, not two (the event's
-and the empty pause's end). A job's first tokens and its final event are never held back. The loop takes buffered events
-without waiting (:meth:`JobStream.poll`), and waits on a plain future (:meth:`JobStream.waiter`)
-only when the buffer is empty: no task per event, and Tokens events that gathered come out as
-one (one chunk). Cancelling the stream (a client disconnect) cancels the job; the engine then
+and the empty pause's end). A job's first tokens and its final event are never held back. The
+loop takes buffered events without waiting (:meth:`JobStream.poll`), and waits on a plain future
+(:meth:`JobStream.waiter`) only when the buffer is empty: no task per event, and Tokens events
+that gathered come out as one (one chunk). Cancelling the stream (a client disconnect) cancels the job; the engine then
 leaves its contexts holding exactly the tokens emitted so far.
 
 Ownership: the buffer is appended to by the engine thread and read by the loop (a deque's
