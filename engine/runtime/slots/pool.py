@@ -107,6 +107,12 @@ class SlotPool:
         self._cv = threading.Condition()
         #: generations admitted whose slot is not chosen yet
         self._promised = 0
+        #: generations admitted and not ended: promised or bound to a slot. One count, read
+        #: without the lock by the engine thread (:attr:`busy`): binding a promise to a slot
+        #: leaves it as it is. Read as a sum of the promises and the slots' flags, a bind
+        #: between the two reads showed a pool with a generation starting as idle, and the
+        #: engine thread went to wait for its next job instead of stepping the one arriving.
+        self._taken = 0
         batcher.arriving = lambda: self._promised > 0  # a prompt being prepared: a new sequence soon
         #: the depth of steps of each batch size, with MTP auto (engine.runtime.decode.policy.steps)
         self.steppers: dict[int, StepDepth] = {}
@@ -116,16 +122,18 @@ class SlotPool:
 
     @property
     def busy(self) -> int:
-        """Slots taken: generating, or promised to a generation that is preparing."""
-        return sum(s.busy for s in self.slots) + self._promised
+        """Slots taken: generating, or promised to a generation that is preparing (any
+        thread, no lock: one read of one count)."""
+        return self._taken
 
     def reserve(self, job_id: int, cancel: threading.Event | None = None) -> Reservation | None:
         """Admit job ``job_id``: a slot is promised to it, stepping the busy ones while
         every slot is taken (owner thread; None: the job was cancelled while it waited)."""
         while True:
             with self._cv:
-                if self.busy < len(self.slots):
+                if self._taken < len(self.slots):
                     self._promised += 1
+                    self._taken += 1
                     return Reservation(self, job_id)
             if cancel is not None and cancel.is_set():
                 return None
@@ -159,11 +167,14 @@ class SlotPool:
         with self._cv:
             assert self._promised > 0
             self._promised -= 1
+            self._taken -= 1
             self._cv.notify_all()
 
     def release(self, slot: Slot) -> None:
         """The slot's generation ended (finished, failed or cancelled)."""
         with self._cv:
+            if slot.busy:  # given back once
+                self._taken -= 1
             slot.busy, slot.job_id, slot.released = False, None, time.perf_counter()
             self._cv.notify_all()
 

@@ -1,6 +1,7 @@
 """Objects several threads share (the ownership table in engine/runtime/engine.py): each of
 these failed before its fix — two sequences detokenizing new tokens at once, two auto
-requests right after a load, a conversation's tokens read while another turn is remembered."""
+requests right after a load, a conversation's tokens read while another turn is remembered,
+a slot pool read while a reservation is bound to its slot."""
 
 from __future__ import annotations
 
@@ -105,3 +106,36 @@ def test_conversations_remembered_at_once_are_all_remembered(fast_switching):
             texts.tokenize(w + "yyyy next turn", lambda s: calls.append(s) or [ord(c) for c in s])
         lost += sum(1 for c in calls if c != " next turn")
     assert lost == 0, f"{lost} conversations forgotten"
+
+
+def test_a_pool_binding_a_reservation_to_a_slot_never_looks_idle():
+    """The engine thread reads a pool's busy count without its lock, to choose between
+    stepping it and waiting for its next job. Binding a reservation to its slot moved it from
+    the promises to the slot's flag in two writes, and read between them the pool looked
+    idle: the engine thread went to wait for a job while the sequence arrived, and the
+    request never ran (``test_slots`` hung once this way). Read at every line of the bind,
+    the pool is busy."""
+    lm = load(LoadSpec(demo_model_path(), n_ctx=256, probe=False, fit="off", parallel=2))
+    try:
+        pool = lm.slots
+        reservation = pool.reserve(1)
+        seen: list[int] = []
+
+        def each_line(frame, event, arg):
+            if event == "line":
+                seen.append(pool.busy)
+            return each_line
+
+        def tracer(frame, event, arg):  # every line run in the pool's module
+            return each_line if frame.f_code.co_filename.endswith("pool.py") else None
+
+        sys.settrace(tracer)
+        try:
+            reservation.bind([1, 2, 3])
+        finally:
+            sys.settrace(None)
+        assert seen and min(seen) == 1, seen
+        reservation.close()
+        assert pool.busy == 0
+    finally:
+        lm.close()
