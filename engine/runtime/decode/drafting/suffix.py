@@ -152,6 +152,7 @@ class OutputStore:
         self.limit = limit
         #: the stored outputs' lengths, oldest first, each with the separator before it
         self._outputs: deque[int] = deque()
+        self._held = 0  # their sum: the index's tokens, separators included
         self._index = SuffixIndex()
         self._lock = threading.Lock()
         self.learned = SuffixLearned()
@@ -159,7 +160,7 @@ class OutputStore:
     @property
     def tokens(self) -> int:
         """Tokens held (separators not counted)."""
-        return sum(self._outputs) - len(self._outputs)
+        return self._held - len(self._outputs)
 
     def add(self, tokens: list[int]) -> None:
         out = [int(t) for t in tokens[-self.limit :]]
@@ -168,9 +169,12 @@ class OutputStore:
         with self._lock:
             self._index.extend([_SEP, *out])
             self._outputs.append(len(out) + 1)
+            self._held += len(out) + 1
             dropped = 0
             while self.tokens > self.limit:
-                dropped += self._outputs.popleft()
+                n = self._outputs.popleft()
+                self._held -= n
+                dropped += n
             if dropped:
                 self._index.drop(dropped)
 
